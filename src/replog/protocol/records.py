@@ -1,0 +1,275 @@
+"""Record batch (magic v2) header codec.
+
+Batches stay bytes from the socket to the disk and back: this module reads the
+61-byte header, checks the CRC32C, and patches ``baseOffset`` and
+``partitionLeaderEpoch`` in place. It never decodes or re-encodes records.
+
+Layout (Kafka ``DefaultRecordBatch``)::
+
+    baseOffset int64 | batchLength int32 | partitionLeaderEpoch int32 | magic int8 |
+    crc uint32 | attributes int16 | lastOffsetDelta int32 | baseTimestamp int64 |
+    maxTimestamp int64 | producerId int64 | producerEpoch int16 | baseSequence int32 |
+    recordCount int32 | records...
+
+The CRC covers everything from ``attributes`` to the end of the batch, so the
+broker can rewrite ``baseOffset`` and ``partitionLeaderEpoch`` without
+recomputing it.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from crc32c import crc32c
+
+HEADER_SIZE = 61
+LOG_OVERHEAD = 12  # baseOffset + batchLength: bytes not counted by batchLength
+MAGIC_V2 = 2
+CRC_START = 21  # first byte covered by the CRC (attributes)
+
+NO_PRODUCER_ID = -1
+NO_SEQUENCE = -1
+
+COMPRESSION_NONE = 0
+COMPRESSION_GZIP = 1
+COMPRESSION_SNAPPY = 2
+COMPRESSION_LZ4 = 3
+COMPRESSION_ZSTD = 4
+
+ATTR_COMPRESSION_MASK = 0x07
+ATTR_TIMESTAMP_TYPE = 0x08  # 1 = LogAppendTime
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_OFFSET = struct.Struct(">q")
+_EPOCH = struct.Struct(">i")
+_LENGTH_AND_MAGIC = struct.Struct(">qiib")
+
+
+class InvalidRecordBatch(ValueError):
+    """A batch that is malformed: bad length, wrong magic, or a bad header."""
+
+
+class CorruptRecordBatch(InvalidRecordBatch):
+    """A batch whose CRC32C does not match its contents."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def size(self) -> int:
+        """Bytes the whole batch takes, header included."""
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & ATTR_COMPRESSION_MASK
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id >= 0
+
+
+def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """Decode the header at ``pos``; raises InvalidRecordBatch if it is short or malformed."""
+    if len(buf) - pos < HEADER_SIZE:
+        raise InvalidRecordBatch(f"batch header needs {HEADER_SIZE} bytes, {len(buf) - pos} left")
+    header = BatchHeader(*_HEADER.unpack_from(buf, pos))
+    if header.magic != MAGIC_V2:
+        raise InvalidRecordBatch(f"unsupported record batch magic {header.magic}")
+    if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
+        raise InvalidRecordBatch(f"batch length {header.batch_length} is shorter than a header")
+    if header.last_offset_delta < 0 or header.record_count < 0:
+        raise InvalidRecordBatch("negative lastOffsetDelta or recordCount")
+    return header
+
+
+def compute_crc(buf: bytes | bytearray | memoryview, pos: int, size: int) -> int:
+    return crc32c(memoryview(buf)[pos + CRC_START : pos + size])
+
+
+def verify_crc(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> None:
+    if compute_crc(buf, pos, header.size) != header.crc:
+        raise CorruptRecordBatch(f"record batch at offset {header.base_offset} fails its CRC32C")
+
+
+def peek_size(buf: bytes | bytearray | memoryview, pos: int) -> int | None:
+    """Size of the batch starting at ``pos``, or None if fewer than 17 bytes remain."""
+    if len(buf) - pos < 17:
+        return None
+    _, length, _, _ = _LENGTH_AND_MAGIC.unpack_from(buf, pos)
+    return length + LOG_OVERHEAD
+
+
+def iter_batches(
+    buf: bytes | bytearray | memoryview, *, verify: bool = True
+) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield ``(position, header)`` for every whole batch in ``buf``.
+
+    Raises InvalidRecordBatch at the first malformed or truncated batch, and
+    CorruptRecordBatch at the first bad CRC when ``verify`` is set.
+    """
+    pos = 0
+    end = len(buf)
+    while pos < end:
+        header = read_header(buf, pos)
+        if pos + header.size > end:
+            raise InvalidRecordBatch(
+                f"batch at position {pos} claims {header.size} bytes, {end - pos} left"
+            )
+        if verify:
+            verify_crc(buf, pos, header)
+        yield pos, header
+        pos += header.size
+
+
+def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> None:
+    _OFFSET.pack_into(buf, pos, base_offset)
+
+
+def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
+    _EPOCH.pack_into(buf, pos + 12, epoch)
+
+
+def build_batch(
+    *,
+    base_offset: int,
+    partition_leader_epoch: int,
+    attributes: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    record_count: int,
+    records: bytes,
+) -> bytes:
+    """Assemble a batch around already-encoded ``records`` and stamp its CRC.
+
+    Used by tests and by control paths; the produce path never calls it.
+    """
+    batch_length = HEADER_SIZE - LOG_OVERHEAD + len(records)
+    buf = bytearray(
+        _HEADER.pack(
+            base_offset,
+            batch_length,
+            partition_leader_epoch,
+            MAGIC_V2,
+            0,
+            attributes,
+            last_offset_delta,
+            base_timestamp,
+            max_timestamp,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            record_count,
+        )
+    )
+    buf += records
+    struct.pack_into(">I", buf, 17, compute_crc(buf, 0, len(buf)))
+    return bytes(buf)
+
+
+def _varint(value: int) -> bytes:
+    zigzag = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while True:
+        byte = zigzag & 0x7F
+        zigzag >>= 7
+        if zigzag:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def encode_record(
+    offset_delta: int,
+    timestamp_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: tuple[tuple[str, bytes | None], ...] = (),
+) -> bytes:
+    """Encode one uncompressed record (for tests and tools; not on the hot path)."""
+    body = bytearray(b"\x00")  # attributes
+    body += _varint(timestamp_delta)
+    body += _varint(offset_delta)
+    for field in (key, value):
+        if field is None:
+            body += _varint(-1)
+        else:
+            body += _varint(len(field)) + field
+    body += _varint(len(headers))
+    for name, hvalue in headers:
+        raw = name.encode()
+        body += _varint(len(raw)) + raw
+        body += _varint(-1) if hvalue is None else _varint(len(hvalue)) + hvalue
+    return _varint(len(body)) + bytes(body)
+
+
+def simple_batch(
+    values: list[bytes],
+    *,
+    base_offset: int = 0,
+    timestamp: int = 0,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = -1,
+    base_sequence: int = NO_SEQUENCE,
+    partition_leader_epoch: int = 0,
+) -> bytes:
+    """An uncompressed batch of keyless records: a convenience for tests and tools."""
+    records = b"".join(encode_record(i, 0, None, v) for i, v in enumerate(values))
+    return build_batch(
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        attributes=0,
+        last_offset_delta=len(values) - 1,
+        base_timestamp=timestamp,
+        max_timestamp=timestamp,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        record_count=len(values),
+        records=records,
+    )

@@ -1,0 +1,5 @@
+"""Shared pytest configuration: fixtures live in tests/fixtures/, one module per component."""
+
+pytest_plugins = [
+    "fixtures.processes",
+]
