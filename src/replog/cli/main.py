@@ -1,0 +1,96 @@
+"""The ``replog`` command: broker, zookeeper, cluster and topics sub-commands."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from replog.config import ConfigError, KafkaConfig, parse_overrides, read_properties
+
+
+def _setup_logging(level: str = "INFO") -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="[%(asctime)s] %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+
+
+def _broker_start(args: argparse.Namespace) -> int:
+    try:
+        props = read_properties(Path(args.config))
+        props.update(parse_overrides(args.override or []))
+        config = KafkaConfig.from_properties(props)
+    except ConfigError as exc:
+        print(f"replog: bad configuration: {exc}", file=sys.stderr)
+        return 2
+    _setup_logging(args.log_level)
+    from replog.server.broker import Broker
+
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+
+    async def run() -> None:
+        broker = Broker(config)
+        await broker.run_until_stopped()
+
+    try:
+        asyncio.run(run())
+    except OSError as exc:
+        print(f"replog: broker {config.broker_id} failed to start: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _zookeeper_start(args: argparse.Namespace) -> int:
+    _setup_logging()
+    from replog.cluster.zookeeper import run_zookeeper_foreground
+
+    return run_zookeeper_foreground(Path(args.dir), args.port)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="replog", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    broker = sub.add_parser("broker", help="run a broker")
+    broker_sub = broker.add_subparsers(dest="action", required=True)
+    start = broker_sub.add_parser("start", help="run one broker in the foreground")
+    start.add_argument("--config", required=True, help="server.properties file")
+    start.add_argument("--override", action="append", metavar="KEY=VALUE")
+    start.add_argument("--log-level", default="INFO")
+    start.set_defaults(func=_broker_start)
+
+    zk = sub.add_parser("zookeeper", help="run a ZooKeeper server")
+    zk_sub = zk.add_subparsers(dest="action", required=True)
+    zk_start = zk_sub.add_parser("start", help="run ZooKeeper in the foreground")
+    zk_start.add_argument("--dir", required=True)
+    zk_start.add_argument("--port", type=int, default=2181)
+    zk_start.set_defaults(func=_zookeeper_start)
+
+    try:
+        from replog.cli import cluster_cmd, topics_cmd
+    except ImportError:  # pragma: no cover - during development
+        pass
+    else:
+        cluster_cmd.add_parser(sub)
+        topics_cmd.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

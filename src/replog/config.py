@@ -1,0 +1,258 @@
+"""Broker configuration: Kafka's ``server.properties`` names and defaults.
+
+Only keys replog understands are accepted; an unknown key or a bad value raises
+``ConfigError`` with a one-line message naming the key, so ``replog broker start``
+can exit non-zero with that line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+
+class ConfigError(ValueError):
+    """A configuration problem, described in one line."""
+
+
+def _bool(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    raise ValueError("expected true or false")
+
+
+def _int(value: str) -> int:
+    return int(value.strip())
+
+
+def _str(value: str) -> str:
+    return value.strip()
+
+
+@dataclass(frozen=True)
+class Listener:
+    name: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.name}://{self.host}:{self.port}"
+
+
+def parse_listeners(value: str) -> list[Listener]:
+    listeners = []
+    for item in value.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        parts = urlsplit(item)
+        if not parts.scheme or parts.port is None:
+            raise ValueError(f"listener {item!r} is not of the form NAME://host:port")
+        listeners.append(Listener(parts.scheme.upper(), parts.hostname or "", parts.port))
+    if not listeners:
+        raise ValueError("no listener given")
+    return listeners
+
+
+# key -> (attribute, parser, default as it would appear in server.properties)
+_KEYS: dict[str, tuple[str, Callable[[str], Any], str]] = {
+    "broker.id": ("broker_id", _int, "0"),
+    "broker.rack": ("broker_rack", _str, ""),
+    "listeners": ("listeners_raw", _str, "PLAINTEXT://127.0.0.1:9092"),
+    "advertised.listeners": ("advertised_listeners_raw", _str, ""),
+    "log.dirs": ("log_dirs_raw", _str, "/tmp/replog-logs"),
+    "zookeeper.connect": ("zookeeper_connect", _str, ""),
+    "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", _int, "18000"),
+    "zookeeper.connection.timeout.ms": ("zookeeper_connection_timeout_ms", _int, "18000"),
+    "num.partitions": ("num_partitions", _int, "1"),
+    "default.replication.factor": ("default_replication_factor", _int, "1"),
+    "auto.create.topics.enable": ("auto_create_topics_enable", _bool, "true"),
+    "delete.topic.enable": ("delete_topic_enable", _bool, "true"),
+    "log.segment.bytes": ("log_segment_bytes", _int, "1073741824"),
+    "log.roll.ms": ("log_roll_ms", _int, "604800000"),
+    "log.retention.ms": ("log_retention_ms", _int, "604800000"),
+    "log.retention.bytes": ("log_retention_bytes", _int, "-1"),
+    "log.retention.check.interval.ms": ("log_retention_check_interval_ms", _int, "300000"),
+    "log.flush.offset.checkpoint.interval.ms": (
+        "log_flush_offset_checkpoint_interval_ms",
+        _int,
+        "60000",
+    ),
+    "log.index.interval.bytes": ("log_index_interval_bytes", _int, "4096"),
+    "log.message.timestamp.type": ("log_message_timestamp_type", _str, "CreateTime"),
+    "message.max.bytes": ("message_max_bytes", _int, "1048588"),
+    "socket.request.max.bytes": ("socket_request_max_bytes", _int, "104857600"),
+    "min.insync.replicas": ("min_insync_replicas", _int, "1"),
+    "unclean.leader.election.enable": ("unclean_leader_election_enable", _bool, "false"),
+    "replica.lag.time.max.ms": ("replica_lag_time_max_ms", _int, "30000"),
+    "replica.fetch.max.bytes": ("replica_fetch_max_bytes", _int, "1048576"),
+    "replica.fetch.wait.max.ms": ("replica_fetch_wait_max_ms", _int, "500"),
+    "replica.fetch.min.bytes": ("replica_fetch_min_bytes", _int, "1"),
+    "replica.fetch.backoff.ms": ("replica_fetch_backoff_ms", _int, "1000"),
+    "replica.high.watermark.checkpoint.interval.ms": (
+        "replica_high_watermark_checkpoint_interval_ms",
+        _int,
+        "5000",
+    ),
+    "num.replica.fetchers": ("num_replica_fetchers", _int, "1"),
+    "request.timeout.ms": ("request_timeout_ms", _int, "30000"),
+    "controller.socket.timeout.ms": ("controller_socket_timeout_ms", _int, "30000"),
+    "controlled.shutdown.enable": ("controlled_shutdown_enable", _bool, "true"),
+    "offsets.topic.replication.factor": ("offsets_topic_replication_factor", _int, "3"),
+    "offsets.topic.num.partitions": ("offsets_topic_num_partitions", _int, "50"),
+    "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", _int, "3000"),
+}
+
+KNOWN_KEYS = frozenset(_KEYS)
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    broker_id: int
+    broker_rack: str
+    listeners_raw: str
+    advertised_listeners_raw: str
+    log_dirs_raw: str
+    zookeeper_connect: str
+    zookeeper_session_timeout_ms: int
+    zookeeper_connection_timeout_ms: int
+    num_partitions: int
+    default_replication_factor: int
+    auto_create_topics_enable: bool
+    delete_topic_enable: bool
+    log_segment_bytes: int
+    log_roll_ms: int
+    log_retention_ms: int
+    log_retention_bytes: int
+    log_retention_check_interval_ms: int
+    log_flush_offset_checkpoint_interval_ms: int
+    log_index_interval_bytes: int
+    log_message_timestamp_type: str
+    message_max_bytes: int
+    socket_request_max_bytes: int
+    min_insync_replicas: int
+    unclean_leader_election_enable: bool
+    replica_lag_time_max_ms: int
+    replica_fetch_max_bytes: int
+    replica_fetch_wait_max_ms: int
+    replica_fetch_min_bytes: int
+    replica_fetch_backoff_ms: int
+    replica_high_watermark_checkpoint_interval_ms: int
+    num_replica_fetchers: int
+    request_timeout_ms: int
+    controller_socket_timeout_ms: int
+    controlled_shutdown_enable: bool
+    offsets_topic_replication_factor: int
+    offsets_topic_num_partitions: int
+    group_initial_rebalance_delay_ms: int
+    listeners: list[Listener] = field(default_factory=list)
+    advertised_listeners: list[Listener] = field(default_factory=list)
+    log_dirs: list[Path] = field(default_factory=list)
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> KafkaConfig:
+        values: dict[str, Any] = {}
+        for key in props:
+            if key not in _KEYS:
+                raise ConfigError(f"unknown configuration key {key!r}")
+        for key, (attr, parse, default) in _KEYS.items():
+            raw = props.get(key, default)
+            try:
+                values[attr] = parse(raw)
+            except ValueError as exc:
+                raise ConfigError(f"invalid value {raw!r} for {key}: {exc}") from None
+        try:
+            listeners = parse_listeners(values["listeners_raw"])
+        except ValueError as exc:
+            raise ConfigError(f"invalid value for listeners: {exc}") from None
+        advertised = listeners
+        if values["advertised_listeners_raw"]:
+            try:
+                advertised = parse_listeners(values["advertised_listeners_raw"])
+            except ValueError as exc:
+                raise ConfigError(f"invalid value for advertised.listeners: {exc}") from None
+        log_dirs = [Path(p.strip()) for p in values["log_dirs_raw"].split(",") if p.strip()]
+        config = cls(
+            **values, listeners=listeners, advertised_listeners=advertised, log_dirs=log_dirs
+        )
+        config._validate()
+        return config
+
+    def _validate(self) -> None:
+        def need(cond: bool, key: str, what: str) -> None:
+            if not cond:
+                raise ConfigError(f"invalid value for {key}: {what}")
+
+        need(self.broker_id >= 0, "broker.id", "must be >= 0")
+        need(bool(self.log_dirs), "log.dirs", "must name at least one directory")
+        need(bool(self.zookeeper_connect), "zookeeper.connect", "is required")
+        need(self.num_partitions >= 1, "num.partitions", "must be >= 1")
+        need(self.default_replication_factor >= 1, "default.replication.factor", "must be >= 1")
+        need(self.log_segment_bytes >= 14, "log.segment.bytes", "must be >= 14")
+        need(self.log_roll_ms >= 1, "log.roll.ms", "must be >= 1")
+        need(self.message_max_bytes >= 0, "message.max.bytes", "must be >= 0")
+        need(self.socket_request_max_bytes >= 1, "socket.request.max.bytes", "must be >= 1")
+        need(self.min_insync_replicas >= 1, "min.insync.replicas", "must be >= 1")
+        need(self.replica_lag_time_max_ms >= 1, "replica.lag.time.max.ms", "must be >= 1")
+        need(self.num_replica_fetchers >= 1, "num.replica.fetchers", "must be >= 1")
+        need(
+            self.log_message_timestamp_type in ("CreateTime", "LogAppendTime"),
+            "log.message.timestamp.type",
+            "must be CreateTime or LogAppendTime",
+        )
+        names = [listener.name for listener in self.listeners]
+        need(len(set(names)) == len(names), "listeners", "listener names must be unique")
+
+    def topic_defaults(self) -> dict[str, str]:
+        """Broker-level defaults for the topic-level keys, as topic configs."""
+        return {
+            "segment.bytes": str(self.log_segment_bytes),
+            "segment.ms": str(self.log_roll_ms),
+            "retention.ms": str(self.log_retention_ms),
+            "retention.bytes": str(self.log_retention_bytes),
+            "max.message.bytes": str(self.message_max_bytes),
+            "index.interval.bytes": str(self.log_index_interval_bytes),
+            "message.timestamp.type": self.log_message_timestamp_type,
+            "min.insync.replicas": str(self.min_insync_replicas),
+            "unclean.leader.election.enable": str(self.unclean_leader_election_enable).lower(),
+        }
+
+    def as_properties(self) -> dict[str, str]:
+        """Every known key with its effective value (for DescribeConfigs on a broker)."""
+        out = {}
+        for key, (attr, _, _) in _KEYS.items():
+            value = getattr(self, attr)
+            out[key] = str(value).lower() if isinstance(value, bool) else str(value)
+        return out
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """Parse a Java-style ``.properties`` file (``key=value``, ``#`` comments)."""
+    props: dict[str, str] = {}
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if sep < 0:
+            raise ConfigError(f"{path}:{number}: expected key=value, got {line!r}")
+        props[line[:sep].strip()] = line[sep + 1 :].strip()
+    return props
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, str]:
+    out = {}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not of the form key=value")
+        key, value = item.split("=", 1)
+        out[key.strip()] = value.strip()
+    return out

@@ -1,0 +1,118 @@
+"""Which Kafka APIs replog serves, at which versions, and their schema classes.
+
+Schemas come from kio; the ZooKeeper-era controller APIs (LeaderAndIsr,
+StopReplica, UpdateMetadata) come from ``replog.protocol.controller_schemas``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import fields
+from functools import cache
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+
+
+class ApiKey(enum.IntEnum):
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    LEADER_AND_ISR = 4
+    STOP_REPLICA = 5
+    UPDATE_METADATA = 6
+    CONTROLLED_SHUTDOWN = 7
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
+    DESCRIBE_CONFIGS = 32
+
+
+# api key -> (min version, max version) that this broker answers. Versions that
+# need topic ids (Fetch 13+, Metadata 10+ carries them) are left out on purpose.
+CLIENT_API_VERSIONS: dict[int, tuple[int, int]] = {
+    ApiKey.PRODUCE: (3, 9),
+    ApiKey.FETCH: (4, 12),
+    ApiKey.LIST_OFFSETS: (1, 7),
+    ApiKey.METADATA: (0, 9),
+    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.CREATE_TOPICS: (2, 5),
+    ApiKey.DELETE_TOPICS: (1, 5),
+    ApiKey.INIT_PRODUCER_ID: (0, 4),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
+    ApiKey.DESCRIBE_CONFIGS: (1, 4),
+}
+
+# Filled in by replog.protocol.controller_schemas when it is importable.
+CONTROLLER_API_VERSIONS: dict[int, tuple[int, int]] = {}
+_EXTRA_REQUESTS: dict[int, dict[int, type]] = {}
+_EXTRA_RESPONSES: dict[int, dict[int, type]] = {}
+
+
+def register_extra_api(
+    api_key: int,
+    versions: tuple[int, int],
+    requests: dict[int, type],
+    responses: dict[int, type],
+) -> None:
+    """Make an API whose schema kio does not carry known to the server and client."""
+    CONTROLLER_API_VERSIONS[api_key] = versions
+    _EXTRA_REQUESTS[api_key] = requests
+    _EXTRA_RESPONSES[api_key] = responses
+
+
+def supported_versions() -> dict[int, tuple[int, int]]:
+    return {**CLIENT_API_VERSIONS, **CONTROLLER_API_VERSIONS}
+
+
+def is_supported(api_key: int, version: int) -> bool:
+    span = supported_versions().get(api_key)
+    return span is not None and span[0] <= version <= span[1]
+
+
+@cache
+def request_schema(api_key: int, version: int) -> type[Any]:
+    if api_key in _EXTRA_REQUESTS:
+        return _EXTRA_REQUESTS[api_key][version]
+    return load_request_schema(api_key, version)
+
+
+@cache
+def response_schema(api_key: int, version: int) -> type[Any]:
+    if api_key in _EXTRA_RESPONSES:
+        return _EXTRA_RESPONSES[api_key][version]
+    return load_response_schema(api_key, version)
+
+
+@cache
+def _field_names(cls: type[Any]) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls))
+
+
+def make(cls: type[Any], **values: Any) -> Any:
+    """Build a kio entity from a superset of its fields.
+
+    Handlers write one response shape for all versions; each version's class
+    keeps the fields it has and drops the rest.
+    """
+    names = _field_names(cls)
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def nested(parent: type[Any], name: str) -> type[Any]:
+    """The nested entity class called ``name`` in the module that defines ``parent``."""
+    import sys
+
+    return getattr(sys.modules[parent.__module__], name)

@@ -1,0 +1,128 @@
+"""Kafka request and response frames: size prefix, headers, bodies.
+
+Pure functions over bytes; the network layer owns the sockets.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
+from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i32
+
+from replog.protocol import apis
+
+_PREFIX = struct.Struct(">hhi")
+SIZE = struct.Struct(">i")
+
+
+class InvalidFrame(ValueError):
+    """A request that cannot be decoded; the connection is closed."""
+
+
+class UnsupportedVersion(InvalidFrame):
+    def __init__(self, api_key: int, api_version: int, correlation_id: int) -> None:
+        super().__init__(f"unsupported version {api_version} of api key {api_key}")
+        self.api_key = api_key
+        self.api_version = api_version
+        self.correlation_id = correlation_id
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any
+    size: int
+
+
+def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
+    """``(api_key, api_version, correlation_id)`` from the first 8 bytes of a frame."""
+    if len(frame) < _PREFIX.size:
+        raise InvalidFrame(f"request of {len(frame)} bytes is shorter than a header")
+    return _PREFIX.unpack_from(frame, 0)
+
+
+def decode_request(frame: bytes) -> Request:
+    """Decode a whole request frame (without its size prefix)."""
+    api_key, api_version, correlation_id = peek_header(frame)
+    if not apis.is_supported(api_key, api_version):
+        raise UnsupportedVersion(api_key, api_version, correlation_id)
+    schema = apis.request_schema(api_key, api_version)
+    header_cls = RequestHeaderV2 if schema.__flexible__ else RequestHeaderV1
+    try:
+        header, offset = entity_reader(header_cls)(frame, 0)
+        body, used = entity_reader(schema)(frame, offset)
+    except Exception as exc:  # kio raises several types for malformed input
+        raise InvalidFrame(
+            f"malformed {apis.ApiKey(api_key).name} v{api_version} request: {exc}"
+        ) from None
+    if offset + used != len(frame):
+        raise InvalidFrame(
+            f"{apis.ApiKey(api_key).name} v{api_version} request has "
+            f"{len(frame) - offset - used} trailing bytes"
+        )
+    return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame))
+
+
+def encode_response(
+    api_key: int, api_version: int, correlation_id: int, body: Any
+) -> bytes:
+    """Size-prefixed response frame."""
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    flexible = type(body).__flexible__
+    # ApiVersions answers with header v0 whatever its version (KIP-511).
+    if flexible and api_key != apis.ApiKey.API_VERSIONS:
+        entity_writer(ResponseHeaderV1)(buf, ResponseHeaderV1(correlation_id=i32(correlation_id)))
+    else:
+        entity_writer(ResponseHeaderV0)(buf, ResponseHeaderV0(correlation_id=i32(correlation_id)))
+    entity_writer(type(body))(buf, body)
+    data = buf.getbuffer()
+    SIZE.pack_into(data, 0, len(data) - 4)
+    out = bytes(data)
+    del data
+    return out
+
+
+def encode_request(
+    api_key: int, api_version: int, correlation_id: int, client_id: str | None, body: Any
+) -> bytes:
+    """Size-prefixed request frame (inter-broker client side)."""
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    header_cls = RequestHeaderV2 if type(body).__flexible__ else RequestHeaderV1
+    entity_writer(header_cls)(
+        buf,
+        header_cls(
+            request_api_key=api_key,
+            request_api_version=api_version,
+            correlation_id=i32(correlation_id),
+            client_id=client_id,
+        ),
+    )
+    entity_writer(type(body))(buf, body)
+    data = buf.getbuffer()
+    SIZE.pack_into(data, 0, len(data) - 4)
+    out = bytes(data)
+    del data
+    return out
+
+
+def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, Any]:
+    """``(correlation_id, body)`` of a response frame without its size prefix."""
+    schema = apis.response_schema(api_key, api_version)
+    flexible = schema.__flexible__ and api_key != apis.ApiKey.API_VERSIONS
+    header_cls = ResponseHeaderV1 if flexible else ResponseHeaderV0
+    header, offset = entity_reader(header_cls)(frame, 0)
+    body, _ = entity_reader(schema)(frame, offset)
+    return int(header.correlation_id), body

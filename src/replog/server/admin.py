@@ -1,0 +1,239 @@
+"""Topic administration on any broker: validate, place, write to ZooKeeper.
+
+The controller creates the partitions once the assignment is in ZooKeeper;
+this module only writes the request down and waits (up to the request's
+timeout) for the metadata to come back through UpdateMetadata.
+ZooKeeper calls block, so they run in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import re
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from kio.schema.errors import ErrorCode
+
+from replog.controller import placement
+from replog.storage.log_config import TOPIC_CONFIG_KEYS, LogConfig
+
+if TYPE_CHECKING:
+    from replog.config import KafkaConfig
+    from replog.controller.zk_client import KafkaZkClient
+    from replog.server.metadata_cache import MetadataCache
+
+log = logging.getLogger(__name__)
+
+LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_NAME = 249
+
+
+@dataclass
+class TopicSpec:
+    name: str
+    num_partitions: int
+    replication_factor: int
+    assignments: dict[int, list[int]] = field(default_factory=dict)
+    configs: dict[str, str | None] = field(default_factory=dict)
+
+
+Outcome = tuple[ErrorCode, str | None, int, int]
+
+
+def validate_topic_name(name: str) -> str | None:
+    if not name:
+        return "topic name is empty"
+    if name in (".", ".."):
+        return f"topic name {name!r} is not allowed"
+    if len(name) > MAX_TOPIC_NAME:
+        return f"topic name is longer than {MAX_TOPIC_NAME} characters"
+    if not LEGAL_TOPIC.match(name):
+        return f"topic name {name!r} has characters other than ASCII alphanumerics, '.', '_' and '-'"
+    return None
+
+
+class AdminManager:
+    def __init__(
+        self, config: KafkaConfig, zk: KafkaZkClient, metadata_cache: MetadataCache
+    ) -> None:
+        self.config = config
+        self.zk = zk
+        self.metadata_cache = metadata_cache
+        self.cluster_id: str | None = None
+        self._rng = random.Random()
+
+    def _plan(self, spec: TopicSpec) -> tuple[Outcome, dict[int, list[int]] | None, dict[str, str]]:
+        """Validate one CreateTopics entry and place its replicas (pure but for the cache)."""
+        problem = validate_topic_name(spec.name)
+        if problem:
+            return (ErrorCode.invalid_topic_exception, problem, -1, -1), None, {}
+        configs = {k: v for k, v in spec.configs.items() if v is not None}
+        unknown = sorted(set(configs) - TOPIC_CONFIG_KEYS)
+        if unknown:
+            return (ErrorCode.invalid_config, f"unknown topic config {unknown[0]!r}", -1, -1), None, {}
+        try:
+            LogConfig.from_properties(configs)
+        except ValueError as exc:
+            return (ErrorCode.invalid_config, str(exc), -1, -1), None, {}
+        brokers = sorted(self.metadata_cache.brokers.values(), key=lambda b: b.broker_id)
+        if spec.assignments:
+            if spec.num_partitions != -1 or spec.replication_factor != -1:
+                return (
+                    (ErrorCode.invalid_request, "give either assignments or partitions and replication factor", -1, -1),
+                    None,
+                    {},
+                )
+            live = {b.broker_id for b in brokers}
+            if sorted(spec.assignments) != list(range(len(spec.assignments))):
+                return (ErrorCode.invalid_replica_assignment, "partitions must be numbered 0..n-1", -1, -1), None, {}
+            for replicas in spec.assignments.values():
+                if not replicas or len(set(replicas)) != len(replicas) or not set(replicas) <= live:
+                    return (
+                        (ErrorCode.invalid_replica_assignment, f"bad replica list {replicas}", -1, -1),
+                        None,
+                        {},
+                    )
+            assignment = {p: list(r) for p, r in spec.assignments.items()}
+        else:
+            partitions = spec.num_partitions if spec.num_partitions != -1 else self.config.num_partitions
+            replication = (
+                spec.replication_factor
+                if spec.replication_factor != -1
+                else self.config.default_replication_factor
+            )
+            if partitions <= 0:
+                return (ErrorCode.invalid_partitions, "number of partitions must be larger than 0", -1, -1), None, {}
+            if replication <= 0:
+                return (
+                    (ErrorCode.invalid_replication_factor, "replication factor must be larger than 0", -1, -1),
+                    None,
+                    {},
+                )
+            if replication > len(brokers):
+                return (
+                    (
+                        ErrorCode.invalid_replication_factor,
+                        f"replication factor: {replication} larger than available brokers: {len(brokers)}",
+                        -1,
+                        -1,
+                    ),
+                    None,
+                    {},
+                )
+            try:
+                assignment = placement.assign_replicas_to_brokers(
+                    [(b.broker_id, b.rack) for b in brokers], partitions, replication, self._rng
+                )
+            except ValueError as exc:
+                return (ErrorCode.invalid_replication_factor, str(exc), -1, -1), None, {}
+        replication_factor = len(next(iter(assignment.values())))
+        return (ErrorCode.none, None, len(assignment), replication_factor), assignment, configs
+
+    async def create_topics(
+        self, specs: list[TopicSpec], timeout_ms: int, validate_only: bool
+    ) -> list[Outcome]:
+        outcomes: list[Outcome] = []
+        created = []
+        for spec in specs:
+            outcome, assignment, configs = self._plan(spec)
+            if outcome[0] == ErrorCode.none and assignment is not None:
+                exists = await asyncio.to_thread(self.zk.topic_exists, spec.name)
+                if exists:
+                    outcome = (ErrorCode.topic_already_exists, f"topic {spec.name!r} already exists", -1, -1)
+                elif not validate_only:
+                    try:
+                        await asyncio.to_thread(self.zk.create_topic, spec.name, assignment, configs)
+                    except Exception as exc:  # a race with another creator
+                        if type(exc).__name__ in ("TopicExistsError", "NodeExistsError"):
+                            outcome = (ErrorCode.topic_already_exists, f"topic {spec.name!r} already exists", -1, -1)
+                        else:
+                            raise
+                    else:
+                        created.append(spec.name)
+                        log.info("topic %s: assignment %s written to ZooKeeper", spec.name, assignment)
+            outcomes.append(outcome)
+        if created and timeout_ms > 0:
+            await self._wait_until(lambda: all(self._has_leaders(t) for t in created), timeout_ms)
+        return outcomes
+
+    def _has_leaders(self, topic: str) -> bool:
+        parts = self.metadata_cache.partitions.get(topic)
+        return bool(parts) and all(p.leader >= 0 for p in parts.values())
+
+    async def _wait_until(self, predicate, timeout_ms: int) -> bool:
+        deadline = time.monotonic() + timeout_ms / 1000
+        while not predicate():
+            if time.monotonic() >= deadline:
+                return False
+            await self.metadata_cache_changed()
+        return True
+
+    async def metadata_cache_changed(self) -> None:
+        """Wait for the next UpdateMetadata (or 50 ms, whichever is first)."""
+        event = self._metadata_event()
+        try:
+            await asyncio.wait_for(event.wait(), 0.05)
+        except TimeoutError:
+            pass
+
+    def _metadata_event(self) -> asyncio.Event:
+        if not hasattr(self, "_event"):
+            self._event = asyncio.Event()
+        return self._event
+
+    def on_metadata_update(self) -> None:
+        event = self._metadata_event()
+        event.set()
+        self._event = asyncio.Event()
+
+    async def auto_create_topic(self, name: str) -> ErrorCode:
+        spec = TopicSpec(name, -1, min(self.config.default_replication_factor, len(self.metadata_cache.brokers) or 1))
+        [(error, message, _, _)] = await self.create_topics([spec], 0, False)
+        if error in (ErrorCode.none, ErrorCode.topic_already_exists):
+            return ErrorCode.leader_not_available
+        log.info("auto-creating topic %s failed: %s", name, message)
+        return error
+
+    async def delete_topics(self, names: list[str], timeout_ms: int) -> list[tuple[ErrorCode, str | None]]:
+        outcomes: list[tuple[ErrorCode, str | None]] = []
+        marked = []
+        for name in names:
+            if not self.config.delete_topic_enable:
+                outcomes.append((ErrorCode.topic_deletion_disabled, "delete.topic.enable is false"))
+                continue
+            exists = await asyncio.to_thread(self.zk.topic_exists, name)
+            if not exists:
+                outcomes.append((ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist"))
+                continue
+            await asyncio.to_thread(self.zk.mark_topic_for_deletion, name)
+            marked.append(name)
+            outcomes.append((ErrorCode.none, None))
+        if marked and timeout_ms > 0:
+            done = await self._wait_until(
+                lambda: not any(self.metadata_cache.has_topic(t) for t in marked), timeout_ms
+            )
+            if not done:
+                outcomes = [
+                    (ErrorCode.request_timed_out, "deletion is under way")
+                    if name in marked and self.metadata_cache.has_topic(name)
+                    else outcome
+                    for name, outcome in zip(names, outcomes, strict=True)
+                ]
+        return outcomes
+
+    async def describe_topic_config(self, name: str) -> dict[str, tuple[str, bool]] | None:
+        """Effective topic configuration: value and whether the topic overrides it."""
+        exists = await asyncio.to_thread(self.zk.topic_exists, name)
+        if not exists:
+            return None
+        overrides = await asyncio.to_thread(self.zk.get_topic_config, name)
+        defaults = self.config.topic_defaults()
+        effective = {key: (value, False) for key, value in defaults.items()}
+        effective["cleanup.policy"] = ("delete", False)
+        for key, value in overrides.items():
+            effective[key] = (value, True)
+        return effective

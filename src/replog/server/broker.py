@@ -1,0 +1,164 @@
+"""One broker process: storage, replicas, the Kafka listener, ZooKeeper, the controller.
+
+Lifecycle (seed 000, "Broker startup"): load the logs, register in
+``/brokers/ids``, read assignments and partition states from ZooKeeper,
+create local replicas as leader or follower, delete local partitions no
+longer assigned here, then serve. A SIGTERM flushes the logs, writes the
+checkpoints and leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from functools import partial
+from typing import Any
+
+from replog.config import KafkaConfig
+from replog.controller.zk_client import BrokerInfo, KafkaZkClient
+from replog.protocol.apis import ApiKey
+from replog.replication.replica_manager import ReplicaManager
+from replog.server.admin import AdminManager
+from replog.server.handlers import admin as admin_handlers
+from replog.server.handlers import fetch, metadata, offsets, produce
+from replog.server.handlers.context import BrokerServices
+from replog.server.metadata_cache import MetadataCache
+from replog.server.network import KafkaServer
+from replog.server.producer_ids import ProducerIdManager
+from replog.storage.log_config import LogConfig
+from replog.storage.log_manager import LogManager
+
+log = logging.getLogger(__name__)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Broker:
+    def __init__(self, config: KafkaConfig) -> None:
+        self.config = config
+        self.log_manager = LogManager(list(config.log_dirs), self._default_log_config())
+        self.metadata_cache = MetadataCache()
+        self.zk = KafkaZkClient(
+            config.zookeeper_connect,
+            session_timeout_ms=config.zookeeper_session_timeout_ms,
+            connection_timeout_ms=config.zookeeper_connection_timeout_ms,
+        )
+        self.topic_configs: dict[str, LogConfig] = {}
+        self.replica_manager = ReplicaManager(config, self.log_manager, self.log_config_for)
+        self.admin = AdminManager(config, self.zk, self.metadata_cache)
+        self.producer_ids = ProducerIdManager(config.broker_id, self.zk.client)
+        self.services = BrokerServices(
+            config=config,
+            replica_manager=self.replica_manager,
+            metadata_cache=self.metadata_cache,
+            admin=self.admin,
+            producer_ids=self.producer_ids,
+        )
+        listener = config.listeners[0]
+        self.server = KafkaServer(
+            listener.host,
+            listener.port,
+            self._handlers(),
+            socket_request_max_bytes=config.socket_request_max_bytes,
+            on_unsupported_version=metadata.unsupported_version_response,
+        )
+        self.controller: Any = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopped = asyncio.Event()
+        self.broker_epoch = -1
+
+    def _default_log_config(self) -> LogConfig:
+        return LogConfig.from_properties(self.config.topic_defaults())
+
+    def log_config_for(self, topic: str) -> LogConfig:
+        found = self.topic_configs.get(topic)
+        if found is None:
+            overrides = self.zk.get_topic_config(topic)
+            found = LogConfig.from_properties(overrides, base=self._default_log_config())
+            self.topic_configs[topic] = found
+        return found
+
+    def _handlers(self) -> dict[int, Any]:
+        s = self.services
+        table = {
+            ApiKey.PRODUCE: produce.handle_produce,
+            ApiKey.FETCH: fetch.handle_fetch,
+            ApiKey.LIST_OFFSETS: offsets.handle_list_offsets,
+            ApiKey.METADATA: metadata.handle_metadata,
+            ApiKey.API_VERSIONS: metadata.handle_api_versions,
+            ApiKey.CREATE_TOPICS: admin_handlers.handle_create_topics,
+            ApiKey.DELETE_TOPICS: admin_handlers.handle_delete_topics,
+            ApiKey.DESCRIBE_CONFIGS: admin_handlers.handle_describe_configs,
+            ApiKey.INIT_PRODUCER_ID: admin_handlers.handle_init_producer_id,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: offsets.handle_offset_for_leader_epoch,
+        }
+        return {int(key): partial(handler, s) for key, handler in table.items()}
+
+    # -- lifecycle ----------------------------------------------------------
+
+    async def start(self) -> None:
+        self.log_manager.startup(now_ms())
+        await asyncio.to_thread(self.zk.start)
+        self.admin.cluster_id = await asyncio.to_thread(self.zk.get_or_create_cluster_id)
+        await self.server.start()
+        advertised = self.config.advertised_listeners[0]
+        port = advertised.port if advertised.port else self.server.port
+        info = BrokerInfo(
+            broker_id=self.config.broker_id,
+            host=advertised.host,
+            port=port,
+            endpoints=[f"{advertised.name}://{advertised.host}:{port}"],
+            rack=self.config.broker_rack or None,
+        )
+        self.broker_epoch = await asyncio.to_thread(self.zk.register_broker, info)
+        log.info(
+            "broker %d registered in ZooKeeper (epoch %d), listening on %s:%d",
+            self.config.broker_id,
+            self.broker_epoch,
+            self.server.host,
+            self.server.port,
+        )
+        self._tasks.append(asyncio.create_task(self._retention_loop()))
+        self._tasks.append(asyncio.create_task(self._checkpoint_loop()))
+
+    async def _retention_loop(self) -> None:
+        interval = self.config.log_retention_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            deleted = self.log_manager.cleanup_logs(now_ms())
+            if deleted:
+                log.info("retention deleted %d segments", deleted)
+
+    async def _checkpoint_loop(self) -> None:
+        interval = self.config.log_flush_offset_checkpoint_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            self.log_manager.checkpoint()
+
+    async def run_until_stopped(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stopped.set)
+        await self.start()
+        await self._stopped.wait()
+        await self.stop()
+
+    async def stop(self) -> None:
+        log.info("broker %d shutting down", self.config.broker_id)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.controller is not None:
+            await self.controller.stop()
+        await self.server.stop()
+        await self.replica_manager.shutdown()
+        self.log_manager.shutdown()
+        await asyncio.to_thread(self.zk.close)
+        log.info("broker %d stopped cleanly", self.config.broker_id)

@@ -1,0 +1,1 @@
+"""One handler per Kafka API, named after it (``handle_produce``, ``handle_fetch``...)."""

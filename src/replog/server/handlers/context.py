@@ -1,0 +1,34 @@
+"""What the handlers share: the broker's components, behind one small object."""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kio.static.primitive import i32Timedelta
+
+from replog.protocol import apis
+
+if TYPE_CHECKING:
+    from replog.config import KafkaConfig
+    from replog.replication.replica_manager import ReplicaManager
+    from replog.server.admin import AdminManager
+    from replog.server.metadata_cache import MetadataCache
+    from replog.server.producer_ids import ProducerIdManager
+
+NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
+
+
+@dataclass
+class BrokerServices:
+    config: KafkaConfig
+    replica_manager: ReplicaManager
+    metadata_cache: MetadataCache
+    admin: AdminManager
+    producer_ids: ProducerIdManager
+    controller_rpc: Any = None  # handles LeaderAndIsr / StopReplica / UpdateMetadata
+
+
+def response_class(api_key: int, version: int) -> type[Any]:
+    return apis.response_schema(api_key, version)

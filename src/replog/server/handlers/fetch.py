@@ -1,0 +1,68 @@
+"""Fetch: consumers read below the high watermark; followers read to the log end."""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from replog.protocol.apis import ApiKey, make, nested
+from replog.replication.replica_manager import FetchRequestPartition
+from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
+from replog.server.network import RequestContext
+
+
+async def handle_fetch(services: BrokerServices, ctx: RequestContext, request) -> object:
+    partitions = [
+        FetchRequestPartition(
+            topic=str(topic.topic),
+            partition=int(part.partition),
+            fetch_offset=int(part.fetch_offset),
+            max_bytes=int(part.partition_max_bytes),
+            current_leader_epoch=int(getattr(part, "current_leader_epoch", -1)),
+            log_start_offset=int(getattr(part, "log_start_offset", -1)),
+        )
+        for topic in request.topics
+        for part in topic.partitions
+    ]
+    max_bytes = int(getattr(request, "max_bytes", 0x7FFFFFFF))
+    results = await services.replica_manager.fetch(
+        int(request.replica_id),
+        int(request.max_wait.total_seconds() * 1000),
+        int(request.min_bytes),
+        max_bytes,
+        partitions,
+    )
+    cls = response_class(ApiKey.FETCH, ctx.api_version)
+    topic_cls = nested(cls, "FetchableTopicResponse")
+    part_cls = nested(cls, "PartitionData")
+    extra = {}
+    if ctx.api_version >= 12:
+        extra = {
+            "diverging_epoch": nested(cls, "EpochEndOffset")(epoch=-1, end_offset=-1),
+            "current_leader": nested(cls, "LeaderIdAndEpoch")(leader_id=-1, leader_epoch=-1),
+            "snapshot_id": nested(cls, "SnapshotId")(end_offset=-1, epoch=-1),
+        }
+    by_topic: dict[str, list[object]] = {}
+    for req, result in zip(partitions, results, strict=True):
+        by_topic.setdefault(req.topic, []).append(
+            make(
+                part_cls,
+                partition_index=req.partition,
+                error_code=result.error,
+                high_watermark=result.high_watermark,
+                last_stable_offset=result.last_stable_offset,
+                log_start_offset=result.log_start_offset,
+                aborted_transactions=None,
+                preferred_read_replica=-1,
+                records=result.records,
+                **extra,
+            )
+        )
+    return make(
+        cls,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        session_id=0,
+        responses=tuple(
+            make(topic_cls, topic=name, partitions=tuple(parts)) for name, parts in by_topic.items()
+        ),
+    )
