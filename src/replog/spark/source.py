@@ -1,0 +1,334 @@
+"""The ``replog`` PySpark data source: batch and streaming reads and writes.
+
+Spark's Python Data Source API (PySpark >= 4.2) drives these classes:
+
+- :class:`ReplogDataSource` is found by name (``format("replog")``) through the top-level
+  module ``pyspark_replog``, or registered with ``spark.dataSource.register``.
+- Readers plan one input partition per topic-partition offset range on the driver
+  (:mod:`replog.spark.offsets`, :mod:`replog.spark.metadata`) and read it in a task
+  (:mod:`replog.spark.consumer`), yielding Arrow batches.
+- Writers produce each task's rows with an idempotent producer
+  (:mod:`replog.spark.producer`). Delivery guarantees are in ``README.md`` beside this file.
+
+Concurrency: Spark calls each reader or writer from one thread of one Python worker;
+instances are pickled to executors, so broker clients are created lazily and never pickled.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from replog.spark.consumer import ReadSettings, read_range
+from replog.spark.metadata import BrokerMetadata, report_data_loss
+from replog.spark.offsets import (
+    OffsetRange,
+    PartitionOffsets,
+    cap_offsets,
+    from_json,
+    limit_offsets,
+    plan_ranges,
+    resolve,
+    split_ranges,
+    to_json,
+)
+from replog.spark.options import (
+    OptionError,
+    SourceOptions,
+    check_read_options,
+    normalize,
+    parse_sink_options,
+    parse_source_options,
+)
+from replog.spark.producer import WriteSettings, write_batches
+
+log = logging.getLogger("replog.spark")
+
+HEADERS_TYPE = ArrayType(
+    StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+)
+
+
+def source_schema(include_headers: bool) -> StructType:
+    """Exactly the schema of Spark's Kafka source."""
+    fields = [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
+    if include_headers:
+        fields.append(StructField("headers", HEADERS_TYPE))
+    return StructType(fields)
+
+
+class ReplogDataSource(DataSource):
+    """``format("replog")``: read from and write to a replog (or any Kafka) cluster."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "replog"
+
+    def schema(self) -> StructType:
+        check_read_options(self.options)
+        include = normalize(self.options).get("includeheaders", "false").lower() == "true"
+        return source_schema(include)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return ReplogBatchReader(parse_source_options(self.options, streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return ReplogStreamReader(parse_source_options(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> ReplogBatchWriter:
+        if overwrite:
+            raise OptionError(
+                "save mode 'overwrite' is not supported by replog: a log is only appended to "
+                "(use mode 'append')"
+            )
+        return ReplogBatchWriter(self._write_settings(schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> ReplogStreamWriter:
+        return ReplogStreamWriter(self._write_settings(schema))
+
+    def _write_settings(self, schema: StructType) -> WriteSettings:
+        sink = parse_sink_options(self.options)
+        check_sink_schema(schema, has_topic_option=sink.topic is not None)
+        return WriteSettings(sink.bootstrap_servers, sink.topic, dict(sink.client_config))
+
+
+def check_sink_schema(schema: StructType, *, has_topic_option: bool) -> None:
+    """Column checks of Spark's Kafka sink, each a one-line error naming the column."""
+    types: dict[str, DataType] = {f.name.lower(): f.dataType for f in schema.fields}
+    binary_or_string = (BinaryType, StringType)
+    if "value" not in types:
+        raise OptionError("replog sink: the DataFrame needs a 'value' column (binary or string)")
+    if not isinstance(types["value"], binary_or_string):
+        raise OptionError(
+            f"replog sink: column 'value' must be binary or string, not {types['value'].simpleString()}"
+        )
+    if "key" in types and not isinstance(types["key"], binary_or_string):
+        raise OptionError(
+            f"replog sink: column 'key' must be binary or string, not {types['key'].simpleString()}"
+        )
+    if "topic" in types and not isinstance(types["topic"], StringType):
+        raise OptionError("replog sink: column 'topic' must be a string")
+    if "topic" not in types and not has_topic_option:
+        raise OptionError("replog sink: set option 'topic' or give the DataFrame a 'topic' column")
+    if "partition" in types and not isinstance(types["partition"], IntegerType):
+        raise OptionError("replog sink: column 'partition' must be an int")
+    if "headers" in types and types["headers"] != HEADERS_TYPE:
+        raise OptionError(
+            "replog sink: column 'headers' must be array<struct<key:string,value:binary>>"
+        )
+
+
+class RangePartition(InputPartition):
+    """One Spark input partition: an offset range of one topic-partition."""
+
+    def __init__(self, rng: OffsetRange) -> None:
+        super().__init__(rng)
+        self.range = rng
+
+
+def _settings(opts: SourceOptions) -> ReadSettings:
+    return ReadSettings(
+        bootstrap_servers=opts.bootstrap_servers,
+        client_config=dict(opts.client_config),
+        fail_on_data_loss=opts.fail_on_data_loss,
+        include_headers=opts.include_headers,
+        poll_timeout_ms=opts.poll_timeout_ms,
+    )
+
+
+class _MetadataMixin:
+    """Lazily created driver-side broker client, dropped when pickled to executors."""
+
+    opts: SourceOptions
+    _metadata: BrokerMetadata | None
+
+    @property
+    def metadata(self) -> BrokerMetadata:
+        if self._metadata is None:
+            self._metadata = BrokerMetadata(self.opts.bootstrap_servers, self.opts.client_config)
+        return self._metadata
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_metadata"] = None
+        return state
+
+
+class ReplogBatchReader(_MetadataMixin, DataSourceReader):
+    """``spark.read.format("replog")``: from ``startingOffsets`` to ``endingOffsets``."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self.settings = _settings(opts)
+        self._metadata = None
+
+    def partitions(self) -> list[InputPartition]:
+        parts = self.metadata.partitions(self.opts.subscription, self.opts.fail_on_data_loss)
+        earliest = self.metadata.earliest(parts)
+        latest = self.metadata.latest(parts)
+        start = resolve(self.opts.starting, "startingOffsets", parts, earliest, latest)
+        end = resolve(self.opts.ending, "endingOffsets", parts, earliest, latest)
+        backwards = sorted(tp for tp in parts if end[tp] < start[tp])
+        if backwards:
+            t, p = backwards[0]
+            raise OptionError(
+                f"option 'startingOffsets' ({start[(t, p)]}) is after option 'endingOffsets' "
+                f"({end[(t, p)]}) for {t}-{p}"
+            )
+        ranges, _ = plan_ranges(start, end, {})
+        return list(map(RangePartition, split_ranges(ranges, self.opts.min_partitions)))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, RangePartition)
+        return read_range(partition.range, self.settings)
+
+
+class ReplogStreamReader(_MetadataMixin, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("replog")``: micro-batches of offset ranges.
+
+    Offsets are Spark Kafka's JSON (``{"topic": {"0": 42}}``), checkpointed by Spark, so a
+    restarted query resumes where it stopped. Topics and partitions are re-listed at every
+    ``latestOffset``, so new ones (``subscribePattern``, added partitions) are picked up and
+    read from their earliest offset. ``maxOffsetsPerTrigger`` caps the records of a batch.
+    """
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self.settings = _settings(opts)
+        self._metadata = None
+        self._available_now: PartitionOffsets | None = None
+        self._latest: PartitionOffsets | None = None
+
+    def initialOffset(self) -> dict:
+        parts = self.metadata.partitions(self.opts.subscription, self.opts.fail_on_data_loss)
+        earliest = self.metadata.earliest(parts)
+        latest = self.metadata.latest(parts)
+        return to_json(resolve(self.opts.starting, "startingOffsets", parts, earliest, latest))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        parts = self.metadata.partitions(self.opts.subscription, self.opts.fail_on_data_loss)
+        self._available_now = self.metadata.latest(parts)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = from_json(start)
+        parts = self.metadata.partitions(self.opts.subscription, self.opts.fail_on_data_loss)
+        latest = self.metadata.latest(parts)
+        self._latest = dict(latest)
+        if self._available_now is not None:
+            latest = cap_offsets(latest, self._available_now)
+        new = [tp for tp in latest if tp not in begin]
+        base = {**self.metadata.earliest(new), **begin}
+        if isinstance(limit, ReadMaxRows):
+            latest = limit_offsets(base, latest, limit.max_rows)
+        return to_json(latest)
+
+    def reportLatestOffset(self) -> dict | None:
+        return None if self._latest is None else to_json(self._latest)
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        begin, until = from_json(start), from_json(end)
+        new = [tp for tp in until if tp not in begin]
+        ranges, losses = plan_ranges(begin, until, self.metadata.earliest(new))
+        report_data_loss(losses, self.opts.fail_on_data_loss)
+        return list(map(RangePartition, split_ranges(ranges, self.opts.min_partitions)))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, RangePartition)
+        return read_range(partition.range, self.settings)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: progress lives in Spark's checkpoint, never in a consumer group."""
+
+
+@dataclass
+class ReplogCommitMessage(WriterCommitMessage):
+    """How many records one write task had acknowledged."""
+
+    records: int
+
+
+class ReplogBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("replog")``: each task produces its rows and flushes."""
+
+    def __init__(self, settings: WriteSettings) -> None:
+        self.settings = settings
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> ReplogCommitMessage:
+        return ReplogCommitMessage(write_batches(iterator, self.settings))
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        log.info("replog sink: wrote %d records", _count(messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        log.warning(
+            "replog sink: write aborted; %d records of tasks that succeeded stay in the log",
+            _count(messages),
+        )
+
+
+class ReplogStreamWriter(DataSourceStreamArrowWriter):
+    """``writeStream.format("replog")``: at-least-once, see README.md."""
+
+    def __init__(self, settings: WriteSettings) -> None:
+        self.settings = settings
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> ReplogCommitMessage:
+        return ReplogCommitMessage(write_batches(iterator, self.settings))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        log.info("replog sink: micro-batch %d wrote %d records", batchId, _count(messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        log.warning(
+            "replog sink: micro-batch %d aborted; %d records of tasks that succeeded stay in "
+            "the log and will be written again when the batch is retried",
+            batchId,
+            _count(messages),
+        )
+
+
+def _count(messages: list[WriterCommitMessage | None]) -> int:
+    return sum(m.records for m in messages if isinstance(m, ReplogCommitMessage))
