@@ -8,6 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
+from replog.cli import cluster_cmd, topics_cmd
 from replog.config import ConfigError, KafkaConfig, parse_overrides, read_properties
 
 
@@ -76,13 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     zk_start.add_argument("--port", type=int, default=2181)
     zk_start.set_defaults(func=_zookeeper_start)
 
-    try:
-        from replog.cli import cluster_cmd, topics_cmd
-    except ImportError:  # pragma: no cover - during development
-        pass
-    else:
-        cluster_cmd.add_parser(sub)
-        topics_cmd.add_parser(sub)
+    cluster_cmd.add_parser(sub)
+    topics_cmd.add_parser(sub)
     return parser
 
 

@@ -185,7 +185,9 @@ class ReplicaManager:
             last_stable_offset=result.high_watermark,
         )
 
-    def on_follower_fetch(self, part: Partition, replica_id: int, fetch_offset: int, now: int) -> None:
+    def on_follower_fetch(
+        self, part: Partition, replica_id: int, fetch_offset: int, now: int
+    ) -> None:
         """Hook for the replication core; replaced when followers exist."""
 
     async def fetch(
@@ -222,7 +224,9 @@ class ReplicaManager:
                     continue
 
                 def ready(
-                    p: Partition = part, offset: int = req.fetch_offset, follower: bool = is_follower
+                    p: Partition = part,
+                    offset: int = req.fetch_offset,
+                    follower: bool = is_follower,
                 ) -> bool:
                     end = p.log.log_end_offset if follower else p.high_watermark
                     return end > offset or not p.is_leader

@@ -52,7 +52,9 @@ async def wait_any(futures: list[asyncio.Future[None]], timeout_s: float) -> boo
     if not futures:
         await asyncio.sleep(max(timeout_s, 0))
         return False
-    done, _ = await asyncio.wait(futures, timeout=max(timeout_s, 0), return_when=asyncio.FIRST_COMPLETED)
+    done, _ = await asyncio.wait(
+        futures, timeout=max(timeout_s, 0), return_when=asyncio.FIRST_COMPLETED
+    )
     for future in futures:
         if not future.done():
             future.cancel()

@@ -52,7 +52,9 @@ def validate_topic_name(name: str) -> str | None:
     if len(name) > MAX_TOPIC_NAME:
         return f"topic name is longer than {MAX_TOPIC_NAME} characters"
     if not LEGAL_TOPIC.match(name):
-        return f"topic name {name!r} has characters other than ASCII alphanumerics, '.', '_' and '-'"
+        return (
+            f"topic name {name!r} has characters other than ASCII alphanumerics, '.', '_' and '-'"
+        )
     return None
 
 
@@ -74,7 +76,11 @@ class AdminManager:
         configs = {k: v for k, v in spec.configs.items() if v is not None}
         unknown = sorted(set(configs) - TOPIC_CONFIG_KEYS)
         if unknown:
-            return (ErrorCode.invalid_config, f"unknown topic config {unknown[0]!r}", -1, -1), None, {}
+            return (
+                (ErrorCode.invalid_config, f"unknown topic config {unknown[0]!r}", -1, -1),
+                None,
+                {},
+            )
         try:
             LogConfig.from_properties(configs)
         except ValueError as exc:
@@ -83,33 +89,68 @@ class AdminManager:
         if spec.assignments:
             if spec.num_partitions != -1 or spec.replication_factor != -1:
                 return (
-                    (ErrorCode.invalid_request, "give either assignments or partitions and replication factor", -1, -1),
+                    (
+                        ErrorCode.invalid_request,
+                        "give either assignments or partitions and replication factor",
+                        -1,
+                        -1,
+                    ),
                     None,
                     {},
                 )
             live = {b.broker_id for b in brokers}
             if sorted(spec.assignments) != list(range(len(spec.assignments))):
-                return (ErrorCode.invalid_replica_assignment, "partitions must be numbered 0..n-1", -1, -1), None, {}
+                return (
+                    (
+                        ErrorCode.invalid_replica_assignment,
+                        "partitions must be numbered 0..n-1",
+                        -1,
+                        -1,
+                    ),
+                    None,
+                    {},
+                )
             for replicas in spec.assignments.values():
                 if not replicas or len(set(replicas)) != len(replicas) or not set(replicas) <= live:
                     return (
-                        (ErrorCode.invalid_replica_assignment, f"bad replica list {replicas}", -1, -1),
+                        (
+                            ErrorCode.invalid_replica_assignment,
+                            f"bad replica list {replicas}",
+                            -1,
+                            -1,
+                        ),
                         None,
                         {},
                     )
             assignment = {p: list(r) for p, r in spec.assignments.items()}
         else:
-            partitions = spec.num_partitions if spec.num_partitions != -1 else self.config.num_partitions
+            partitions = (
+                spec.num_partitions if spec.num_partitions != -1 else self.config.num_partitions
+            )
             replication = (
                 spec.replication_factor
                 if spec.replication_factor != -1
                 else self.config.default_replication_factor
             )
             if partitions <= 0:
-                return (ErrorCode.invalid_partitions, "number of partitions must be larger than 0", -1, -1), None, {}
+                return (
+                    (
+                        ErrorCode.invalid_partitions,
+                        "number of partitions must be larger than 0",
+                        -1,
+                        -1,
+                    ),
+                    None,
+                    {},
+                )
             if replication <= 0:
                 return (
-                    (ErrorCode.invalid_replication_factor, "replication factor must be larger than 0", -1, -1),
+                    (
+                        ErrorCode.invalid_replication_factor,
+                        "replication factor must be larger than 0",
+                        -1,
+                        -1,
+                    ),
                     None,
                     {},
                 )
@@ -143,18 +184,32 @@ class AdminManager:
             if outcome[0] == ErrorCode.none and assignment is not None:
                 exists = await asyncio.to_thread(self.zk.topic_exists, spec.name)
                 if exists:
-                    outcome = (ErrorCode.topic_already_exists, f"topic {spec.name!r} already exists", -1, -1)
+                    outcome = (
+                        ErrorCode.topic_already_exists,
+                        f"topic {spec.name!r} already exists",
+                        -1,
+                        -1,
+                    )
                 elif not validate_only:
                     try:
-                        await asyncio.to_thread(self.zk.create_topic, spec.name, assignment, configs)
+                        await asyncio.to_thread(
+                            self.zk.create_topic, spec.name, assignment, configs
+                        )
                     except Exception as exc:  # a race with another creator
                         if type(exc).__name__ in ("TopicExistsError", "NodeExistsError"):
-                            outcome = (ErrorCode.topic_already_exists, f"topic {spec.name!r} already exists", -1, -1)
+                            outcome = (
+                                ErrorCode.topic_already_exists,
+                                f"topic {spec.name!r} already exists",
+                                -1,
+                                -1,
+                            )
                         else:
                             raise
                     else:
                         created.append(spec.name)
-                        log.info("topic %s: assignment %s written to ZooKeeper", spec.name, assignment)
+                        log.info(
+                            "topic %s: assignment %s written to ZooKeeper", spec.name, assignment
+                        )
             outcomes.append(outcome)
         if created and timeout_ms > 0:
             await self._wait_until(lambda: all(self._has_leaders(t) for t in created), timeout_ms)
@@ -191,14 +246,20 @@ class AdminManager:
         self._event = asyncio.Event()
 
     async def auto_create_topic(self, name: str) -> ErrorCode:
-        spec = TopicSpec(name, -1, min(self.config.default_replication_factor, len(self.metadata_cache.brokers) or 1))
+        spec = TopicSpec(
+            name,
+            -1,
+            min(self.config.default_replication_factor, len(self.metadata_cache.brokers) or 1),
+        )
         [(error, message, _, _)] = await self.create_topics([spec], 0, False)
         if error in (ErrorCode.none, ErrorCode.topic_already_exists):
             return ErrorCode.leader_not_available
         log.info("auto-creating topic %s failed: %s", name, message)
         return error
 
-    async def delete_topics(self, names: list[str], timeout_ms: int) -> list[tuple[ErrorCode, str | None]]:
+    async def delete_topics(
+        self, names: list[str], timeout_ms: int
+    ) -> list[tuple[ErrorCode, str | None]]:
         outcomes: list[tuple[ErrorCode, str | None]] = []
         marked = []
         for name in names:
@@ -207,7 +268,9 @@ class AdminManager:
                 continue
             exists = await asyncio.to_thread(self.zk.topic_exists, name)
             if not exists:
-                outcomes.append((ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist"))
+                outcomes.append(
+                    (ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
+                )
                 continue
             await asyncio.to_thread(self.zk.mark_topic_for_deletion, name)
             marked.append(name)

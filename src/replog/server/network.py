@@ -147,7 +147,9 @@ class KafkaServer:
                 return
             handler = self._handlers.get(request.api_key)
             if handler is None:
-                log.warning("closing connection from %s: no handler for api key %d", peer, request.api_key)
+                log.warning(
+                    "closing connection from %s: no handler for api key %d", peer, request.api_key
+                )
                 return
             context = RequestContext(
                 api_key=request.api_key,

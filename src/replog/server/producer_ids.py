@@ -31,8 +31,12 @@ class ProducerIdManager:
             try:
                 data, stat = self._zk.get(PATH)
             except NoNodeError:
-                block = {"version": 1, "broker": self.broker_id, "block_start": "0",
-                         "block_end": str(BLOCK_SIZE - 1)}
+                block = {
+                    "version": 1,
+                    "broker": self.broker_id,
+                    "block_start": "0",
+                    "block_end": str(BLOCK_SIZE - 1),
+                }
                 try:
                     self._zk.create(PATH, json.dumps(block).encode(), makepath=True)
                     return 0, BLOCK_SIZE - 1
@@ -40,8 +44,12 @@ class ProducerIdManager:
                     continue
             last = json.loads(data.decode())
             start = int(last["block_end"]) + 1
-            block = {"version": 1, "broker": self.broker_id, "block_start": str(start),
-                     "block_end": str(start + BLOCK_SIZE - 1)}
+            block = {
+                "version": 1,
+                "broker": self.broker_id,
+                "block_start": str(start),
+                "block_end": str(start + BLOCK_SIZE - 1),
+            }
             try:
                 self._zk.set(PATH, json.dumps(block).encode(), version=stat.version)
                 return start, start + BLOCK_SIZE - 1

@@ -24,7 +24,9 @@ async def handle_create_topics(services: BrokerServices, ctx: RequestContext, re
             name=str(t.name),
             num_partitions=int(t.num_partitions),
             replication_factor=int(t.replication_factor),
-            assignments={int(a.partition_index): [int(b) for b in a.broker_ids] for a in t.assignments},
+            assignments={
+                int(a.partition_index): [int(b) for b in a.broker_ids] for a in t.assignments
+            },
             configs={str(c.name): c.value for c in t.configs},
         )
         for t in request.topics
@@ -74,7 +76,10 @@ async def handle_describe_configs(services: BrokerServices, ctx: RequestContext,
         if rtype == RESOURCE_TOPIC:
             found = await services.admin.describe_topic_config(name)
             if found is None:
-                error, message = ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist"
+                error, message = (
+                    ErrorCode.unknown_topic_or_partition,
+                    f"topic {name!r} does not exist",
+                )
             else:
                 entries = [
                     (key, value, SOURCE_TOPIC_CONFIG if overridden else SOURCE_DEFAULT_CONFIG)
@@ -132,6 +137,9 @@ async def handle_init_producer_id(services: BrokerServices, ctx: RequestContext,
         )
     producer_id = await services.producer_ids.generate_producer_id()
     return make(
-        cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, producer_id=producer_id,
+        cls,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        producer_id=producer_id,
         producer_epoch=0,
     )

@@ -67,8 +67,14 @@ async def handle_metadata(services: BrokerServices, ctx: RequestContext, request
             if allow_auto and services.config.auto_create_topics_enable and request.topics:
                 error = await services.admin.auto_create_topic(name)
             topics.append(
-                make(topic_cls, error_code=error, name=name, is_internal=False, partitions=(),
-                     topic_authorized_operations=-2147483648)
+                make(
+                    topic_cls,
+                    error_code=error,
+                    name=name,
+                    is_internal=False,
+                    partitions=(),
+                    topic_authorized_operations=-2147483648,
+                )
             )
             continue
         parts = []
@@ -90,8 +96,14 @@ async def handle_metadata(services: BrokerServices, ctx: RequestContext, request
                 )
             )
         topics.append(
-            make(topic_cls, error_code=ErrorCode.none, name=name, is_internal=False,
-                 partitions=tuple(parts), topic_authorized_operations=-2147483648)
+            make(
+                topic_cls,
+                error_code=ErrorCode.none,
+                name=name,
+                is_internal=False,
+                partitions=tuple(parts),
+                topic_authorized_operations=-2147483648,
+            )
         )
     brokers = tuple(
         make(broker_cls, node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)

@@ -16,7 +16,12 @@ MAX_TIMESTAMP = -3
 
 def _list_offset(services: BrokerServices, topic: str, part_req, replica_id: int) -> dict:
     partition = services.replica_manager.get_partition(topic, int(part_req.partition_index))
-    base = {"partition_index": int(part_req.partition_index), "timestamp": -1, "offset": -1, "leader_epoch": -1}
+    base = {
+        "partition_index": int(part_req.partition_index),
+        "timestamp": -1,
+        "offset": -1,
+        "leader_epoch": -1,
+    }
     if partition is None:
         known = services.metadata_cache.partition(topic, int(part_req.partition_index))
         code = ErrorCode.not_leader_or_follower if known else ErrorCode.unknown_topic_or_partition

@@ -1,0 +1,41 @@
+# replog: the two commands a user needs are `make demo` and `make test`.
+# Each creates .venv and installs what it needs by itself.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export SPARK_LOCAL_IP := 127.0.0.1
+
+.PHONY: demo test lint bench clean venv system-deps
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[spark,demo,test,bench]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# kcat is a Debian package; the tests drive the broker with it.
+system-deps:
+	@command -v kcat >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq kcat >/dev/null; }
+
+demo: $(STAMP)
+	$(PY) -m replog.demo
+
+test: $(STAMP) system-deps
+	$(VENV)/bin/ruff check src tests bench
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
+
+bench: $(STAMP)
+	$(PY) bench/produce_consume.py
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache .hypothesis

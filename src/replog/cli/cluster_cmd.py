@@ -1,0 +1,91 @@
+"""``replog cluster up|status|stop|start|kill|down``: a local cluster under one directory."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from replog.cluster.launcher import LocalCluster
+
+
+def _up(args: argparse.Namespace) -> int:
+    cluster = LocalCluster(Path(args.dir))
+    overrides = dict(item.split("=", 1) for item in (args.override or []))
+    try:
+        bootstrap = cluster.up(args.brokers, zookeeper=args.zookeeper, overrides=overrides)
+    except (RuntimeError, TimeoutError) as exc:
+        print(f"replog: cluster did not come up: {exc}", file=sys.stderr)
+        cluster.down()
+        return 1
+    print(bootstrap)
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    cluster = LocalCluster(Path(args.dir))
+    if not cluster.state:
+        print(f"replog: no cluster in {args.dir}", file=sys.stderr)
+        return 1
+    rows = cluster.status()
+    if args.json:
+        print(json.dumps([asdict(r) for r in rows], indent=2))
+        return 0
+    print(f"{'broker':>6} {'pid':>8} {'listener':<22} {'alive':<6} {'registered':<10} controller")
+    for r in rows:
+        print(
+            f"{r.broker_id:>6} {r.pid or '-':>8} {r.listener:<22} {str(r.alive).lower():<6} "
+            f"{str(r.registered).lower():<10} {'*' if r.controller else ''}"
+        )
+    return 0
+
+
+def _broker_action(action: str):
+    def run(args: argparse.Namespace) -> int:
+        cluster = LocalCluster(Path(args.dir))
+        if args.broker not in cluster.broker_ids:
+            print(f"replog: no broker {args.broker} in {args.dir}", file=sys.stderr)
+            return 1
+        if action == "stop":
+            cluster.stop_broker(args.broker)
+        elif action == "kill":
+            cluster.kill_broker(args.broker)
+        else:
+            cluster.start_broker(args.broker)
+        return 0
+
+    return run
+
+
+def _down(args: argparse.Namespace) -> int:
+    LocalCluster(Path(args.dir)).down()
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    cluster = sub.add_parser("cluster", help="a local ZooKeeper + brokers cluster")
+    actions = cluster.add_subparsers(dest="action", required=True)
+    up = actions.add_parser("up", help="start ZooKeeper (unless given) and N brokers")
+    up.add_argument("--brokers", type=int, default=3)
+    up.add_argument("--dir", required=True)
+    up.add_argument("--zookeeper", help="HOST:PORT[/chroot] of an existing ZooKeeper")
+    up.add_argument("--override", action="append", metavar="KEY=VALUE")
+    up.set_defaults(func=_up)
+    status = actions.add_parser("status", help="list the processes")
+    status.add_argument("--dir", required=True)
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=_status)
+    for name, helptext in (
+        ("stop", "stop a broker (SIGTERM)"),
+        ("start", "start a broker again"),
+        ("kill", "kill a broker (SIGKILL)"),
+    ):
+        p = actions.add_parser(name, help=helptext)
+        p.add_argument("--dir", required=True)
+        p.add_argument("--broker", type=int, required=True)
+        p.set_defaults(func=_broker_action(name))
+    down = actions.add_parser("down", help="stop every process of the cluster")
+    down.add_argument("--dir", required=True)
+    down.set_defaults(func=_down)

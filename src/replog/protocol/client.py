@@ -1,0 +1,111 @@
+"""A small asyncio Kafka-protocol client for broker-to-broker calls and tools.
+
+Used by the controller (LeaderAndIsr, StopReplica, UpdateMetadata), by replica
+fetchers (Fetch, OffsetsForLeaderEpoch) and by ``replog topics``. One
+connection; requests may be pipelined; responses are matched by correlation id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from replog.protocol import apis, frames
+
+
+class ConnectionClosed(ConnectionError):
+    pass
+
+
+class KafkaConnection:
+    """Concurrency: one reader task per connection; ``request`` may be called concurrently."""
+
+    def __init__(self, host: str, port: int, client_id: str = "replog") -> None:
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._pending: dict[int, tuple[int, int, asyncio.Future[Any]]] = {}
+        self._next_correlation_id = 0
+        self._read_task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    async def connect(self, timeout_s: float = 10) -> None:
+        self._reader, self._writer = await asyncio.wait_for(
+            asyncio.open_connection(self.host, self.port, limit=1 << 20), timeout_s
+        )
+        self._read_task = asyncio.create_task(self._read_loop())
+
+    @property
+    def connected(self) -> bool:
+        return self._writer is not None and not self._closed
+
+    async def request(self, body: Any, timeout_s: float = 30) -> Any:
+        """Send ``body`` (a kio request entity) and wait for its response entity."""
+        if not self.connected:
+            raise ConnectionClosed(f"not connected to {self.host}:{self.port}")
+        assert self._writer is not None
+        api_key = int(type(body).__api_key__)
+        version = int(type(body).__version__)
+        self._next_correlation_id = (self._next_correlation_id + 1) & 0x7FFFFFFF
+        correlation_id = self._next_correlation_id
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[correlation_id] = (api_key, version, future)
+        self._writer.write(
+            frames.encode_request(api_key, version, correlation_id, self.client_id, body)
+        )
+        try:
+            await self._writer.drain()
+            return await asyncio.wait_for(future, timeout_s)
+        finally:
+            self._pending.pop(correlation_id, None)
+
+    async def _read_loop(self) -> None:
+        assert self._reader is not None
+        try:
+            while True:
+                prefix = await self._reader.readexactly(4)
+                (size,) = frames.SIZE.unpack(prefix)
+                frame = await self._reader.readexactly(size)
+                (correlation_id,) = frames.SIZE.unpack_from(frame, 0)
+                entry = self._pending.get(correlation_id)
+                if entry is None:
+                    continue
+                api_key, version, future = entry
+                if future.done():
+                    continue
+                try:
+                    _, body = frames.decode_response(api_key, version, frame)
+                except Exception as exc:
+                    future.set_exception(exc)
+                else:
+                    future.set_result(body)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
+            self._fail_all(ConnectionClosed(f"connection to {self.host}:{self.port} lost: {exc}"))
+        except asyncio.CancelledError:
+            self._fail_all(ConnectionClosed("connection closed"))
+            raise
+
+    def _fail_all(self, exc: Exception) -> None:
+        self._closed = True
+        for _, _, future in self._pending.values():
+            if not future.done():
+                future.set_exception(exc)
+        self._pending.clear()
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._read_task is not None:
+            self._read_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._read_task
+        if self._writer is not None:
+            self._writer.close()
+            with contextlib.suppress(Exception):
+                await self._writer.wait_closed()
+
+
+def request_class(api_key: int, version: int) -> type[Any]:
+    return apis.request_schema(api_key, version)
