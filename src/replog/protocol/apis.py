@@ -116,3 +116,13 @@ def nested(parent: type[Any], name: str) -> type[Any]:
     import sys
 
     return getattr(sys.modules[parent.__module__], name)
+
+
+def _register_controller_apis() -> None:
+    from replog.protocol import controller_schemas as schemas
+
+    for key, versions in schemas.API_VERSIONS.items():
+        register_extra_api(key, versions, schemas.REQUESTS[key], schemas.RESPONSES[key])
+
+
+_register_controller_apis()

@@ -155,3 +155,38 @@ class Partition:
 
     def restore_high_watermark(self, hw: int) -> None:
         self._high_watermark = min(max(hw, self.log.log_start_offset), self.log.log_end_offset)
+
+    # -- role changes -----------------------------------------------------------
+
+    def become_leader(
+        self, state: PartitionState, now_ms: int, replica_lag_time_max_ms: int
+    ) -> None:
+        """Take leadership at ``state.leader_epoch`` (Kafka ``Partition.makeLeader``)."""
+        from replog.replication.core import LeaderState
+
+        self.state = state
+        self.log.leader_epoch_cache.assign(state.leader_epoch, self.log.log_end_offset)
+        self.leader_state = LeaderState(
+            broker_id=self.local_broker_id,
+            leader_epoch=state.leader_epoch,
+            assigned_replicas=state.replicas,
+            in_sync_replicas=state.isr,
+            log_end_offset=self.log.log_end_offset,
+            high_watermark=self.high_watermark_on_takeover(),
+            now_ms=now_ms,
+            replica_lag_time_max_ms=replica_lag_time_max_ms,
+            min_insync_replicas=self.log.config.min_insync_replicas,
+            partition_zk_version=state.zk_version,
+        )
+        self.waiters.wake_all()
+
+    def high_watermark_on_takeover(self) -> int:
+        return min(self._high_watermark, self.log.log_end_offset)
+
+    def become_follower(self, state: PartitionState) -> None:
+        """Follow ``state.leader`` (Kafka ``Partition.makeFollower``); the fetcher truncates."""
+        if self.leader_state is not None:
+            self._high_watermark = self.leader_state.high_watermark
+        self.state = state
+        self.leader_state = None
+        self.waiters.wake_all()

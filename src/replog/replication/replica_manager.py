@@ -77,6 +77,7 @@ class ReplicaManager:
         self.topic_config = topic_config
         self.partitions: dict[TopicPartition, Partition] = {}
         self.controller_epoch = -1
+        self.fetcher_manager = None  # set by the broker once replica fetchers exist
 
     def get_partition(self, topic: str, partition: int) -> Partition | None:
         return self.partitions.get((topic, partition))
@@ -238,19 +239,57 @@ class ReplicaManager:
 
     # -- role changes (driven by the controller) ------------------------------
 
-    def make_leader(self, topic: str, partition: int, state: PartitionState, is_new: bool) -> None:
+    def become_leader_or_follower(
+        self,
+        topic: str,
+        partition: int,
+        state: PartitionState,
+        *,
+        is_new: bool,
+        live_leaders: dict[int, tuple[str, int]],
+    ) -> ErrorCode:
+        """Apply one partition of a LeaderAndIsr request (Kafka ``becomeLeaderOrFollower``)."""
+        if self.broker_id not in state.replicas:
+            return ErrorCode.unknown_topic_or_partition
+        part = self.partitions.get((topic, partition))
+        if part is not None and part.state is not None:
+            if state.leader_epoch < part.state.leader_epoch:
+                log.warning(
+                    "%s-%d: ignoring LeaderAndIsr at leader epoch %d, current is %d",
+                    topic,
+                    partition,
+                    state.leader_epoch,
+                    part.state.leader_epoch,
+                )
+                return ErrorCode.stale_controller_epoch
+            if state.leader_epoch == part.state.leader_epoch:
+                return ErrorCode.none  # already applied (a resend after controller failover)
         part = self._get_or_create_partition(topic, partition)
-        previous = part.state
-        part.state = state
-        part.become_leader(state, now_ms())
-        log.info(
-            "%s-%d: leader at epoch %d (was %s), ISR %s",
-            topic,
-            partition,
-            state.leader_epoch,
-            "leader" if previous and previous.leader == self.broker_id else "not leader",
-            list(state.isr),
-        )
+        if state.leader == self.broker_id:
+            if self.fetcher_manager is not None:
+                self.fetcher_manager.remove_partition(topic, partition)
+            part.become_leader(state, now_ms(), self.config.replica_lag_time_max_ms)
+            log.info(
+                "%s-%d: leader at epoch %d, ISR %s, LEO %d",
+                topic,
+                partition,
+                state.leader_epoch,
+                list(state.isr),
+                part.log.log_end_offset,
+            )
+        else:
+            part.become_follower(state)
+            leader = live_leaders.get(state.leader)
+            if self.fetcher_manager is not None:
+                self.fetcher_manager.add_partition(part, state.leader, leader)
+            log.info(
+                "%s-%d: follower of broker %d at epoch %d",
+                topic,
+                partition,
+                state.leader,
+                state.leader_epoch,
+            )
+        return ErrorCode.none
 
     def _get_or_create_partition(self, topic: str, partition: int) -> Partition:
         part = self.partitions.get((topic, partition))
@@ -264,6 +303,8 @@ class ReplicaManager:
 
     def stop_replica(self, topic: str, partition: int, delete: bool) -> None:
         part = self.partitions.pop((topic, partition), None)
+        if self.fetcher_manager is not None:
+            self.fetcher_manager.remove_partition(topic, partition)
         if part is not None:
             part.state = None
             part.leader_state = None

@@ -24,6 +24,7 @@ from replog.replication.replica_manager import ReplicaManager
 from replog.server.admin import AdminManager
 from replog.server.handlers import admin as admin_handlers
 from replog.server.handlers import fetch, metadata, offsets, produce
+from replog.server.handlers.controller_rpc import ControllerCommands
 from replog.server.handlers.context import BrokerServices
 from replog.server.metadata_cache import MetadataCache
 from replog.server.network import KafkaServer
@@ -59,6 +60,7 @@ class Broker:
             admin=self.admin,
             producer_ids=self.producer_ids,
         )
+        self.controller_commands = ControllerCommands(self.services, self.zk, lambda: self.broker_epoch)
         listener = config.listeners[0]
         self.server = KafkaServer(
             listener.host,
@@ -97,7 +99,12 @@ class Broker:
             ApiKey.INIT_PRODUCER_ID: admin_handlers.handle_init_producer_id,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: offsets.handle_offset_for_leader_epoch,
         }
-        return {int(key): partial(handler, s) for key, handler in table.items()}
+        handlers = {int(key): partial(handler, s) for key, handler in table.items()}
+        commands = self.controller_commands
+        handlers[ApiKey.LEADER_AND_ISR] = commands.handle_leader_and_isr
+        handlers[ApiKey.STOP_REPLICA] = commands.handle_stop_replica
+        handlers[ApiKey.UPDATE_METADATA] = commands.handle_update_metadata
+        return handlers
 
     # -- lifecycle ----------------------------------------------------------
 

@@ -1,0 +1,197 @@
+"""LeaderAndIsr, StopReplica and UpdateMetadata: the controller's commands to a broker.
+
+A broker accepts a command only from the controller ZooKeeper names at that
+epoch: a request with an older controller epoch than one already seen gets
+STALE_CONTROLLER_EPOCH, and a request claiming a newer epoch is checked
+against ``/controller`` and ``/controller_epoch`` before it is believed. A
+controller that was paused and resumes therefore cannot undo its successor's
+decisions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from kio.schema.errors import ErrorCode
+
+from replog.protocol import controller_schemas as cs
+from replog.replication.partition import PartitionState
+from replog.server.metadata_cache import BrokerEndpoint, PartitionInfo
+from replog.server.network import RequestContext
+
+if TYPE_CHECKING:
+    from replog.server.handlers.context import BrokerServices
+
+log = logging.getLogger(__name__)
+
+
+class ControllerCommands:
+    """Validates controller epochs and applies the controller's commands.
+
+    Concurrency: event loop only; the ZooKeeper check of a new epoch happens
+    before any state is touched, and state changes run without awaiting.
+    """
+
+    def __init__(self, services: BrokerServices, zk, broker_epoch_fn) -> None:
+        self.services = services
+        self.zk = zk
+        self.broker_epoch = broker_epoch_fn
+        self.controller_epoch = -1
+        self.controller_id = -1
+        self._check_lock = asyncio.Lock()
+
+    async def _accept(
+        self, controller_id: int, controller_epoch: int, broker_epoch: int
+    ) -> ErrorCode:
+        if controller_epoch < self.controller_epoch:
+            log.warning(
+                "rejecting a command from controller %d at epoch %d: epoch %d is current",
+                controller_id,
+                controller_epoch,
+                self.controller_epoch,
+            )
+            return ErrorCode.stale_controller_epoch
+        if broker_epoch >= 0 and broker_epoch < self.broker_epoch():
+            log.warning(
+                "rejecting a command for broker epoch %d (now %d)",
+                broker_epoch,
+                self.broker_epoch(),
+            )
+            return ErrorCode.stale_broker_epoch
+        if controller_epoch == self.controller_epoch and controller_id == self.controller_id:
+            return ErrorCode.none
+        async with self._check_lock:
+            current_id = await asyncio.to_thread(self.zk.get_controller_id)
+            epoch = await asyncio.to_thread(self.zk.get_controller_epoch)
+        zk_epoch = epoch[0] if epoch else -1
+        if current_id != controller_id or zk_epoch != controller_epoch:
+            log.warning(
+                "rejecting a command from broker %d claiming controller epoch %d: ZooKeeper "
+                "names controller %s at epoch %d",
+                controller_id,
+                controller_epoch,
+                current_id,
+                zk_epoch,
+            )
+            return ErrorCode.stale_controller_epoch
+        if controller_epoch > self.controller_epoch:
+            log.info("controller %d at epoch %d is now in charge", controller_id, controller_epoch)
+        self.controller_epoch = controller_epoch
+        self.controller_id = controller_id
+        return ErrorCode.none
+
+    async def handle_leader_and_isr(self, ctx: RequestContext, request: cs.LeaderAndIsrRequest):
+        error = await self._accept(
+            int(request.controller_id), int(request.controller_epoch), int(request.broker_epoch)
+        )
+        rm = self.services.replica_manager
+        me = self.services.config.broker_id
+        topics = []
+        for topic_state in request.topic_states:
+            topic = str(topic_state.topic_name)
+            errors = []
+            for p in topic_state.partition_states:
+                code = error
+                if code == ErrorCode.none:
+                    code = rm.become_leader_or_follower(
+                        topic,
+                        int(p.partition_index),
+                        PartitionState(
+                            leader=int(p.leader),
+                            leader_epoch=int(p.leader_epoch),
+                            isr=tuple(int(b) for b in p.isr),
+                            replicas=tuple(int(b) for b in p.replicas),
+                            zk_version=int(p.zk_version),
+                            controller_epoch=int(p.controller_epoch),
+                        ),
+                        is_new=bool(p.is_new),
+                        live_leaders={
+                            int(b.broker_id): (str(b.host_name), int(b.port))
+                            for b in request.live_leaders
+                        },
+                    )
+                    if me not in p.replicas:
+                        code = ErrorCode.unknown_topic_or_partition
+                errors.append(
+                    cs.LeaderAndIsrPartitionError(
+                        partition_index=p.partition_index, error_code=code
+                    )
+                )
+            topics.append(
+                cs.LeaderAndIsrTopicError(
+                    topic_id=topic_state.topic_id, partition_errors=tuple(errors)
+                )
+            )
+        return cs.LeaderAndIsrResponse(error_code=error, topics=tuple(topics))
+
+    async def handle_stop_replica(self, ctx: RequestContext, request: cs.StopReplicaRequest):
+        error = await self._accept(
+            int(request.controller_id), int(request.controller_epoch), int(request.broker_epoch)
+        )
+        errors = []
+        if error == ErrorCode.none:
+            for topic_state in request.topic_states:
+                for p in topic_state.partition_states:
+                    self.services.replica_manager.stop_replica(
+                        str(topic_state.topic_name),
+                        int(p.partition_index),
+                        bool(p.delete_partition),
+                    )
+                    errors.append(
+                        cs.StopReplicaPartitionError(
+                            topic_name=topic_state.topic_name,
+                            partition_index=p.partition_index,
+                            error_code=ErrorCode.none,
+                        )
+                    )
+        return cs.StopReplicaResponse(error_code=error, partition_errors=tuple(errors))
+
+    async def handle_update_metadata(self, ctx: RequestContext, request: cs.UpdateMetadataRequest):
+        error = await self._accept(
+            int(request.controller_id), int(request.controller_epoch), int(request.broker_epoch)
+        )
+        if error != ErrorCode.none:
+            return cs.UpdateMetadataResponse(error_code=error)
+        brokers = []
+        for b in request.live_brokers:
+            if not b.endpoints:
+                continue
+            endpoint = b.endpoints[0]
+            brokers.append(
+                BrokerEndpoint(int(b.id), str(endpoint.host), int(endpoint.port), b.rack)
+            )
+        partitions = []
+        deleted: set[str] = set()
+        for topic_state in request.topic_states:
+            topic = str(topic_state.topic_name)
+            for p in topic_state.partition_states:
+                if int(p.leader) == LEADER_DURING_DELETE:
+                    deleted.add(topic)
+                    continue
+                partitions.append(
+                    PartitionInfo(
+                        topic=topic,
+                        partition=int(p.partition_index),
+                        leader=int(p.leader),
+                        leader_epoch=int(p.leader_epoch),
+                        replicas=tuple(int(r) for r in p.replicas),
+                        isr=tuple(int(r) for r in p.isr),
+                        offline_replicas=tuple(int(r) for r in p.offline_replicas),
+                    )
+                )
+        self.services.metadata_cache.update(
+            controller_id=int(request.controller_id),
+            controller_epoch=int(request.controller_epoch),
+            brokers=brokers,
+            partitions=partitions,
+            deleted=deleted,
+        )
+        self.services.admin.on_metadata_update()
+        return cs.UpdateMetadataResponse(error_code=ErrorCode.none)
+
+
+# Kafka's LeaderAndIsr.LeaderDuringDelete: an UpdateMetadata partition state with this
+# leader tells brokers the topic is being deleted.
+LEADER_DURING_DELETE = -2
