@@ -47,6 +47,8 @@ _HEADER = struct.Struct(">qiibIhiqqqhii")
 _OFFSET = struct.Struct(">q")
 _EPOCH = struct.Struct(">i")
 _LENGTH_AND_MAGIC = struct.Struct(">qiib")
+_ATTRIBUTES = struct.Struct(">h")
+_CRC = struct.Struct(">I")
 
 
 class InvalidRecordBatch(ValueError):
@@ -168,6 +170,17 @@ def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> 
 
 def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
     _EPOCH.pack_into(buf, pos + 12, epoch)
+
+
+def set_log_append_time(buf: bytearray | memoryview, pos: int, size: int, timestamp: int) -> None:
+    """Mark the batch at ``pos`` as LogAppendTime with ``maxTimestamp = timestamp``.
+
+    Unlike the offset and epoch, these fields are covered by the CRC, which is restamped.
+    """
+    (attributes,) = _ATTRIBUTES.unpack_from(buf, pos + 21)
+    _ATTRIBUTES.pack_into(buf, pos + 21, attributes | ATTR_TIMESTAMP_TYPE)
+    _OFFSET.pack_into(buf, pos + 35, timestamp)
+    _CRC.pack_into(buf, pos + 17, compute_crc(buf, pos, size))
 
 
 def build_batch(

@@ -1,0 +1,556 @@
+"""A partition's log: ordered segments, appends, reads, retention, truncation.
+
+``Log`` is Kafka's ``UnifiedLog`` + ``LocalLog`` without tiered storage or
+compaction. Record batches stay bytes: a leader append validates every batch
+header and CRC32C first (all or nothing), patches base offsets and the
+partition leader epoch in place and writes the request's bytes with one
+``pwrite``. Opening a log (recovery of a torn tail included) lives in
+``log_loader.py``.
+
+Concurrency: a ``Log`` is owned by one asyncio task (or one thread) at a time;
+no method awaits, so a caller must not interleave calls from threads. ``flush``
+does fsyncs and may be slow: callers that run it in an executor must not call
+anything else on the same log meanwhile.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from replog.protocol.records import (
+    BatchHeader,
+    InvalidRecordBatch,
+    iter_batches,
+    read_header,
+    set_base_offset,
+    set_log_append_time,
+    set_partition_leader_epoch,
+)
+from replog.storage.checkpoints import fsync_dir
+from replog.storage.leader_epoch import LeaderEpochFileCache
+from replog.storage.log_config import LogConfig
+from replog.storage.producer_state import (
+    InvalidProducerEpoch,
+    OutOfOrderSequence,
+    ProducerStateManager,
+    list_snapshots,
+)
+from replog.storage.segment import LogSegment
+
+__all__ = [
+    "AppendInfo",
+    "FetchDataInfo",
+    "InvalidProducerEpoch",
+    "Log",
+    "OffsetOutOfRange",
+    "OutOfOrderSequence",
+    "RecordTooLarge",
+    "UnexpectedAppendOffset",
+    "parse_topic_partition",
+]
+
+log = logging.getLogger(__name__)
+
+_INT32_MAX = 0x7FFFFFFF
+
+
+class OffsetOutOfRange(Exception):
+    """A read outside ``[log_start_offset, log_end_offset]`` (Kafka OFFSET_OUT_OF_RANGE)."""
+
+
+class RecordTooLarge(Exception):
+    """A batch larger than ``max.message.bytes`` (Kafka MESSAGE_TOO_LARGE)."""
+
+
+class UnexpectedAppendOffset(Exception):
+    """A follower append that does not start at the log end offset."""
+
+
+@dataclass
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    num_batches: int
+    duplicate: bool = False
+
+
+@dataclass
+class FetchDataInfo:
+    records: bytes  # whole batches
+    first_offset: int  # base offset of the first batch returned (the requested offset if none)
+
+
+def parse_topic_partition(name: str) -> tuple[str, int]:
+    """``"my.topic-3"`` -> ``("my.topic", 3)``: split on the LAST ``-``."""
+    topic, sep, partition = name.rpartition("-")
+    if not sep or not topic or not partition.isdigit():
+        raise ValueError(f"directory name {name!r} is not <topic>-<partition>")
+    return topic, int(partition)
+
+
+class Log:
+    """One partition's segments and state. Construct with ``Log.open``."""
+
+    def __init__(
+        self,
+        dir: Path,
+        config: LogConfig,
+        segments: list[LogSegment],
+        *,
+        log_start_offset: int,
+        recovery_point: int,
+        leader_epoch_cache: LeaderEpochFileCache,
+        producer_state: ProducerStateManager,
+    ) -> None:
+        self.dir = Path(dir)
+        self.topic, self.partition = parse_topic_partition(self.dir.name)
+        self.config = config
+        self._segments = segments
+        self.log_start_offset = log_start_offset
+        self.recovery_point = recovery_point
+        self.leader_epoch_cache = leader_epoch_cache
+        self.producer_state = producer_state
+        self.high_watermark: int | None = None  # set by replication; bounds retention
+        self._dir_dirty = False  # segment files created since the last flush
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls,
+        dir: Path,
+        config: LogConfig,
+        *,
+        recovery_point: int,
+        log_start_offset: int,
+        now_ms: int,
+        clean_shutdown: bool,
+    ) -> Log:
+        """Load (or create) the log in ``dir``; unflushed segments are recovered unless clean."""
+        from replog.storage.log_loader import load_log
+
+        return load_log(
+            cls,
+            Path(dir),
+            config,
+            recovery_point=recovery_point,
+            log_start_offset=log_start_offset,
+            now_ms=now_ms,
+            clean_shutdown=clean_shutdown,
+        )
+
+    # -- state -----------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        return list(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def update_config(self, config: LogConfig) -> None:
+        self.config = config
+        for segment in self._segments:
+            segment.index_interval_bytes = config.index_interval_bytes
+
+    def update_high_watermark(self, high_watermark: int) -> None:
+        """Retention never deletes past this offset (Kafka deletes only below the HW)."""
+        self.high_watermark = high_watermark
+
+    # -- append ----------------------------------------------------------
+    def _analyze(
+        self, records: bytes | bytearray | memoryview, *, leader: bool
+    ) -> list[tuple[int, BatchHeader]]:
+        """Validate every batch (header, CRC, size) before anything is written."""
+        batches = []
+        for pos, h in iter_batches(records, verify=True):
+            if leader:
+                if h.size > self.config.max_message_bytes:
+                    raise RecordTooLarge(
+                        f"{self.name}: batch of {h.size} bytes exceeds max.message.bytes "
+                        f"{self.config.max_message_bytes}"
+                    )
+                if h.record_count < 1 or h.record_count != h.last_offset_delta + 1:
+                    raise InvalidRecordBatch(
+                        f"batch has {h.record_count} records but lastOffsetDelta "
+                        f"{h.last_offset_delta}"
+                    )
+            batches.append((pos, h))
+        return batches
+
+    def append_as_leader(
+        self, records: bytes | bytearray, *, leader_epoch: int, now_ms: int
+    ) -> AppendInfo:
+        """Assign offsets and append a client's batches; raises before writing anything.
+
+        Raises InvalidRecordBatch, CorruptRecordBatch, RecordTooLarge,
+        OutOfOrderSequence or InvalidProducerEpoch. A retried batch from an
+        idempotent producer returns its original offsets with ``duplicate=True``.
+        """
+        if not isinstance(records, bytearray):
+            records = bytearray(records)
+        batches = self._analyze(records, leader=True)
+        if not batches:
+            return AppendInfo(-1, -1, -1, -1, 0)
+        duplicate = self.producer_state.validate_client_batches([h for _, h in batches])
+        if duplicate is not None:
+            return AppendInfo(
+                duplicate.first_offset,
+                duplicate.last_offset,
+                duplicate.timestamp,
+                -1,
+                len(batches),
+                duplicate=True,
+            )
+        log_append_time = now_ms if self.config.log_append_time else -1
+        first_offset = offset = self.log_end_offset
+        patched: list[tuple[int, BatchHeader]] = []
+        for pos, h in batches:
+            set_base_offset(records, pos, offset)
+            set_partition_leader_epoch(records, pos, leader_epoch)
+            if log_append_time >= 0:
+                set_log_append_time(records, pos, h.size, log_append_time)
+            patched.append((pos, read_header(records, pos)))
+            offset += h.last_offset_delta + 1
+        max_timestamp = max(h.max_timestamp for _, h in patched)
+        latest = self.leader_epoch_cache.latest_epoch
+        if latest is None or leader_epoch > latest:
+            self.leader_epoch_cache.assign(leader_epoch, first_offset)
+        self._append(records, patched, now_ms, max_timestamp)
+        return AppendInfo(first_offset, offset - 1, max_timestamp, log_append_time, len(patched))
+
+    def append_as_follower(
+        self, records: bytes | bytearray | memoryview, *, now_ms: int | None = None
+    ) -> AppendInfo:
+        """Append batches fetched from the leader, offsets and epochs as sent.
+
+        The first batch must start at ``log_end_offset`` (else UnexpectedAppendOffset).
+        ``now_ms`` is used for time-based rolls of segments whose records carry no
+        timestamps; without it the batches' max timestamp stands in.
+        """
+        batches = self._analyze(records, leader=False)
+        if not batches:
+            return AppendInfo(-1, -1, -1, -1, 0)
+        expected = self.log_end_offset
+        if batches[0][1].base_offset != expected:
+            raise UnexpectedAppendOffset(
+                f"{self.name}: follower append starts at {batches[0][1].base_offset}, "
+                f"log end offset is {expected}"
+            )
+        for _, h in batches:
+            if h.base_offset < expected:
+                raise InvalidRecordBatch(f"{self.name}: out of order offsets at {h.base_offset}")
+            expected = h.next_offset
+        for _, h in batches:
+            if h.partition_leader_epoch >= 0:
+                latest = self.leader_epoch_cache.latest_epoch
+                if latest is None or h.partition_leader_epoch > latest:
+                    self.leader_epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
+        max_timestamp = max(h.max_timestamp for _, h in batches)
+        self._append(records, batches, max_timestamp if now_ms is None else now_ms, max_timestamp)
+        return AppendInfo(
+            batches[0][1].base_offset, batches[-1][1].last_offset, max_timestamp, -1, len(batches)
+        )
+
+    def _append(
+        self,
+        records: bytes | bytearray | memoryview,
+        batches: list[tuple[int, BatchHeader]],
+        now_ms: int,
+        max_timestamp: int,
+    ) -> None:
+        self._roll_if_needed(
+            now_ms,
+            messages_size=len(records),
+            max_timestamp=max_timestamp,
+            max_offset=batches[-1][1].last_offset,
+        )
+        self.active_segment.append(records, batches)
+        for _, h in batches:
+            self.producer_state.update(h)
+
+    # -- roll ------------------------------------------------------------
+    def maybe_roll(self, now_ms: int) -> None:
+        """Roll the active segment if Kafka would on an append at ``now_ms`` of nothing."""
+        self._roll_if_needed(
+            now_ms, messages_size=0, max_timestamp=now_ms, max_offset=self.log_end_offset
+        )
+
+    def _roll_if_needed(
+        self, now_ms: int, *, messages_size: int, max_timestamp: int, max_offset: int
+    ) -> None:
+        segment = self.active_segment
+        if segment.size == 0:
+            return  # Kafka would replace an empty segment with an identical one
+        config = self.config
+        if (
+            segment.size > config.segment_bytes - messages_size
+            or segment.time_waited_for_roll(now_ms, max_timestamp) > config.segment_ms
+            or max_offset - segment.base_offset > _INT32_MAX
+        ):
+            self.roll(now_ms)
+
+    def roll(self, now_ms: int) -> LogSegment:
+        """Start a new active segment at the log end offset."""
+        new_base = self.log_end_offset
+        old = self.active_segment
+        if old.base_offset == new_base:
+            return old  # empty active segment: nothing to roll
+        old.on_become_inactive()
+        self.producer_state.write_snapshot(self.dir)
+        segment = LogSegment(
+            self.dir,
+            new_base,
+            index_interval_bytes=self.config.index_interval_bytes,
+            created_ms=now_ms,
+            fresh=True,
+        )
+        self._segments.append(segment)
+        self._dir_dirty = True
+        log.info("%s: rolled new segment at offset %d", self.name, new_base)
+        return segment
+
+    # -- read ------------------------------------------------------------
+    def _check_offset(self, offset: int) -> None:
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise OffsetOutOfRange(
+                f"{self.name}: offset {offset} outside [{self.log_start_offset}, "
+                f"{self.log_end_offset}]"
+            )
+
+    def _segment_index(self, offset: int) -> int:
+        """Index of the segment whose base offset is the largest <= ``offset`` (0 if none)."""
+        i = bisect.bisect_right(self._segments, offset, key=_base_offset) - 1
+        return max(i, 0)
+
+    def read(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> FetchDataInfo:
+        """Whole batches from the one containing ``start_offset``.
+
+        Stops before a batch whose base offset is >= ``max_offset`` (e.g. the high
+        watermark) and before exceeding ``max_bytes``, except that the first batch is
+        returned whole when ``min_one_batch`` (KIP-74). Empty at the log end.
+        """
+        self._check_offset(start_offset)
+        if start_offset == self.log_end_offset or (
+            max_offset is not None and start_offset >= max_offset
+        ):
+            return FetchDataInfo(b"", start_offset)
+        for segment in self._segments[self._segment_index(start_offset) :]:
+            result = segment.read(
+                start_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch
+            )
+            if result is not None:
+                data, first = result
+                return FetchDataInfo(data, first if data else start_offset)
+        return FetchDataInfo(b"", start_offset)
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the earliest record whose timestamp is >= ``timestamp``.
+
+        The special ListOffsets values (-1 latest, -2 earliest, -3 max) are the caller's.
+        """
+        for segment in self._segments:
+            if (
+                segment.max_timestamp_so_far >= timestamp
+                and segment.next_offset > self.log_start_offset
+            ):
+                found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
+                if found is not None:
+                    return found
+        return None
+
+    def max_timestamp_and_offset(self) -> tuple[int, int]:
+        """``(max timestamp, offset of the first record carrying it)``; ``(-1, -1)`` if empty."""
+        best: LogSegment | None = None
+        for segment in self._segments:
+            if segment.size and (
+                best is None or segment.max_timestamp_so_far > best.max_timestamp_so_far
+            ):
+                best = segment
+        found = best.exact_max_timestamp() if best is not None else None
+        if found is None:
+            return -1, -1
+        offset, timestamp = found
+        return timestamp, offset
+
+    # -- truncation ------------------------------------------------------
+    def truncate_to(self, offset: int) -> None:
+        """Drop everything at or after ``offset`` (a batch straddling it goes whole)."""
+        if offset >= self.log_end_offset:
+            return
+        if offset < self._segments[0].base_offset:
+            self.truncate_fully_and_start_at(offset)
+            return
+        keep = self._segment_index(offset)
+        for segment in self._segments[keep + 1 :]:
+            segment.delete()
+        del self._segments[keep + 1 :]
+        removed = self.active_segment.truncate_to(offset)
+        end = self.log_end_offset
+        log.info(
+            "%s: truncated to offset %d (%d bytes in the last segment)", self.name, end, removed
+        )
+        self.leader_epoch_cache.truncate_from_end(end)
+        self.log_start_offset = min(self.log_start_offset, end)
+        self.recovery_point = min(self.recovery_point, end)
+        if self.high_watermark is not None:
+            self.high_watermark = min(self.high_watermark, end)
+        self._reload_producer_state()
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and start an empty log at ``offset``."""
+        for segment in self._segments:
+            segment.delete()
+        self._segments = [
+            LogSegment(
+                self.dir,
+                offset,
+                index_interval_bytes=self.config.index_interval_bytes,
+                created_ms=self._segments[-1].created_ms,
+                fresh=True,
+            )
+        ]
+        self._dir_dirty = True
+        self.leader_epoch_cache.clear()
+        for _, path in list_snapshots(self.dir):
+            path.unlink(missing_ok=True)
+        self.producer_state.reset(offset)
+        self.log_start_offset = offset
+        self.recovery_point = offset
+        if self.high_watermark is not None:
+            self.high_watermark = offset
+        log.info("%s: truncated fully, log starts at %d", self.name, offset)
+
+    def _reload_producer_state(self) -> None:
+        from replog.storage.log_loader import rebuild_producer_state
+
+        rebuild_producer_state(self)
+
+    # -- retention -------------------------------------------------------
+    def maybe_increment_log_start_offset(self, offset: int) -> bool:
+        """Move the log start offset up (DeleteRecords, or a follower following its leader)."""
+        offset = min(offset, self.log_end_offset)
+        if offset <= self.log_start_offset:
+            return False
+        self.log_start_offset = offset
+        self.leader_epoch_cache.truncate_from_start(offset)
+        return True
+
+    def delete_old_segments(self, now_ms: int) -> int:
+        """Retention: whole segments below the log start offset, past ``retention.ms``
+        or beyond ``retention.bytes``; never past the high watermark. Returns the count."""
+        deleted = self._delete_segments(
+            now_ms, lambda seg, nxt: nxt is not None and nxt.base_offset <= self.log_start_offset
+        )
+        if not self.config.delete_enabled:
+            return deleted
+        retention_bytes = self.config.retention_bytes
+        if retention_bytes >= 0:
+            excess = self.size_in_bytes() - retention_bytes
+            if excess > 0:
+
+                def over_size(seg: LogSegment, nxt: LogSegment | None) -> bool:
+                    nonlocal excess
+                    if excess - seg.size >= 0:
+                        excess -= seg.size
+                        return True
+                    return False
+
+                deleted += self._delete_segments(now_ms, over_size)
+        retention_ms = self.config.retention_ms
+        if retention_ms >= 0:
+            deleted += self._delete_segments(
+                now_ms, lambda seg, nxt: now_ms - seg.largest_timestamp() > retention_ms
+            )
+        return deleted
+
+    def _delete_segments(
+        self, now_ms: int, predicate: Callable[[LogSegment, LogSegment | None], bool]
+    ) -> int:
+        high_watermark = self.log_end_offset if self.high_watermark is None else self.high_watermark
+        deletable: list[LogSegment] = []
+        for i, segment in enumerate(self._segments):
+            nxt = self._segments[i + 1] if i + 1 < len(self._segments) else None
+            upper = nxt.base_offset if nxt is not None else self.log_end_offset
+            if nxt is None and segment.size == 0:
+                break
+            if high_watermark >= upper and predicate(segment, nxt):
+                deletable.append(segment)
+            else:
+                break
+        if not deletable:
+            return 0
+        if len(deletable) == len(self._segments):
+            self.roll(now_ms)  # a log always keeps one segment
+        for segment in deletable:
+            segment.delete()
+        del self._segments[: len(deletable)]
+        first_base = self._segments[0].base_offset
+        for offset, path in list_snapshots(self.dir):
+            if offset < first_base:
+                path.unlink(missing_ok=True)
+        if first_base > self.log_start_offset:
+            self.log_start_offset = first_base
+            self.leader_epoch_cache.truncate_from_start(first_base)
+        self.recovery_point = max(self.recovery_point, self.log_start_offset)
+        log.info(
+            "%s: deleted %d old segment(s), log start offset %d",
+            self.name,
+            len(deletable),
+            self.log_start_offset,
+        )
+        return len(deletable)
+
+    # -- durability ------------------------------------------------------
+    def flush(self) -> None:
+        """fsync every segment past the recovery point, then move it to the log end offset."""
+        end = self.log_end_offset
+        for segment in self._segments[self._segment_index(self.recovery_point) :]:
+            segment.flush()
+        if self._dir_dirty:
+            fsync_dir(self.dir)
+            self._dir_dirty = False
+        self.recovery_point = end
+
+    def close(self) -> None:
+        """Snapshot producer state and close the files (no fsync: ``flush`` first)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.producer_state.map_end_offset = self.log_end_offset
+        self.producer_state.write_snapshot(self.dir)
+        for segment in self._segments:
+            segment.close()
+
+    def delete_files(self) -> None:
+        """Close and remove every segment file (the directory itself is the caller's)."""
+        self._closed = True
+        for segment in self._segments:
+            segment.delete()
+
+
+def _base_offset(segment: LogSegment) -> int:
+    return segment.base_offset

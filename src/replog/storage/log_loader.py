@@ -1,0 +1,227 @@
+"""Opening a log directory: segments, recovery of a torn tail, producer state.
+
+Kafka's ``LogLoader`` in small. After a clean shutdown nothing is scanned
+(the log end offset comes from a short read after the last index entry).
+Otherwise every segment from the one holding the recovery point onward is
+rescanned with CRC checks; the first bad or truncated batch ends the log:
+that segment is cut there, later segments are deleted, indexes are rebuilt
+and a warning says how many bytes were dropped.
+
+Concurrency: runs before the ``Log`` is shared; single-threaded.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from replog.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
+from replog.storage.log_config import LogConfig
+from replog.storage.producer_state import ProducerStateManager, list_snapshots
+from replog.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
+
+if TYPE_CHECKING:
+    from replog.storage.log import Log
+
+log = logging.getLogger(__name__)
+
+_SEGMENT_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex)$")
+_LEFTOVER_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
+
+
+def _remove_leftovers(dir: Path) -> None:
+    """Files of interrupted operations (Kafka's .deleted/.cleaned/.swap, our .tmp)."""
+    for path in dir.iterdir():
+        if path.is_file() and path.name.endswith(_LEFTOVER_SUFFIXES):
+            log.info("%s: removing leftover file %s", dir.name, path.name)
+            path.unlink(missing_ok=True)
+
+
+def _load_segments(dir: Path, config: LogConfig, now_ms: int) -> list[LogSegment]:
+    bases: set[int] = set()
+    orphans: list[Path] = []
+    for path in dir.iterdir():
+        m = _SEGMENT_FILE.match(path.name)
+        if not m:
+            continue
+        if m.group(2) == LOG_SUFFIX:
+            bases.add(int(m.group(1)))
+        else:
+            orphans.append(path)
+    for path in orphans:
+        if int(path.name[:20]) not in bases:
+            log.info("%s: removing index without a segment: %s", dir.name, path.name)
+            path.unlink(missing_ok=True)
+    return [
+        LogSegment(
+            dir,
+            base,
+            index_interval_bytes=config.index_interval_bytes,
+            created_ms=now_ms,
+            fresh=False,
+        )
+        for base in sorted(bases)
+    ]
+
+
+def load_log(
+    cls: type[Log],
+    dir: Path,
+    config: LogConfig,
+    *,
+    recovery_point: int,
+    log_start_offset: int,
+    now_ms: int,
+    clean_shutdown: bool,
+) -> Log:
+    from replog.storage.log import parse_topic_partition
+
+    topic, partition = parse_topic_partition(dir.name)
+    name = f"{topic}-{partition}"
+    dir.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(dir)
+    segments = _load_segments(dir, config, now_ms)
+    epoch_cache = LeaderEpochFileCache(dir / LEADER_EPOCH_CHECKPOINT, topic_partition=name)
+
+    done: set[int] = set()  # ids of segments whose next_offset is known
+    if not clean_shutdown and segments:
+        done |= _recover(name, segments, recovery_point, epoch_cache)
+    for segment in segments:
+        if id(segment) in done:
+            continue
+        if segment.needs_recovery:
+            dropped = segment.recover()
+            log.warning(
+                "%s: rebuilt the indexes of segment %d (%d bytes dropped)",
+                name,
+                segment.base_offset,
+                dropped,
+            )
+        else:
+            segment.load_next_offset()
+
+    if not segments:
+        segments.append(_fresh_segment(dir, log_start_offset, config, now_ms))
+    log_end_offset = segments[-1].next_offset
+    log_start_offset = max(log_start_offset, segments[0].base_offset)
+    if log_start_offset > log_end_offset:
+        log.warning(
+            "%s: log start offset %d is past the log end %d; starting an empty log there",
+            name,
+            log_start_offset,
+            log_end_offset,
+        )
+        for segment in segments:
+            segment.delete()
+        segments = [_fresh_segment(dir, log_start_offset, config, now_ms)]
+        log_end_offset = log_start_offset
+    epoch_cache.truncate_from_end(log_end_offset)
+    epoch_cache.truncate_from_start(log_start_offset)
+
+    result = cls(
+        dir,
+        config,
+        segments,
+        log_start_offset=log_start_offset,
+        recovery_point=log_end_offset if clean_shutdown else min(recovery_point, log_end_offset),
+        leader_epoch_cache=epoch_cache,
+        producer_state=ProducerStateManager(name),
+    )
+    rebuild_producer_state(result)
+    return result
+
+
+def _fresh_segment(dir: Path, base: int, config: LogConfig, now_ms: int) -> LogSegment:
+    return LogSegment(
+        dir,
+        base,
+        index_interval_bytes=config.index_interval_bytes,
+        created_ms=now_ms,
+        fresh=True,
+    )
+
+
+def _recover(
+    name: str,
+    segments: list[LogSegment],
+    recovery_point: int,
+    epoch_cache: LeaderEpochFileCache,
+) -> set[int]:
+    """Rescan segments from the one holding ``recovery_point``; cut the log at the first bad batch."""
+
+    def on_batch(h) -> None:  # type: ignore[no-untyped-def]
+        epoch = h.partition_leader_epoch
+        latest = epoch_cache.latest_epoch
+        if epoch >= 0 and (latest is None or epoch > latest):
+            epoch_cache.assign(epoch, h.base_offset)
+
+    start = 0
+    for i, segment in enumerate(segments):
+        if segment.base_offset <= recovery_point:
+            start = i
+    recovered: set[int] = set()
+    for i in range(start, len(segments)):
+        segment = segments[i]
+        truncated = segment.recover(on_batch)
+        recovered.add(id(segment))
+        if truncated > 0:
+            later = segments[i + 1 :]
+            dropped = truncated + sum(s.size for s in later)
+            for s in later:
+                s.delete()
+            del segments[i + 1 :]
+            log.warning(
+                "%s: recovery found a corrupt or torn tail in segment %d at position %d; "
+                "dropped %d bytes (%d later segment(s) deleted), log end offset %d",
+                name,
+                segment.base_offset,
+                segment.size,
+                dropped,
+                len(later),
+                segment.next_offset,
+            )
+            break
+    if recovered:
+        log.info("%s: recovered %d segment(s) past the recovery point", name, len(recovered))
+    return recovered
+
+
+def rebuild_producer_state(log_: Log) -> None:
+    """Load the latest usable producer snapshot and replay batch headers up to the log end."""
+    state = log_.producer_state
+    segments = log_.segments
+    end = log_.log_end_offset
+    first_base = segments[0].base_offset
+    start: int | None = None
+    for offset, path in reversed(list_snapshots(log_.dir)):
+        if offset > end:
+            path.unlink(missing_ok=True)
+            continue
+        if start is None and offset >= first_base:
+            if state.load_snapshot(path, offset):
+                start = offset
+            else:
+                path.unlink(missing_ok=True)
+    if start is None:
+        # Like Kafka without snapshots: replay only the last two segments.
+        start = segments[-2].base_offset if len(segments) >= 2 else first_base
+        state.reset(start)
+    for segment in segments:
+        if segment.next_offset <= start:
+            continue
+        located = segment.find_batch(start)
+        if located is None:
+            continue
+        for _, header, _ in segment.iter_batches(located[0], headers_only=True):
+            if header.base_offset >= start:
+                state.update(header)
+    state.map_end_offset = end
+
+
+def segment_files(dir: Path) -> list[Path]:
+    """Every segment, index and time index file in ``dir`` (for tests and tools)."""
+    return sorted(
+        p for p in dir.iterdir() if p.suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+    )
