@@ -150,10 +150,18 @@ def check_sink_schema(schema: StructType, *, has_topic_option: bool) -> None:
         raise OptionError("replog sink: set option 'topic' or give the DataFrame a 'topic' column")
     if "partition" in types and not isinstance(types["partition"], IntegerType):
         raise OptionError("replog sink: column 'partition' must be an int")
-    if "headers" in types and types["headers"] != HEADERS_TYPE:
+    if "headers" in types and not _is_headers_type(types["headers"]):
         raise OptionError(
             "replog sink: column 'headers' must be array<struct<key:string,value:binary>>"
         )
+
+
+def _is_headers_type(data_type: DataType) -> bool:
+    """``array<struct<key:string,value:binary>>``, whatever its nullability."""
+    if not isinstance(data_type, ArrayType) or not isinstance(data_type.elementType, StructType):
+        return False
+    fields = [(f.name, type(f.dataType)) for f in data_type.elementType.fields]
+    return fields == [("key", StringType), ("value", BinaryType)]
 
 
 class RangePartition(InputPartition):

@@ -1,0 +1,368 @@
+"""The ``replog`` PySpark data source and sink against a real broker and a local Spark.
+
+Spark tests share one SparkSession (fixtures/spark.py); each uses its own topics.
+The offset planning core is tested directly, with Hypothesis.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fixtures.spark import PRODUCER_TEST_CONFIG
+from replog.spark.offsets import OffsetRange, limit_offsets, plan_ranges, split_ranges
+from replog.spark.options import OffsetKind, OptionError, parse_offset_spec, parse_source_options
+
+Record = tuple[str, int, int, bytes | None, bytes, tuple[tuple[str, bytes | None], ...]]
+
+
+def _topic(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(name, num_partitions=partitions)]).values():
+        future.result(timeout=30)
+
+
+def produce(
+    bootstrap: str, topic: str, partitions: int, start: int, count: int, headers: bool = True
+) -> list[Record]:
+    """Produce ``count`` records round-robin over partitions; return what each became,
+    ``(topic, partition, offset, key, value, headers)``, offsets from delivery reports."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_TEST_CONFIG})
+    delivered: list[Record] = []
+    errors: list[Any] = []
+
+    for i in range(start, start + count):
+        key = None if i % 7 == 0 else f"key-{i}".encode()
+        hs = ((("h", f"{i}".encode()), ("empty", None)) if i % 2 else ()) if headers else ()
+
+        def on_delivery(err: Any, msg: Any, key: Any = key, hs: Any = hs) -> None:
+            if err is not None:
+                errors.append(err)
+            else:
+                delivered.append((msg.topic(), msg.partition(), msg.offset(), key, msg.value(), hs))
+
+        producer.produce(
+            topic,
+            key=key,
+            value=f"value-{i}".encode(),
+            partition=i % partitions,
+            headers=list(hs) or None,
+            on_delivery=on_delivery,
+        )
+    assert producer.flush(30) == 0
+    assert not errors
+    return delivered
+
+
+def rows_as_records(rows: list[Any], headers: bool = True) -> list[Record]:
+    out = []
+    for r in rows:
+        hs = tuple((h["key"], h["value"]) for h in r["headers"]) if headers else ()
+        out.append((r["topic"], r["partition"], r["offset"], r["key"], r["value"], hs))
+    return sorted(out, key=lambda rec: (rec[0], rec[1], rec[2]))
+
+
+def reader(spark: Any, bootstrap: str, **options: str) -> Any:
+    return spark.read.format("replog").option("bootstrap.servers", bootstrap).options(**options)
+
+
+# ---------------------------------------------------------------------- batch reads
+
+
+def test_batch_read_gives_exactly_the_topic_records(spark: Any, bootstrap_servers: str) -> None:
+    topic = _topic("batch")
+    create_topic(bootstrap_servers, topic, 3)
+    produced = produce(bootstrap_servers, topic, 3, 0, 90)
+
+    # No register() call: Spark finds the source through the pyspark_replog module.
+    df = reader(spark, bootstrap_servers, subscribe=topic, includeHeaders="true").load()
+    assert df.schema.simpleString() == (
+        "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
+        "timestamp:timestamp,timestampType:int,headers:array<struct<key:string,value:binary>>>"
+    )
+    rows = df.collect()
+    assert rows_as_records(rows) == sorted(produced, key=lambda rec: (rec[0], rec[1], rec[2]))
+    assert {r["timestampType"] for r in rows} == {0}  # CreateTime
+    assert all(r["timestamp"] is not None for r in rows)
+    assert df.rdd.getNumPartitions() == 3  # one input partition per topic-partition
+
+    assert "headers" not in reader(spark, bootstrap_servers, subscribe=topic).load().columns
+
+
+def test_starting_and_ending_offsets_json(spark: Any, bootstrap_servers: str) -> None:
+    topic = _topic("range")
+    create_topic(bootstrap_servers, topic, 3)
+    produced = produce(bootstrap_servers, topic, 3, 0, 60)  # 20 per partition
+    starting = f'{{"{topic}":{{"0":2,"1":-2,"2":5}}}}'
+    ending = f'{{"{topic}":{{"0":5,"1":-1,"2":5}}}}'
+    df = reader(
+        spark,
+        bootstrap_servers,
+        assign=f'{{"{topic}":[0,1,2]}}',
+        startingOffsets=starting,
+        endingOffsets=ending,
+        minPartitions="8",
+        includeHeaders="true",
+    ).load()
+    expected = [
+        r for r in produced if (r[1] == 0 and 2 <= r[2] < 5) or r[1] == 1
+    ]  # partition 2: empty range 5..5
+    assert rows_as_records(df.collect()) == sorted(expected, key=lambda rec: (rec[1], rec[2]))
+    assert df.rdd.getNumPartitions() >= 8  # the ranges were cut up for minPartitions
+
+
+def test_batch_write_then_read_back(spark: Any, bootstrap_servers: str) -> None:
+    from pyspark.sql import functions as F
+
+    first, second = _topic("write-a"), _topic("write-b")
+    create_topic(bootstrap_servers, first, 2)
+    create_topic(bootstrap_servers, second, 1)
+    source = spark.range(0, 200).select(
+        F.when(F.col("id") % 4 == 0, F.lit(second)).otherwise(F.lit(first)).alias("topic"),
+        F.concat(F.lit("k"), F.col("id").cast("string")).alias("key"),  # string key
+        F.concat(F.lit("v"), F.col("id").cast("string")).cast("binary").alias("value"),
+        F.when(F.col("id") % 4 == 0, F.lit(0))
+        .otherwise((F.col("id") % 2).cast("int"))
+        .alias("partition"),
+        F.array(
+            F.struct(
+                F.lit("id").alias("key"), F.col("id").cast("string").cast("binary").alias("value")
+            )
+        ).alias("headers"),
+    )
+    (
+        source.write.format("replog")
+        .option("bootstrap.servers", bootstrap_servers)
+        .option("kafka.batch.num.messages", "1")  # the Tansu quirk, see fixtures/spark.py
+        .mode("append")
+        .save()
+    )
+    back = reader(
+        spark, bootstrap_servers, subscribePattern=f"({first}|{second})", includeHeaders="true"
+    ).load()
+    got = sorted(
+        (r["topic"], r["partition"], r["key"], r["value"], r["headers"][0]["value"])
+        for r in back.collect()
+    )
+    want = sorted(
+        (
+            second if i % 4 == 0 else first,
+            0 if i % 4 == 0 else i % 2,
+            f"k{i}".encode(),
+            f"v{i}".encode(),
+            f"{i}".encode(),
+        )
+        for i in range(200)
+    )
+    assert got == want
+
+
+# ------------------------------------------------------------------------ streaming
+
+
+def _parquet_records(spark: Any, path: Path) -> list[tuple[str, int, int, bytes]]:
+    rows = spark.read.parquet(str(path)).select("topic", "partition", "offset", "value").collect()
+    return sorted((r[0], r[1], r[2], r[3]) for r in rows)
+
+
+def test_stream_to_parquet_exactly_once_across_restart(
+    spark: Any, bootstrap_servers: str, tmp_path: Path
+) -> None:
+    prefix = _topic("stream")
+    first, later = f"{prefix}-a", f"{prefix}-b"
+    create_topic(bootstrap_servers, first, 3)
+    produced = produce(bootstrap_servers, first, 3, 0, 60, headers=False)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+
+    def start() -> Any:
+        stream = (
+            spark.readStream.format("replog")
+            .option("bootstrap.servers", bootstrap_servers)
+            .option("subscribePattern", f"{prefix}-.*")
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", "25")
+            .load()
+        )
+        return (
+            stream.writeStream.format("parquet")
+            .option("path", str(out))
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(processingTime="100 milliseconds")
+            .start()
+        )
+
+    query = start()
+    try:
+        writer = threading.Thread(
+            target=lambda: produced.extend(produce(bootstrap_servers, first, 3, 60, 90, False))
+        )
+        writer.start()
+        writer.join()
+        # A topic created while the query runs is picked up through the pattern.
+        create_topic(bootstrap_servers, later, 2)
+        produced.extend(produce(bootstrap_servers, later, 2, 0, 20, headers=False))
+        query.processAllAvailable()
+        sizes = [p["numInputRows"] for p in query.recentProgress]
+        assert sum(sizes) == 170
+        assert max(sizes) <= 25  # maxOffsetsPerTrigger admission control
+    finally:
+        query.stop()
+
+    produced.extend(produce(bootstrap_servers, first, 3, 150, 30, headers=False))
+    produced.extend(produce(bootstrap_servers, later, 2, 20, 10, headers=False))
+    query = start()  # resumes from the checkpointed offsets
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    want = sorted((r[0], r[1], r[2], r[4]) for r in produced)
+    assert len(want) == 210
+    assert _parquet_records(spark, out) == want
+
+
+def test_stream_sink_copies_a_topic(spark: Any, bootstrap_servers: str, tmp_path: Path) -> None:
+    from pyspark.sql import functions as F
+
+    source_topic, sink_topic = _topic("copy-src"), _topic("copy-dst")
+    create_topic(bootstrap_servers, source_topic, 2)
+    create_topic(bootstrap_servers, sink_topic, 2)
+    produced = produce(bootstrap_servers, source_topic, 2, 0, 50, headers=False)
+    stream = (
+        spark.readStream.format("replog")
+        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .option("subscribe", source_topic)
+        .option("startingOffsets", "earliest")
+        .load()
+        .select("key", F.upper(F.col("value").cast("string")).alias("value"), "partition")
+    )
+    query = (
+        stream.writeStream.format("replog")
+        .option("bootstrap.servers", bootstrap_servers)
+        .option("topic", sink_topic)
+        .option("kafka.batch.num.messages", "1")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    copied = reader(spark, bootstrap_servers, subscribe=sink_topic).load().collect()
+    got = sorted((r["partition"], r["key"] or b"", r["value"]) for r in copied)
+    want = sorted((r[1], r[3] or b"", r[4].upper()) for r in produced)
+    assert got == want  # no task was retried here, so every record exactly once
+
+
+# ----------------------------------------------------------------------- bad options
+
+
+@pytest.mark.parametrize(
+    ("options", "option_named"),
+    [
+        ({"subscribe": "t"}, "bootstrap.servers"),
+        ({"bootstrap.servers": "B", "subscribe": "t", "assign": '{"t":[0]}'}, "assign"),
+        (
+            {"bootstrap.servers": "B", "subscribe": "t", "startingOffsets": "{oops"},
+            "startingOffsets",
+        ),
+        ({"bootstrap.servers": "B", "assign": '{"t": 0}'}, "assign"),
+        ({"bootstrap.servers": "B", "subscribe": "no-such-topic-x"}, "subscribe"),
+        (
+            {"bootstrap.servers": "B", "subscribe": "t", "startingOffsets": "latest"},
+            "startingOffsets",
+        ),
+    ],
+)
+def test_bad_read_options_fail_naming_the_option(
+    spark: Any, bootstrap_servers: str, options: dict[str, str], option_named: str
+) -> None:
+    options = {k: bootstrap_servers if v == "B" else v for k, v in options.items()}
+    with pytest.raises(Exception) as info:
+        spark.read.format("replog").options(**options).load().collect()
+    lines = [line for line in str(info.value).splitlines() if "OptionError:" in line]
+    assert lines, str(info.value)
+    assert f"'{option_named}'" in lines[0]
+
+
+def test_write_without_topic_fails_naming_the_option(spark: Any, bootstrap_servers: str) -> None:
+    df = spark.createDataFrame([(b"v",)], "value binary")
+    with pytest.raises(Exception, match="option 'topic'"):
+        df.write.format("replog").option("bootstrap.servers", bootstrap_servers).mode(
+            "append"
+        ).save()
+
+
+# -------------------------------------------------------------- pure offset planning
+
+
+def test_offset_json_and_limits_are_checked() -> None:
+    spec = parse_offset_spec(
+        {"startingoffsets": '{"t":{"0":23,"1":-2}}'}, "startingOffsets", OffsetKind.LATEST
+    )
+    assert spec.kind is OffsetKind.SPECIFIC and dict(spec.offsets) == {("t", 0): 23, ("t", 1): -2}
+    with pytest.raises(OptionError, match="'startingOffsets'"):
+        parse_offset_spec(
+            {"startingoffsets": '{"t":{"x":1}}'}, "startingOffsets", OffsetKind.LATEST
+        )
+    with pytest.raises(OptionError, match="'maxOffsetsPerTrigger'"):
+        parse_source_options(
+            {"bootstrap.servers": "b", "subscribe": "t", "maxOffsetsPerTrigger": "0"},
+            streaming=True,
+        )
+
+
+offset_maps = st.dictionaries(
+    st.tuples(st.sampled_from("abc"), st.integers(0, 3)), st.integers(0, 1000), min_size=1
+)
+
+
+@given(offset_maps, st.data(), st.integers(1, 3000))
+def test_limit_admits_exactly_min_of_limit_and_backlog(
+    start: dict[tuple[str, int], int], data: st.DataObject, limit: int
+) -> None:
+    latest = {tp: off + data.draw(st.integers(0, 500)) for tp, off in start.items()}
+    end = limit_offsets(start, latest, limit)
+    assert all(start[tp] <= end[tp] <= latest[tp] for tp in start)
+    backlog = sum(latest[tp] - start[tp] for tp in start)
+    assert sum(end[tp] - start[tp] for tp in start) == min(limit, backlog)
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 1000), st.integers(1, 1000)), min_size=1, max_size=5),
+    st.integers(1, 40),
+)
+def test_split_ranges_cover_each_range_exactly(spans: list[tuple[int, int]], minimum: int) -> None:
+    ranges = [OffsetRange("t", p, lo, lo + n) for p, (lo, n) in enumerate(spans)]
+    pieces = split_ranges(ranges, minimum)
+    assert len(pieces) >= min(minimum, len(ranges))
+    for r in ranges:
+        mine = sorted(p for p in pieces if p.partition == r.partition)
+        assert mine[0].from_offset == r.from_offset and mine[-1].until_offset == r.until_offset
+        assert all(a.until_offset == b.from_offset for a, b in pairwise(mine))
+        assert all(p.size > 0 for p in mine)
+
+
+def test_plan_ranges_reports_data_loss() -> None:
+    start = {("t", 0): 10, ("t", 1): 50, ("gone", 0): 3}
+    end = {("t", 0): 20, ("t", 1): 5, ("t", 2): 9}
+    ranges, losses = plan_ranges(start, end, {("t", 2): 4})
+    assert ranges == [OffsetRange("t", 0, 10, 20), OffsetRange("t", 2, 4, 9)]
+    assert len(losses) == 3
+    assert any("gone-0 is gone" in m for m in losses)
+    assert any("t-1 went back" in m for m in losses)
+    assert any("t-2 starts at offset 4" in m for m in losses)
