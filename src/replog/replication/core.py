@@ -1,0 +1,430 @@
+"""The leader's replication rules for one partition, as a sans-IO state machine.
+
+``LeaderState`` decides, from events the IO layer feeds it (local appends,
+follower fetches, ISR-update answers from ZooKeeper, the passing of time), when
+the high watermark moves, when the ISR should grow or shrink, and when an
+``acks=all`` produce is done. It reads no clock, socket or disk: ``now_ms`` is
+an argument and decisions come back as values (``HwChange``,
+``IsrChangeProposal``, ``StopLeading``) for the IO layer to carry out.
+
+Rules (Kafka ``Partition`` / ``Replica``; seeds 000, 001, 003):
+
+* high watermark = min log end offset over the *maximal* ISR, leader included;
+  it never moves backwards while this leadership lasts, and a follower whose
+  offset is still unknown in this leadership holds it where it is;
+* a follower joins the ISR once its fetch offset reaches both the high
+  watermark and the offset where this leader epoch started;
+* a follower leaves the ISR when it has not been caught up for
+  ``replica.lag.time.max.ms`` (time only, seed 001);
+* an ISR change is a conditional ZooKeeper update; while it is pending the HW
+  uses the larger ISR, and if the update is rejected the znode moved on under
+  us: a controller elected someone else, so we stop acting as leader (seed 000,
+  "Dealing with multiple leaders in transition");
+* ``acks=all`` needs ``len(ISR) >= min.insync.replicas`` both before the append
+  (NOT_ENOUGH_REPLICAS) and when the HW passes it (NOT_ENOUGH_REPLICAS_AFTER_APPEND).
+
+One deliberate difference from Kafka: a follower in the ISR that fetches
+*below* the high watermark has lost records it acknowledged (it restarted with
+an unflushed tail). Kafka waits out the lag time; here it is proposed for
+removal at once, since keeping it electable could lose committed records.
+
+Concurrency: a ``LeaderState`` is owned by the partition's task; not safe
+across awaits. Every mutating method re-checks the invariants and raises
+``ReplicationInvariantError`` if one is broken.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from replog.replication.isr import (
+    FollowerReplicaState,
+    IsrChangeProposal,
+    IsrState,
+    PartitionIsrState,
+    check_isr_transition,
+)
+
+
+class ReplicationInvariantError(RuntimeError):
+    """A replication invariant does not hold: stop this replica loudly."""
+
+
+class NotLeadingError(RuntimeError):
+    """The ``LeaderState`` was used after it stopped leading."""
+
+
+@dataclass(frozen=True, slots=True)
+class HwChange:
+    old: int
+    new: int
+
+
+@dataclass(frozen=True, slots=True)
+class StopLeading:
+    """Effect: stop acting as leader at ``leader_epoch``; wait for the controller's LeaderAndIsr."""
+
+    leader_epoch: int
+    partition_zk_version: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class FetchOutcome:
+    """What a follower fetch changed. ``isr_change`` must be written to ZooKeeper."""
+
+    high_watermark_change: HwChange | None = None
+    isr_change: IsrChangeProposal | None = None
+    follower_lost_records: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class IsrUpdateOutcome:
+    """Result of applying ZooKeeper's answer to an ``IsrChangeProposal``."""
+
+    committed: bool
+    in_sync_replicas: tuple[int, ...]
+    high_watermark_change: HwChange | None = None
+    stop_leading: StopLeading | None = None
+
+
+class AcksAllStatus(enum.Enum):
+    PENDING = "pending"
+    SATISFIED = "satisfied"
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = "not_enough_replicas_after_append"
+
+    @property
+    def error(self) -> ErrorCode | None:
+        if self is AcksAllStatus.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+            return ErrorCode.not_enough_replicas_after_append
+        return None
+
+
+class LeaderPhase(enum.Enum):
+    LEADING = "leading"
+    RESIGNED = "resigned"
+
+
+class LeaderState:
+    """Leader-side replication state of one partition for one leader epoch.
+
+    Create one at ``makeLeader`` (a new leader epoch, or a restart) and drop it
+    when the broker stops leading. Owned by the partition's task; not safe
+    across awaits.
+    """
+
+    def __init__(
+        self,
+        *,
+        broker_id: int,
+        leader_epoch: int,
+        assigned_replicas: Iterable[int],
+        in_sync_replicas: Iterable[int],
+        log_end_offset: int,
+        high_watermark: int,
+        now_ms: int,
+        replica_lag_time_max_ms: int,
+        min_insync_replicas: int,
+        partition_zk_version: int,
+        leader_epoch_start_offset: int | None = None,
+    ) -> None:
+        assigned = tuple(dict.fromkeys(assigned_replicas))
+        isr = tuple(dict.fromkeys(in_sync_replicas))
+        if broker_id not in assigned:
+            raise ValueError(f"leader {broker_id} is not an assigned replica {assigned}")
+        if broker_id not in isr:
+            raise ValueError(f"leader {broker_id} is not in the ISR {isr}")
+        if not set(isr) <= set(assigned):
+            raise ValueError(f"ISR {isr} is not within the assigned replicas {assigned}")
+        if not 0 <= high_watermark <= log_end_offset:
+            raise ValueError(f"high watermark {high_watermark} outside [0, {log_end_offset}]")
+        if leader_epoch < 0 or replica_lag_time_max_ms <= 0 or min_insync_replicas < 1:
+            raise ValueError("leader_epoch, replica.lag.time.max.ms, min.insync.replicas invalid")
+        self.broker_id = broker_id
+        self.leader_epoch = leader_epoch
+        self.assigned_replicas = assigned
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.min_insync_replicas = min_insync_replicas
+        self.partition_zk_version = partition_zk_version
+        self.leader_epoch_start_offset = (
+            log_end_offset if leader_epoch_start_offset is None else leader_epoch_start_offset
+        )
+        self.phase = LeaderPhase.LEADING
+        self._log_end_offset = log_end_offset
+        self._high_watermark = high_watermark
+        self._isr = PartitionIsrState(isr=isr)
+        self._followers = {
+            r: FollowerReplicaState.for_new_leader(
+                r,
+                in_sync=r in isr,
+                leader_epoch_start_offset=self.leader_epoch_start_offset,
+                now_ms=now_ms,
+            )
+            for r in assigned
+            if r != broker_id
+        }
+        self._lost_records: set[int] = set()
+        # Kafka's makeLeader: the ISR may be down to the leader alone.
+        self._maybe_increment_high_watermark()
+        self.check_invariants()
+
+    # -- queries ----------------------------------------------------------------
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def in_sync_replicas(self) -> tuple[int, ...]:
+        """The committed ISR (what ZooKeeper holds)."""
+        return self._isr.isr
+
+    @property
+    def maximal_in_sync_replicas(self) -> tuple[int, ...]:
+        """The ISR the high watermark waits for: committed ISR plus any pending addition."""
+        return self._isr.maximal_isr
+
+    @property
+    def isr_state(self) -> IsrState:
+        return self._isr.state
+
+    @property
+    def pending_isr_change(self) -> IsrChangeProposal | None:
+        return self._isr.pending
+
+    @property
+    def is_leading(self) -> bool:
+        return self.phase is LeaderPhase.LEADING
+
+    def follower_log_end_offset(self, replica_id: int) -> int | None:
+        return self._followers[replica_id].log_end_offset
+
+    def follower_last_caught_up_time_ms(self, replica_id: int) -> int:
+        return self._followers[replica_id].last_caught_up_time_ms
+
+    # -- events -----------------------------------------------------------------
+
+    def on_local_append(self, log_end_offset: int) -> HwChange | None:
+        """The leader's log grew to ``log_end_offset``."""
+        self._require_leading()
+        if log_end_offset < self._log_end_offset:
+            raise ReplicationInvariantError(
+                f"leader log end offset moved back {self._log_end_offset} -> {log_end_offset}"
+            )
+        self._log_end_offset = log_end_offset
+        change = self._maybe_increment_high_watermark()
+        self.check_invariants()
+        return change
+
+    def on_follower_fetch(
+        self,
+        replica_id: int,
+        fetch_offset: int,
+        now_ms: int,
+        leader_log_end_offset: int | None = None,
+    ) -> FetchOutcome:
+        """A follower fetched from ``fetch_offset``: everything below it is in its log.
+
+        ``leader_log_end_offset`` is the leader's LEO when the fetch was served
+        (defaults to the current one). Call after the read succeeded, i.e. with
+        ``0 <= fetch_offset <= log_end_offset`` (see ``fetch_rules``).
+        """
+        self._require_leading()
+        if replica_id not in self._followers:
+            raise ValueError(f"replica {replica_id} is not a follower of this partition")
+        leader_leo = (
+            self._log_end_offset if leader_log_end_offset is None else leader_log_end_offset
+        )
+        if not 0 <= fetch_offset <= leader_leo <= self._log_end_offset:
+            raise ValueError(
+                f"fetch offset {fetch_offset} / leader LEO {leader_leo} outside "
+                f"[0, {self._log_end_offset}]"
+            )
+        follower = self._followers[replica_id]
+        follower.update_fetch_state(fetch_offset, now_ms, leader_leo)
+
+        lost = replica_id in self._isr.maximal_isr and fetch_offset < self._high_watermark
+        if lost:
+            self._lost_records.add(replica_id)
+        isr_change: IsrChangeProposal | None = None
+        if lost and replica_id in self._isr.isr and not self._isr.is_inflight:
+            isr_change = self._propose(
+                IsrState.PENDING_SHRINK_ISR,
+                tuple(r for r in self._isr.isr if r != replica_id),
+            )
+        elif self._can_expand(replica_id, fetch_offset):
+            isr_change = self._propose(IsrState.PENDING_EXPAND_ISR, self._isr.isr + (replica_id,))
+        hw_change = self._maybe_increment_high_watermark()
+        self.check_invariants()
+        return FetchOutcome(hw_change, isr_change, follower_lost_records=lost)
+
+    def maybe_shrink_isr(self, now_ms: int) -> IsrChangeProposal | None:
+        """Propose dropping followers not caught up for ``replica.lag.time.max.ms``."""
+        self._require_leading()
+        if self._isr.is_inflight:
+            return None
+        out_of_sync = {
+            r
+            for r in self._isr.isr
+            if r != self.broker_id
+            and (
+                r in self._lost_records
+                or self._followers[r].is_out_of_sync(
+                    self._log_end_offset, now_ms, self.replica_lag_time_max_ms
+                )
+            )
+        }
+        if not out_of_sync:
+            return None
+        proposal = self._propose(
+            IsrState.PENDING_SHRINK_ISR, tuple(r for r in self._isr.isr if r not in out_of_sync)
+        )
+        self.check_invariants()
+        return proposal
+
+    def on_isr_update_result(
+        self, proposal: IsrChangeProposal, new_zk_version: int | None
+    ) -> IsrUpdateOutcome:
+        """ZooKeeper's answer to ``proposal``: the znode's new version, or None if rejected.
+
+        A rejection means the partition state changed under us (a controller
+        moved leadership or bumped the epoch): this object stops leading and the
+        outcome carries ``StopLeading``; the IO layer fences produces and
+        follower fetches until the next LeaderAndIsr.
+        """
+        self._require_leading()
+        if self._isr.pending != proposal:
+            raise ValueError(f"{proposal} is not the pending ISR change {self._isr.pending}")
+        if new_zk_version is None:
+            self._isr = PartitionIsrState(isr=self._isr.isr)
+            self.phase = LeaderPhase.RESIGNED
+            stop = StopLeading(
+                self.leader_epoch,
+                self.partition_zk_version,
+                f"conditional ISR update at zk version {proposal.partition_zk_version} rejected",
+            )
+            return IsrUpdateOutcome(False, self._isr.isr, stop_leading=stop)
+        if new_zk_version <= self.partition_zk_version:
+            raise ValueError(
+                f"zk version went from {self.partition_zk_version} to {new_zk_version}"
+            )
+        check_isr_transition(self._isr.state, IsrState.COMMITTED)
+        self._isr = PartitionIsrState(isr=proposal.new_isr)
+        self.partition_zk_version = new_zk_version
+        self._lost_records -= proposal.removed
+        hw_change = self._maybe_increment_high_watermark()
+        self.check_invariants()
+        return IsrUpdateOutcome(True, self._isr.isr, high_watermark_change=hw_change)
+
+    def resign(self, reason: str) -> StopLeading:
+        """Stop leading (e.g. a LeaderAndIsr made this broker a follower)."""
+        self.phase = LeaderPhase.RESIGNED
+        self._isr = PartitionIsrState(isr=self._isr.isr)
+        return StopLeading(self.leader_epoch, self.partition_zk_version, reason)
+
+    # -- acks=all -----------------------------------------------------------------
+
+    def can_accept_acks_all(self) -> ErrorCode | None:
+        """NOT_ENOUGH_REPLICAS when the ISR is smaller than ``min.insync.replicas``."""
+        self._require_leading()
+        if len(self._isr.isr) < self.min_insync_replicas:
+            return ErrorCode.not_enough_replicas
+        return None
+
+    def acks_all_status(self, required_offset: int) -> AcksAllStatus:
+        """Whether records below ``required_offset`` (last offset + 1) are committed.
+
+        Kafka ``checkEnoughReplicasReachOffset``: done once the HW reaches it;
+        an error if the ISR shrank below ``min.insync.replicas`` meanwhile.
+        """
+        if self._high_watermark < required_offset:
+            return AcksAllStatus.PENDING
+        if len(self._isr.isr) < self.min_insync_replicas:
+            return AcksAllStatus.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        return AcksAllStatus.SATISFIED
+
+    def acks_all_satisfied(self, required_offset: int) -> bool:
+        return self.acks_all_status(required_offset) is AcksAllStatus.SATISFIED
+
+    # -- invariants ------------------------------------------------------------------
+
+    def check_invariants(self) -> None:
+        """Always-on checks; raise ``ReplicationInvariantError`` on the first broken one."""
+        hw, leo = self._high_watermark, self._log_end_offset
+        isr, maximal = self._isr.isr, self._isr.maximal_isr
+
+        def fail(msg: str) -> None:
+            raise ReplicationInvariantError(
+                f"partition leader {self.broker_id} epoch {self.leader_epoch}: {msg}"
+            )
+
+        if not 0 <= hw <= leo:
+            fail(f"high watermark {hw} outside [0, log end offset {leo}]")
+        if leo < self.leader_epoch_start_offset:
+            fail(f"log end offset {leo} below epoch start {self.leader_epoch_start_offset}")
+        if self.broker_id not in isr:
+            fail(f"leader not in ISR {isr}")
+        if not set(isr) <= set(maximal) <= set(self.assigned_replicas):
+            fail(f"ISR {isr} / maximal ISR {maximal} / assigned {self.assigned_replicas}")
+        if (self._isr.pending is None) != (self._isr.state is IsrState.COMMITTED):
+            fail(f"ISR state {self._isr.state} with pending change {self._isr.pending}")
+        for r in maximal:
+            if r == self.broker_id or r in self._lost_records:
+                continue
+            follower_leo = self._followers[r].log_end_offset
+            if follower_leo is not None and hw > follower_leo:
+                fail(f"high watermark {hw} above ISR member {r}'s log end offset {follower_leo}")
+
+    # -- internals -----------------------------------------------------------------
+
+    def _require_leading(self) -> None:
+        if self.phase is not LeaderPhase.LEADING:
+            raise NotLeadingError(
+                f"broker {self.broker_id} no longer leads epoch {self.leader_epoch}"
+            )
+
+    def _can_expand(self, replica_id: int, fetch_offset: int) -> bool:
+        return (
+            not self._isr.is_inflight
+            and replica_id not in self._isr.isr
+            and fetch_offset >= self._high_watermark
+            and fetch_offset >= self.leader_epoch_start_offset
+        )
+
+    def _propose(self, kind: IsrState, new_isr: tuple[int, ...]) -> IsrChangeProposal:
+        check_isr_transition(self._isr.state, kind)
+        proposal = IsrChangeProposal(
+            leader_id=self.broker_id,
+            leader_epoch=self.leader_epoch,
+            kind=kind,
+            current_isr=self._isr.isr,
+            new_isr=new_isr,
+            partition_zk_version=self.partition_zk_version,
+        )
+        self._isr = PartitionIsrState(isr=self._isr.isr, state=kind, pending=proposal)
+        if kind is IsrState.PENDING_EXPAND_ISR:
+            self._lost_records -= proposal.added
+        return proposal
+
+    def _maybe_increment_high_watermark(self) -> HwChange | None:
+        candidate = self._log_end_offset
+        for r in self._isr.maximal_isr:
+            if r == self.broker_id:
+                continue
+            follower_leo = self._followers[r].log_end_offset
+            if follower_leo is None:
+                return None
+            candidate = min(candidate, follower_leo)
+        if candidate <= self._high_watermark:
+            return None
+        change = HwChange(self._high_watermark, candidate)
+        self._high_watermark = candidate
+        return change
