@@ -38,12 +38,19 @@ class _IndexFile:
         self.path = Path(path)
         self.base_offset = base_offset
         self._written = 0  # entries already in the file
+        self._dirty = True  # the file may differ from _written entries, or is not fsynced
 
     def __len__(self) -> int:
         raise NotImplementedError
 
     def _encode(self, start: int) -> bytes:
         raise NotImplementedError
+
+    def _file_size(self) -> int:
+        try:
+            return self.path.stat().st_size
+        except FileNotFoundError:
+            return -1
 
     def _read_raw(self) -> bytes:
         try:
@@ -55,6 +62,8 @@ class _IndexFile:
     def flush(self, *, fsync: bool = True) -> None:
         """Write entries added since the last flush, then fsync the file."""
         pending = self._encode(self._written)
+        if not pending and not self._dirty:
+            return
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
         try:
             if pending or os.fstat(fd).st_size != self._written * self.entry_size:
@@ -65,10 +74,12 @@ class _IndexFile:
         finally:
             os.close(fd)
         self._written = len(self)
+        self._dirty = not fsync
 
     def _truncated_entries(self, keep: int) -> None:
         if keep < self._written or keep == 0:
             self._written = keep
+            self._dirty = True
             if self.path.exists():
                 os.truncate(self.path, keep * self.entry_size)
 
@@ -96,6 +107,7 @@ class OffsetIndex(_IndexFile):
                 self._offsets.append(offset)
                 self._positions.append(pos)
             self._written = len(self._offsets)
+            self._dirty = self._file_size() != self._written * self.entry_size
 
     def __len__(self) -> int:
         return len(self._offsets)
@@ -165,6 +177,7 @@ class TimeIndex(_IndexFile):
                 self._timestamps.append(ts)
                 self._offsets.append(offset)
             self._written = len(self._offsets)
+            self._dirty = self._file_size() != self._written * self.entry_size
 
     def __len__(self) -> int:
         return len(self._offsets)

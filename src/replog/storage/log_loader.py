@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from replog.protocol.records import InvalidRecordBatch
 from replog.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
 from replog.storage.log_config import LogConfig
 from replog.storage.producer_state import ProducerStateManager, list_snapshots
@@ -100,7 +101,18 @@ def load_log(
                 dropped,
             )
         else:
-            segment.load_next_offset()
+            try:
+                segment.load_next_offset()
+            except InvalidRecordBatch as exc:
+                dropped = segment.recover()
+                log.warning(
+                    "%s: segment %d unreadable after a clean shutdown (%s); "
+                    "recovered it, dropped %d bytes",
+                    name,
+                    segment.base_offset,
+                    exc,
+                    dropped,
+                )
 
     if not segments:
         segments.append(_fresh_segment(dir, log_start_offset, config, now_ms))

@@ -383,8 +383,8 @@ class LogSegment:
         if self._fd is None:
             return
         self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
-        self.offset_index.flush(fsync=False)
-        self.time_index.flush(fsync=False)
+        self.offset_index.flush()
+        self.time_index.flush()
         os.close(self._fd)
         self._fd = None
 

@@ -1,0 +1,199 @@
+"""All logs of a broker, across its ``log.dirs``.
+
+Each log dir holds one directory per partition (``<topic>-<partition>``) and
+three files of its own: ``recovery-point-offset-checkpoint``,
+``log-start-offset-checkpoint`` and, after a clean shutdown, the
+``.kafka_cleanShutdown`` marker. ``startup`` loads every partition directory
+(recovering only what may be unflushed unless the marker is there) and then
+removes the marker; ``shutdown`` flushes, checkpoints and writes it again.
+
+Concurrency: owned by the broker's event loop; not thread-safe. ``flush_dirty_logs``
+and ``checkpoint`` do fsyncs: run them where blocking is acceptable, without other
+calls on the same logs meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+
+from replog.storage.checkpoints import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    CheckpointError,
+    OffsetCheckpointFile,
+    atomic_write,
+    fsync_dir,
+)
+from replog.storage.log import Log, parse_topic_partition
+from replog.storage.log_config import LogConfig
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanShutdown"
+DELETE_DIR_SUFFIX = "-delete"
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+class LogManager:
+    """Creates, loads, checkpoints and deletes the logs in ``log_dirs``."""
+
+    def __init__(self, log_dirs: list[Path], default_config: LogConfig) -> None:
+        if not log_dirs:
+            raise ValueError("log.dirs must name at least one directory")
+        self.log_dirs = [Path(d) for d in log_dirs]
+        self.default_config = default_config
+        self._logs: dict[TopicPartition, Log] = {}
+        self._dir_of: dict[TopicPartition, Path] = {}
+        self._deleted = 0
+        for d in self.log_dirs:
+            d.mkdir(parents=True, exist_ok=True)
+
+    # -- loading ---------------------------------------------------------
+    def startup(self, now_ms: int, topic_configs: Mapping[str, LogConfig] | None = None) -> None:
+        """Load every partition directory of every log dir, then remove the clean marker.
+
+        ``topic_configs`` gives per-topic configs; other topics use the default.
+        """
+        topic_configs = topic_configs or {}
+        for log_dir in self.log_dirs:
+            marker = log_dir / CLEAN_SHUTDOWN_FILE
+            clean = marker.exists()
+            recovery_points = self._read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
+            start_offsets = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
+            for sub in sorted(log_dir.iterdir()):
+                if not sub.is_dir():
+                    continue
+                if sub.name.endswith(DELETE_DIR_SUFFIX):
+                    log.info("removing partially deleted log %s", sub)
+                    shutil.rmtree(sub, ignore_errors=True)
+                    continue
+                try:
+                    tp = parse_topic_partition(sub.name)
+                except ValueError:
+                    log.warning("ignoring %s: not a <topic>-<partition> directory", sub)
+                    continue
+                if tp in self._logs:
+                    raise RuntimeError(
+                        f"duplicate log directories for {tp[0]}-{tp[1]}: {self._dir_of[tp]} and {log_dir}"
+                    )
+                self._logs[tp] = Log.open(
+                    sub,
+                    topic_configs.get(tp[0], self.default_config),
+                    recovery_point=recovery_points.get(tp, 0),
+                    log_start_offset=start_offsets.get(tp, 0),
+                    now_ms=now_ms,
+                    clean_shutdown=clean,
+                )
+                self._dir_of[tp] = log_dir
+            if clean:
+                marker.unlink()
+                fsync_dir(log_dir)
+            log.info(
+                "loaded %d log(s) from %s (%s shutdown)",
+                sum(1 for d in self._dir_of.values() if d == log_dir),
+                log_dir,
+                "clean" if clean else "unclean",
+            )
+
+    @staticmethod
+    def _read_checkpoint(path: Path) -> dict[TopicPartition, int]:
+        try:
+            return OffsetCheckpointFile(path).read()
+        except CheckpointError as exc:
+            log.warning("ignoring unreadable checkpoint (full recovery follows): %s", exc)
+            return {}
+
+    # -- lookup ----------------------------------------------------------
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def all_logs(self) -> list[Log]:
+        return list(self._logs.values())
+
+    def local_partitions_on_disk(self) -> set[TopicPartition]:
+        return set(self._logs)
+
+    def log_dir_of(self, topic: str, partition: int) -> Path | None:
+        return self._dir_of.get((topic, partition))
+
+    def get_or_create_log(self, topic: str, partition: int, config: LogConfig, now_ms: int) -> Log:
+        """The existing log, or a new empty one in the log dir holding fewest partitions."""
+        tp = (topic, partition)
+        existing = self._logs.get(tp)
+        if existing is not None:
+            return existing
+        if not topic or partition < 0 or "/" in topic or " " in topic:
+            raise ValueError(f"invalid topic partition {topic!r} {partition}")
+        counts = {d: 0 for d in self.log_dirs}
+        for d in self._dir_of.values():
+            counts[d] += 1
+        log_dir = min(self.log_dirs, key=lambda d: counts[d])
+        new_log = Log.open(
+            log_dir / f"{topic}-{partition}",
+            config,
+            recovery_point=0,
+            log_start_offset=0,
+            now_ms=now_ms,
+            clean_shutdown=True,
+        )
+        fsync_dir(log_dir)
+        self._logs[tp] = new_log
+        self._dir_of[tp] = log_dir
+        log.info("created log %s-%d in %s", topic, partition, log_dir)
+        return new_log
+
+    def delete_log(self, topic: str, partition: int) -> None:
+        """Close the log and remove its directory (renamed to ``*-delete`` first, as Kafka does)."""
+        tp = (topic, partition)
+        target = self._logs.pop(tp, None)
+        log_dir = self._dir_of.pop(tp, None)
+        if target is None or log_dir is None:
+            return
+        target.delete_files()
+        self._deleted += 1
+        doomed = log_dir / f"{target.dir.name}.{os.getpid()}-{self._deleted}{DELETE_DIR_SUFFIX}"
+        os.replace(target.dir, doomed)
+        fsync_dir(log_dir)
+        shutil.rmtree(doomed, ignore_errors=True)
+        self._checkpoint_dir(log_dir)
+        log.info("deleted log %s-%d", topic, partition)
+
+    # -- maintenance -----------------------------------------------------
+    def cleanup_logs(self, now_ms: int) -> int:
+        """Retention across all logs; returns the number of segments deleted."""
+        return sum(each.delete_old_segments(now_ms) for each in list(self._logs.values()))
+
+    def flush_dirty_logs(self) -> None:
+        """fsync every log with data past its recovery point."""
+        for each in self._logs.values():
+            if each.recovery_point < each.log_end_offset:
+                each.flush()
+
+    def checkpoint(self) -> None:
+        """Write the recovery point and log start offset checkpoints of every log dir."""
+        for log_dir in self.log_dirs:
+            self._checkpoint_dir(log_dir)
+
+    def _checkpoint_dir(self, log_dir: Path) -> None:
+        logs = {tp: lg for tp, lg in self._logs.items() if self._dir_of[tp] == log_dir}
+        OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).write(
+            {tp: lg.recovery_point for tp, lg in logs.items()}
+        )
+        OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).write(
+            {tp: lg.log_start_offset for tp, lg in logs.items()}
+        )
+
+    def shutdown(self) -> None:
+        """Flush and close every log, checkpoint, and mark each log dir cleanly shut down."""
+        for each in self._logs.values():
+            each.flush()
+            each.close()
+        self.checkpoint()
+        for log_dir in self.log_dirs:
+            atomic_write(log_dir / CLEAN_SHUTDOWN_FILE, b"")
+        log.info("log manager shut down cleanly (%d logs)", len(self._logs))
