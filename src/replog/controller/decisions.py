@@ -1,0 +1,349 @@
+"""The controller's decisions, one pure function per event (Kafka ``KafkaController``'s
+``onControllerFailover``, ``onBrokerStartup``, ``onBrokerFailure``,
+``onNewPartitionCreation``, topic deletion, ISR change and controlled shutdown).
+
+Each function takes the current ``ControllerContext`` (not mutated) and the event's data
+already read from ZooKeeper, and returns a ``ControllerDecision``: the new context, the
+ZooKeeper writes to make in one batch, and the requests to send per broker. See
+``replog.controller.effects`` for how the IO layer applies a decision.
+
+No IO, no clock, no randomness: the same context and inputs give the same decision.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from replog.controller import topic_deletion
+from replog.controller.context import (
+    BrokerInfo,
+    ControllerContext,
+    LeaderIsrAndControllerEpoch,
+    PartitionReplica,
+    TopicPartition,
+)
+from replog.controller.effects import ControllerDecision
+from replog.controller.state_machines import (
+    ControlledShutdownElection,
+    PreferredReplicaElection,
+    partition_state_change,
+    replica_state_change,
+    trigger_online_partition_state_change,
+)
+from replog.controller.states import PartitionState, ReplicaState
+
+log = logging.getLogger("replog.controller")
+
+_P = PartitionState
+_R = ReplicaState
+
+# Kafka error codes used in the controlled shutdown answer.
+NONE = 0
+BROKER_NOT_AVAILABLE = 8
+STALE_BROKER_EPOCH = 77
+
+
+def on_controller_failover(context: ControllerContext) -> ControllerDecision:
+    """This broker just became controller; ``context`` was read from ZooKeeper with the
+    incremented controller epoch, ``live_brokers``, topics, assignments, leadership,
+    ``topics_to_be_deleted`` and unclean-election settings filled in and no states yet.
+
+    Every live broker gets UpdateMetadata with every partition and LeaderAndIsr for
+    every partition it hosts; offline replicas leave their ISRs; partitions without a
+    live leader get one elected; pending topic deletions resume.
+    """
+    d = ControllerDecision(context)
+    ctx = d.context
+    # Kafka initializeTopicDeletion: topics with replicas on dead brokers are halted.
+    ctx.topics_to_be_deleted &= ctx.all_topics
+    offline_replicas: list[PartitionReplica] = []
+    online_replicas: list[PartitionReplica] = []
+    for topic in sorted(ctx.partition_assignments):
+        for replica in ctx.replicas_for_topic(topic):
+            if ctx.is_replica_online(replica.replica, include_shutting_down=True):
+                online_replicas.append(replica)
+                ctx.replica_states[replica] = _R.OnlineReplica
+            else:
+                offline_replicas.append(replica)
+                ctx.replica_states[replica] = _R.ReplicaDeletionIneligible
+                if topic in ctx.topics_to_be_deleted:
+                    ctx.topics_ineligible_for_deletion.add(topic)
+    for tp in ctx.all_partitions():
+        state = ctx.partition_leadership.get(tp)
+        if state is None:
+            ctx.partition_states[tp] = _P.NewPartition
+        elif ctx.is_replica_online(state.leader_and_isr.leader):
+            ctx.partition_states[tp] = _P.OnlinePartition
+        else:
+            ctx.partition_states[tp] = _P.OfflinePartition
+    d.batch.add_update_metadata_all_partitions(ctx.live_or_shutting_down_broker_ids)
+    # Kafka replicaStateMachine.startup()
+    replica_state_change(d, online_replicas, _R.OnlineReplica)
+    replica_state_change(
+        d,
+        [r for r in offline_replicas if r.topic_partition.topic not in ctx.topics_to_be_deleted],
+        _R.OfflineReplica,
+    )
+    # Kafka partitionStateMachine.startup()
+    trigger_online_partition_state_change(d)
+    topic_deletion.resume_deletions(d)
+    return d
+
+
+def on_broker_change(
+    context: ControllerContext, registered: Mapping[int, BrokerInfo]
+) -> ControllerDecision:
+    """Kafka ``processBrokerChange``: ``registered`` is every broker now under
+    ``/brokers/ids`` (with its epoch). Dead brokers are handled first, then bounced
+    brokers (a new epoch under the same id: a failure and a startup), then new ones.
+    """
+    d = ControllerDecision(context)
+    known = context.live_brokers
+    new = sorted(b for b in registered if b not in known)
+    dead = sorted(b for b in known if b not in registered)
+    bounced = sorted(
+        b for b in registered if b in known and _epoch(registered[b]) > _epoch(known[b])
+    )
+    if dead or bounced:
+        _broker_failure(d, [*dead, *bounced])
+    if new or bounced:
+        _broker_startup(d, [registered[b] for b in sorted([*new, *bounced])])
+    return d
+
+
+def on_broker_startup(
+    context: ControllerContext, new_brokers: Sequence[BrokerInfo]
+) -> ControllerDecision:
+    """Kafka ``onBrokerStartup``: ``new_brokers`` just registered."""
+    d = ControllerDecision(context)
+    _broker_startup(d, new_brokers)
+    return d
+
+
+def on_broker_failure(
+    context: ControllerContext, dead_brokers: Iterable[int]
+) -> ControllerDecision:
+    """Kafka ``onBrokerFailure``: ``dead_brokers`` lost their registration.
+
+    For every partition led by a dead broker a new leader is elected from the live ISR
+    (unclean only if the topic allows it); dead brokers leave every ISR, except that an
+    ISR is never emptied (the partition goes offline with leader -1 and keeps its last
+    member). One ZooKeeper write per changed partition; LeaderAndIsr to the affected
+    live replicas and UpdateMetadata to every live broker.
+    """
+    d = ControllerDecision(context)
+    _broker_failure(d, sorted(set(dead_brokers)))
+    return d
+
+
+def _epoch(info: BrokerInfo) -> int:
+    return -1 if info.epoch is None else info.epoch
+
+
+def _broker_startup(d: ControllerDecision, new_brokers: Sequence[BrokerInfo]) -> None:
+    ctx = d.context
+    new_ids = {b.id for b in new_brokers}
+    for info in new_brokers:
+        ctx.live_brokers[info.id] = info
+        ctx.shutting_down_broker_ids.discard(info.id)
+    # Kafka sends everything to everyone here: new brokers need all partitions, the
+    # others need the new live broker list.
+    d.batch.add_update_metadata_all_partitions(ctx.live_or_shutting_down_broker_ids)
+    replicas = ctx.replicas_on_brokers(new_ids)
+    deleting = ctx.topics_to_be_deleted
+    to_online = [
+        r
+        for r in replicas
+        if ctx.replica_state(r)
+        not in (_R.ReplicaDeletionSuccessful, _R.ReplicaDeletionStarted, _R.NonExistentReplica)
+    ]
+    replica_state_change(d, to_online, _R.OnlineReplica)
+    trigger_online_partition_state_change(d)
+    deleting_topics = {
+        r.topic_partition.topic for r in replicas if r.topic_partition.topic in deleting
+    }
+    if deleting_topics:
+        topic_deletion.resume_deletion_for_topics(d, deleting_topics)
+
+
+def _broker_failure(d: ControllerDecision, dead: Sequence[int]) -> None:
+    ctx = d.context
+    for broker in dead:
+        ctx.live_brokers.pop(broker, None)
+        ctx.shutting_down_broker_ids.discard(broker)
+    replicas = ctx.replicas_on_brokers(dead)
+    deleting = ctx.topics_to_be_deleted
+    for_deletion = [r for r in replicas if r.topic_partition.topic in deleting]
+    not_for_deletion = [r for r in replicas if r.topic_partition.topic not in deleting]
+    # Kafka onReplicasBecomeOffline
+    offline_leader = ctx.partitions_with_offline_leader()
+    partition_state_change(d, offline_leader, _P.OfflinePartition)
+    trigger_online_partition_state_change(d)
+    replica_state_change(d, not_for_deletion, _R.OfflineReplica)
+    topic_deletion.fail_replica_deletion(d, for_deletion)
+    # Every live broker must learn of the dead ones even if no partition changed.
+    d.batch.add_update_metadata_to_all_live()
+
+
+def on_new_topics(
+    context: ControllerContext,
+    assignments: Mapping[str, Mapping[int, Sequence[int]]],
+    topic_ids: Mapping[str, uuid.UUID | str] | None = None,
+) -> ControllerDecision:
+    """Kafka ``onNewPartitionCreation`` for topics that appeared under ``/brokers/topics``.
+
+    Each partition goes NewPartition -> OnlinePartition with the first live assigned
+    replica as leader, the live assigned replicas as ISR and leader epoch 0 (znode
+    created); replicas go NewReplica -> OnlineReplica. A partition with no live replica
+    stays NewPartition (reported in ``failed_elections``) until a replica's broker
+    starts.
+    """
+    d = ControllerDecision(context)
+    ctx = d.context
+    ids = topic_ids or {}
+    new_partitions: list[TopicPartition] = []
+    for topic in sorted(assignments):
+        if topic in ctx.all_topics:
+            continue
+        raw_id = ids.get(topic)
+        topic_id = None if raw_id is None else uuid.UUID(str(raw_id))
+        ctx.add_topic(topic, {p: tuple(r) for p, r in assignments[topic].items()}, topic_id)
+        new_partitions.extend(sorted(ctx.partitions_for_topic(topic)))
+    new_replicas = [PartitionReplica(tp, r) for tp in new_partitions for r in ctx.replicas_for(tp)]
+    partition_state_change(d, new_partitions, _P.NewPartition)
+    replica_state_change(d, new_replicas, _R.NewReplica)
+    partition_state_change(d, new_partitions, _P.OnlinePartition)
+    replica_state_change(d, new_replicas, _R.OnlineReplica)
+    return d
+
+
+def on_topic_deletion(context: ControllerContext, topics: Iterable[str]) -> ControllerDecision:
+    """Kafka ``processTopicDeletion``: ``topics`` appeared under ``/admin/delete_topics``.
+
+    Live replicas get StopReplica(delete_partition=true); deletion of a topic with a
+    replica on a dead broker waits until that broker returns. The topic's znodes are
+    deleted (``DeleteTopic`` write) once every replica reported success.
+    """
+    d = ControllerDecision(context)
+    topic_deletion.enqueue_topics_for_deletion(d, topics)
+    return d
+
+
+def on_stop_replica_response(
+    context: ControllerContext,
+    broker_id: int,
+    error_code: int,
+    partition_errors: Mapping[TopicPartition, int],
+) -> ControllerDecision:
+    """Kafka ``TopicDeletionStopReplicaResponseReceived``: a broker answered StopReplica.
+
+    Only partitions of topics queued for deletion matter; a top-level error fails every
+    partition listed.
+    """
+    d = ControllerDecision(context)
+    ok: list[PartitionReplica] = []
+    failed: list[PartitionReplica] = []
+    for tp, code in partition_errors.items():
+        replica = PartitionReplica(TopicPartition(tp[0], tp[1]), broker_id)
+        (failed if error_code != NONE or code != NONE else ok).append(replica)
+    if failed:
+        topic_deletion.fail_replica_deletion(d, failed)
+    if ok:
+        topic_deletion.complete_replica_deletion(d, ok)
+    return d
+
+
+def on_isr_change(
+    context: ControllerContext,
+    fresh_states: Mapping[TopicPartition, LeaderIsrAndControllerEpoch],
+) -> ControllerDecision:
+    """Kafka ``processIsrChangeNotification``: leaders changed ISRs in ZooKeeper;
+    ``fresh_states`` are the states just read back. The context takes the newer ones
+    and every live broker gets UpdateMetadata for them. No ZooKeeper writes.
+    """
+    d = ControllerDecision(context)
+    ctx = d.context
+    changed: list[TopicPartition] = []
+    for raw_tp, state in fresh_states.items():
+        tp = TopicPartition(raw_tp[0], raw_tp[1])
+        if tp[0] not in ctx.all_topics or tp[0] in ctx.topics_to_be_deleted:
+            continue
+        current = ctx.partition_leadership.get(tp)
+        if (
+            current is not None
+            and state.leader_and_isr.zk_version < current.leader_and_isr.zk_version
+        ):
+            continue  # older than what we know
+        ctx.partition_leadership[tp] = state
+        changed.append(tp)
+    if changed:
+        d.batch.add_update_metadata_to_all_live(changed)
+    return d
+
+
+@dataclass(frozen=True, slots=True)
+class ControlledShutdownResult:
+    """Answer to ControlledShutdown: ``remaining`` partitions still led by the broker."""
+
+    error_code: int
+    remaining: tuple[TopicPartition, ...]
+
+
+def on_controlled_shutdown(
+    context: ControllerContext, broker_id: int, broker_epoch: int
+) -> tuple[ControllerDecision, ControlledShutdownResult]:
+    """Kafka ``doControlledShutdown``: move leadership and ISR membership off a broker
+    that asked to shut down. Partitions with a single replica are left alone.
+    """
+    d = ControllerDecision(context)
+    ctx = d.context
+    if broker_id not in ctx.live_brokers:
+        return d, ControlledShutdownResult(BROKER_NOT_AVAILABLE, ())
+    current_epoch = ctx.broker_epoch(broker_id)
+    if broker_epoch != -1 and broker_epoch < current_epoch:
+        return d, ControlledShutdownResult(STALE_BROKER_EPOCH, ())
+    ctx.shutting_down_broker_ids.add(broker_id)
+    led: list[TopicPartition] = []
+    followed: list[PartitionReplica] = []
+    for replica in ctx.replicas_on_brokers((broker_id,)):
+        tp = replica.topic_partition
+        state = ctx.partition_leadership.get(tp)
+        if tp[0] in ctx.topics_to_be_deleted or state is None or len(ctx.replicas_for(tp)) <= 1:
+            continue
+        if state.leader_and_isr.leader == broker_id:
+            led.append(tp)
+        else:
+            followed.append(replica)
+    partition_state_change(d, led, _P.OnlinePartition, ControlledShutdownElection())
+    # Followers stop fetching (StopReplica without delete) and leave the ISR.
+    replica_state_change(d, followed, _R.OfflineReplica)
+    remaining = tuple(
+        tp
+        for tp in led
+        if (state := ctx.partition_leadership.get(tp)) is not None
+        and state.leader_and_isr.leader == broker_id
+    )
+    return d, ControlledShutdownResult(NONE, remaining)
+
+
+def on_preferred_replica_election(
+    context: ControllerContext, partitions: Iterable[TopicPartition]
+) -> ControllerDecision:
+    """Kafka ``onReplicaElection`` with the preferred strategy: lead from the first
+    assigned replica where it is live and in sync and not already leading."""
+    d = ControllerDecision(context)
+    ctx = d.context
+    eligible = []
+    for raw_tp in partitions:
+        tp = TopicPartition(raw_tp[0], raw_tp[1])
+        state = ctx.partition_leadership.get(tp)
+        replicas = ctx.replicas_for(tp)
+        if state is None or not replicas or tp[0] in ctx.topics_to_be_deleted:
+            continue
+        if state.leader_and_isr.leader != replicas[0]:
+            eligible.append(tp)
+    partition_state_change(d, eligible, _P.OnlinePartition, PreferredReplicaElection())
+    return d

@@ -1,0 +1,178 @@
+"""What a controller decision asks the IO layer to do: ZooKeeper writes and broker requests.
+
+A ``ControllerDecision`` is built by one call of a function in
+``replog.controller.decisions``. It holds
+
+* ``base``: the context the decision started from (never mutated);
+* ``context``: the new context, valid once the writes succeed;
+* ``zk_writes``: the partition-state creates/updates and topic deletions, meant to be
+  applied atomically in one ZooKeeper ``multi()`` together with a version check of
+  ``/controller_epoch`` at ``controller_epoch_zk_version`` (Kafka fences a zombie
+  controller the same way). At most one write per partition: a partition touched
+  twice in one decision is written once, in its final state, with its leader epoch
+  bumped exactly once over the state in ZooKeeper;
+* ``batch``/``requests()``: what to send to which live broker afterwards.
+
+Contract with the IO layer: perform ``zk_writes``; if all succeed, install ``context``
+and send ``requests()``. If the multi fails on a partition's version (a leader changed
+the ISR meanwhile), keep the old context, re-read the stale partitions into it and
+call the same decision function again; nothing from the failed decision is kept. If it
+fails on the controller epoch check, resign.
+
+Concurrency: a decision is built and consumed by the controller task; not shared.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from replog.controller.context import (
+    NO_LEADER,
+    ControllerContext,
+    LeaderAndIsr,
+    LeaderIsrAndControllerEpoch,
+    TopicPartition,
+)
+from replog.controller.request_batch import ControllerBrokerRequestBatch, ControllerRequest
+from replog.controller.zk_data import INITIAL_LEADER_EPOCH, INITIAL_PARTITION_ZK_VERSION
+
+log = logging.getLogger("replog.controller.state_change")
+
+
+class ControllerMovedError(RuntimeError):
+    """A partition state was written by a newer controller: this one must resign."""
+
+
+class InvariantViolation(AssertionError):
+    """A decision would break a replication invariant (leader outside ISR, epoch going back)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionState:
+    """Create ``/brokers/topics/<t>/partitions/<p>/state`` (and its parents) with ``state``.
+
+    ``state.leader_and_isr.zk_version`` is 0, the version of the new znode.
+    """
+
+    partition: TopicPartition
+    state: LeaderIsrAndControllerEpoch
+
+
+@dataclass(frozen=True, slots=True)
+class UpdatePartitionState:
+    """Conditionally set ``/brokers/topics/<t>/partitions/<p>/state`` to ``state``.
+
+    The write must fail unless the znode is at ``expected_zk_version``;
+    ``state.leader_and_isr.zk_version`` is the version after the write
+    (``expected_zk_version + 1``), which is what the new context records.
+    """
+
+    partition: TopicPartition
+    state: LeaderIsrAndControllerEpoch
+    expected_zk_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopic:
+    """Delete ``/brokers/topics/<t>`` recursively, ``/config/topics/<t>`` and
+    ``/admin/delete_topics/<t>`` (Kafka ``KafkaZkClient.deleteTopicZNode`` and friends)."""
+
+    topic: str
+
+
+ZkWrite = CreatePartitionState | UpdatePartitionState | DeleteTopic
+
+
+class ControllerDecision:
+    """Effects of one controller event; see the module docstring."""
+
+    def __init__(self, base: ControllerContext) -> None:
+        self.base = base
+        self.context = base.copy()
+        self.batch = ControllerBrokerRequestBatch()
+        self._partition_writes: dict[
+            TopicPartition, CreatePartitionState | UpdatePartitionState
+        ] = {}
+        self._topic_deletes: list[DeleteTopic] = []
+        self.unclean_elections: list[TopicPartition] = []
+        """Partitions whose new leader came from outside the ISR (possible data loss)."""
+        self.failed_elections: list[TopicPartition] = []
+        """Partitions left without a leader: no eligible replica."""
+        self.completed_topic_deletions: list[str] = []
+
+    # --- results -----------------------------------------------------------------------
+
+    @property
+    def zk_writes(self) -> list[ZkWrite]:
+        writes: list[ZkWrite] = list(self._partition_writes.values())
+        writes.extend(self._topic_deletes)
+        return writes
+
+    @property
+    def controller_epoch_zk_version(self) -> int:
+        return self.context.controller_epoch_zk_version
+
+    def requests(self) -> dict[int, list[ControllerRequest]]:
+        """Requests per live broker, built from the final context."""
+        return self.batch.build(self.context)
+
+    # --- partition state writes --------------------------------------------------------
+
+    def create_leadership(
+        self, tp: TopicPartition, leader: int, isr: Sequence[int]
+    ) -> LeaderIsrAndControllerEpoch:
+        """First leader and ISR of a new partition: leader epoch 0, znode version 0."""
+        _check_leader_in_isr(tp, leader, isr)
+        state = LeaderIsrAndControllerEpoch(
+            LeaderAndIsr(leader, INITIAL_LEADER_EPOCH, tuple(isr), INITIAL_PARTITION_ZK_VERSION),
+            self.context.controller_epoch,
+        )
+        self.context.partition_leadership[tp] = state
+        self._partition_writes[tp] = CreatePartitionState(tp, state)
+        return state
+
+    def set_leadership(
+        self, tp: TopicPartition, leader: int, isr: Sequence[int]
+    ) -> LeaderIsrAndControllerEpoch:
+        """New leader/ISR for an existing partition, one conditional write per decision.
+
+        The leader epoch is the epoch in ZooKeeper (``base``) plus one, however many
+        times the partition changes within this decision.
+        """
+        _check_leader_in_isr(tp, leader, isr)
+        pending = self._partition_writes.get(tp)
+        if isinstance(pending, CreatePartitionState):
+            return self.create_leadership(tp, leader, isr)
+        before = self.base.partition_leadership.get(tp)
+        if before is None:
+            raise InvariantViolation(f"{tp}: no leadership to update")
+        old = before.leader_and_isr
+        new = LeaderIsrAndControllerEpoch(
+            LeaderAndIsr(leader, old.leader_epoch + 1, tuple(isr), old.zk_version + 1),
+            self.context.controller_epoch,
+        )
+        self.context.partition_leadership[tp] = new
+        self._partition_writes[tp] = UpdatePartitionState(tp, new, old.zk_version)
+        return new
+
+    def delete_topic_znodes(self, topic: str) -> None:
+        for tp in [tp for tp in self._partition_writes if tp[0] == topic]:
+            del self._partition_writes[tp]
+        self._topic_deletes.append(DeleteTopic(topic))
+
+    def has_pending_write(self, tp: TopicPartition) -> bool:
+        return tp in self._partition_writes
+
+    def pending_partitions(self) -> Iterable[TopicPartition]:
+        return self._partition_writes.keys()
+
+
+def _check_leader_in_isr(tp: TopicPartition, leader: int, isr: Sequence[int]) -> None:
+    if not isr:
+        raise InvariantViolation(f"{tp}: empty ISR")
+    if leader != NO_LEADER and leader not in isr:
+        raise InvariantViolation(f"{tp}: leader {leader} not in ISR {list(isr)}")
+    if len(set(isr)) != len(isr):
+        raise InvariantViolation(f"{tp}: duplicate ISR members {list(isr)}")

@@ -1,0 +1,152 @@
+"""The controller's events (Kafka ``ControllerEvent`` subclasses in ``KafkaController``).
+
+ZooKeeper watches and the request handlers only put one of these on the controller's
+single queue (Kafka's ``BrokerChangeHandler`` just does ``eventManager.put(BrokerChange)``);
+the one controller task takes them in order and calls ``process`` logic for each.
+Events carry no ZooKeeper data: the task reads what it needs when it processes the
+event, so a burst of watches costs one read. Events are immutable; the optional
+``callback`` of a request-driven event is how the answer goes back to the handler
+(the IO layer hands it a future's ``set_result``), and it is ignored by equality.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Startup:
+    """Kafka ``Startup`` -> ``processStartup``: register watches, try to become controller."""
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerChange:
+    """Kafka ``ControllerChange`` -> ``processControllerChange``: ``/controller`` changed
+    (created or data changed); resign if another broker now holds it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reelect:
+    """Kafka ``Reelect`` -> ``processReelect``: ``/controller`` was deleted; resign if we
+    held it, then try to become controller."""
+
+
+@dataclass(frozen=True, slots=True)
+class Expire:
+    """Kafka ``Expire`` -> ``processExpire``: the ZooKeeper session expired; resign and
+    re-register on the new session (``session_id`` is the expired one, for logs)."""
+
+    session_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterBrokerAndReelect:
+    """Kafka ``RegisterBrokerAndReelect``: after a new session, register this broker
+    again and run the controller election."""
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerChange:
+    """Kafka ``BrokerChange`` -> ``processBrokerChange``: children of ``/brokers/ids``
+    changed. Decision: ``decisions.on_broker_change``."""
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerModifications:
+    """Kafka ``BrokerModifications`` -> ``processBrokerModification``: a live broker's
+    registration data changed (endpoints, rack)."""
+
+    broker_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicChange:
+    """Kafka ``TopicChange`` -> ``processTopicChange``: children of ``/brokers/topics``
+    changed. Decision: ``decisions.on_new_topics`` for topics not yet known."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionModifications:
+    """Kafka ``PartitionModifications`` -> ``processPartitionModifications``: a topic's
+    assignment znode changed (partitions added)."""
+
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDeletion:
+    """Kafka ``TopicDeletion`` -> ``processTopicDeletion``: children of
+    ``/admin/delete_topics`` changed. Decision: ``decisions.on_topic_deletion``."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDeletionStopReplicaResponseReceived:
+    """Kafka ``TopicDeletionStopReplicaResponseReceived``: a broker answered a
+    StopReplica that deleted partitions. Decision: ``decisions.on_stop_replica_response``."""
+
+    replica_id: int
+    error_code: int
+    partition_errors: Mapping[TopicPartition, int]
+
+
+@dataclass(frozen=True, slots=True)
+class IsrChangeNotification:
+    """Kafka ``IsrChangeNotification`` -> ``processIsrChangeNotification``: a leader
+    wrote ``/isr_change_notification/isr_change_N``. Decision: ``decisions.on_isr_change``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ControlledShutdown:
+    """Kafka ``ControlledShutdown`` -> ``processControlledShutdown``: a broker asked to
+    shut down. Decision: ``decisions.on_controlled_shutdown``; its result goes to
+    ``callback``."""
+
+    broker_id: int
+    broker_epoch: int
+    callback: Callable[[Any], None] | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionReassignment:
+    """Kafka ``ZkPartitionReassignment`` -> ``processZkPartitionReassignment``:
+    ``/admin/reassign_partitions`` was created. Not implemented yet: the controller
+    logs and deletes the znode."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLeaderElection:
+    """Kafka ``ReplicaLeaderElection`` -> ``processReplicaLeaderElection`` (preferred
+    election only). Decision: ``decisions.on_preferred_replica_election``."""
+
+    partitions: frozenset[TopicPartition] | None = None
+    """None: every partition whose preferred replica is not leading."""
+    callback: Callable[[Any], None] | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ShutdownEventThread:
+    """Kafka ``ShutdownEventThread``: stop the controller task after this event."""
+
+
+ControllerEvent = (
+    Startup
+    | ControllerChange
+    | Reelect
+    | Expire
+    | RegisterBrokerAndReelect
+    | BrokerChange
+    | BrokerModifications
+    | TopicChange
+    | PartitionModifications
+    | TopicDeletion
+    | TopicDeletionStopReplicaResponseReceived
+    | IsrChangeNotification
+    | ControlledShutdown
+    | PartitionReassignment
+    | ReplicaLeaderElection
+    | ShutdownEventThread
+)
