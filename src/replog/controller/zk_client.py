@@ -1,0 +1,716 @@
+"""``KafkaZkClient``: Kafka's ZooKeeper znode layout and formats, over kazoo.
+
+IO only: this module reads and writes znodes and reports what happened; every decision
+(who leads, what the ISR is, when to retry) belongs to the caller.
+
+Concurrency rules
+-----------------
+* Every method except the ``watch_*``/listener registrations blocks on ZooKeeper. Call them
+  from a worker thread (``await asyncio.to_thread(zk.get_all_brokers)``), never on the event
+  loop. kazoo is thread-safe: several threads may use one client.
+* Callbacks (watches, session listeners) run on kazoo's threads, not on the event loop.
+  Hand their data over with ``loop.call_soon_threadsafe(queue.put_nowait, Event(...))``
+  and return at once. Session listeners run on kazoo's *connection* thread: a blocking
+  ZooKeeper call there deadlocks. Watch callbacks run on kazoo's callback thread; the
+  first call of ``watch_children``/``watch_data`` happens synchronously on the registering
+  thread.
+* Batched reads use ZooKeeper's ``multiRead`` (ZooKeeper 3.6+; up to 1,000 reads per
+  request), falling back to pipelined ``get_async`` calls on older servers. Batched writes
+  are ``multi`` transactions of up to 1,000 ops that start with a ``check`` on
+  ``/controller_epoch``'s version, so a deposed controller's writes fail as a whole.
+
+Session expiry
+--------------
+kazoo reconnects by itself after a session expires, with a *new* session: this client's
+ephemeral znodes (``/brokers/ids/<id>``, ``/controller``) are gone and every Kafka watch
+must be treated as having missed events (kazoo's recipes re-read and re-arm themselves).
+Listeners added with :meth:`KafkaZkClient.add_session_listener` receive
+:attr:`ZkSessionState.NEW_SESSION` in that case, instead of ``CONNECTED``. The caller then
+re-registers, from its own task/thread: ``register_broker(info)`` again, and the controller
+re-runs its election (Kafka's ``KafkaController`` ``Expire``/``RegisterBrokerAndReelect``
+events). A ``LOST`` event means the old session is over: stop acting as controller at once.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from enum import Enum
+from functools import partial
+from typing import NamedTuple
+
+from kazoo.client import KazooClient, KazooState, TransactionRequest
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.protocol.states import ZnodeStat
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+from kazoo.retry import KazooRetry
+
+from replog.controller import zk_data as zd
+from replog.controller.zk_data import (
+    BrokerInfo,
+    LeaderAndIsr,
+    LeaderIsrAndControllerEpoch,
+    TopicPartition,
+)
+from replog.controller.zk_ops import MultiRead, Op, ZkOps, ZkWriteError, ZkWriteResult, apply_ops
+
+__all__ = [
+    "BrokerAlreadyRegisteredError",
+    "ControllerEpoch",
+    "ControllerMovedError",
+    "KafkaZkClient",
+    "TopicExistsError",
+    "WatchHandle",
+    "ZkSessionState",
+    "ZkWriteError",
+    "ZkWriteResult",
+]
+
+log = logging.getLogger(__name__)
+GET_DATA, GET_CHILDREN = MultiRead.GET_DATA, MultiRead.GET_CHILDREN
+
+
+class ControllerMovedError(Exception):
+    """Another broker is (or became) controller: this one must not act as controller."""
+
+
+class TopicExistsError(Exception):
+    """``/brokers/topics/<topic>`` already exists."""
+
+
+class BrokerAlreadyRegisteredError(Exception):
+    """``/brokers/ids/<id>`` is held by another ZooKeeper session."""
+
+
+class ZkSessionState(Enum):
+    """What a session listener is told (see the module docstring)."""
+
+    CONNECTED = "connected"  # (re)connected on the same session: ephemerals still exist
+    SUSPENDED = "suspended"  # connection lost; the session may still be alive
+    LOST = "lost"  # session expired or closed: ephemerals are gone
+    NEW_SESSION = "new_session"  # connected again on a new session: re-register ephemerals
+
+
+class ControllerEpoch(NamedTuple):
+    epoch: int
+    zk_version: int  # pass as expected_controller_epoch_zk_version to batched writes
+
+
+class WatchHandle:
+    """Returned by the ``watch_*`` methods; ``cancel()`` stops further callbacks."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class KafkaZkClient:
+    """Kafka's ``KafkaZkClient`` for replog. See the module docstring for threading rules.
+
+    ``connect`` is ``host:port[,host:port...][/chroot]``; a missing chroot is created on
+    :meth:`start`, as Kafka does.
+    """
+
+    def __init__(
+        self,
+        connect: str,
+        session_timeout_ms: int = 18000,
+        connection_timeout_ms: int | None = None,
+    ) -> None:
+        hosts, _, chroot = connect.partition("/")
+        self.connect = connect
+        self._hosts = hosts
+        self._chroot = "/" + chroot.strip("/") if chroot.strip("/") else ""
+        self._session_timeout_s = session_timeout_ms / 1000
+        self._connection_timeout_s = (connection_timeout_ms or session_timeout_ms) / 1000
+        self._zk = self._new_kazoo(connect)
+        self._ops = ZkOps(self._zk, self._connection_timeout_s)
+        self._session_listeners: list[Callable[[ZkSessionState], None]] = []
+        self._last_session_id: int | None = None
+        self._zk.add_listener(self._on_kazoo_state)
+
+    def _new_kazoo(self, hosts: str) -> KazooClient:
+        return KazooClient(
+            hosts=hosts,
+            timeout=self._session_timeout_s,
+            connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
+        )
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Connect (creating the chroot if needed) and ensure Kafka's persistent paths."""
+        if self._chroot:
+            bootstrap = self._new_kazoo(self._hosts)
+            try:
+                bootstrap.start(timeout=self._connection_timeout_s)
+                bootstrap.ensure_path(self._chroot)
+            finally:
+                bootstrap.stop()
+                bootstrap.close()
+        try:
+            self._zk.start(timeout=self._connection_timeout_s)
+        except Exception:
+            self._zk.stop()
+            raise
+        for path in zd.PERSISTENT_ZK_PATHS:
+            self._ops.call(self._zk.ensure_path, path)
+
+    def close(self) -> None:
+        """Close the session: this client's ephemeral znodes disappear at once."""
+        self._zk.stop()
+        self._zk.close()
+
+    def __enter__(self) -> KafkaZkClient:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def session_id(self) -> int | None:
+        client_id = self._zk.client_id
+        return client_id[0] if client_id else None
+
+    @property
+    def client(self) -> KazooClient:
+        """The underlying kazoo client (for paths this class does not cover, and tests)."""
+        return self._zk
+
+    def get_or_create_cluster_id(self, proposed: str | None = None) -> str:
+        """Kafka's ``getOrCreateClusterId``: read ``/cluster/id``, creating it if absent.
+
+        A new id is ``proposed`` or a random UUID in Kafka's 22-character url-safe base64.
+        """
+        try:
+            return zd.decode_cluster_id(self._ops.call(self._zk.get, zd.CLUSTER_ID_PATH)[0])
+        except NoNodeError:
+            pass
+        if proposed is None:
+            proposed = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode("ascii")
+        try:
+            self._ops.call(
+                self._zk.create, zd.CLUSTER_ID_PATH, zd.encode_cluster_id(proposed), makepath=True
+            )
+            return proposed
+        except NodeExistsError:
+            return zd.decode_cluster_id(self._ops.call(self._zk.get, zd.CLUSTER_ID_PATH)[0])
+
+    def _checked_ephemeral_create(self, path: str, data: bytes) -> ZnodeStat:
+        """Create an ephemeral znode; if it exists, succeed only if this session owns it."""
+        try:
+            _, stat = self._ops.call(self._zk.create, path, data, ephemeral=True, include_data=True)
+            return stat
+        except NodeExistsError:
+            existing, stat = self._ops.call(self._zk.get, path)
+            if stat.ephemeralOwner == self.session_id and existing == data:
+                return stat
+            raise
+
+    # --- brokers ---------------------------------------------------------------------
+
+    def register_broker(self, info: BrokerInfo, timestamp_ms: int | None = None) -> int:
+        """Create ephemeral ``/brokers/ids/<id>``; return the broker epoch (its czxid)."""
+        timestamp_ms = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        try:
+            stat = self._checked_ephemeral_create(
+                zd.broker_path(info.id), zd.encode_broker(info, timestamp_ms)
+            )
+        except NodeExistsError as exc:
+            raise BrokerAlreadyRegisteredError(
+                f"broker id {info.id} is registered by another session"
+            ) from exc
+        return int(stat.czxid)
+
+    def get_broker_ids(self) -> set[int]:
+        return {int(child) for child in self._ops.call(self._zk.get_children, zd.BROKER_IDS_PATH)}
+
+    def get_broker(self, broker_id: int) -> BrokerInfo | None:
+        try:
+            data, stat = self._ops.call(self._zk.get, zd.broker_path(broker_id))
+        except NoNodeError:
+            return None
+        return zd.decode_broker(broker_id, data, epoch=stat.czxid)
+
+    def get_all_brokers(self) -> dict[int, BrokerInfo]:
+        ids = sorted(self.get_broker_ids())
+        results = self._ops.read_many([zd.broker_path(i) for i in ids], GET_DATA)
+        return {
+            broker_id: zd.decode_broker(broker_id, result[0], epoch=result[1].czxid)
+            for broker_id, result in zip(ids, results, strict=True)
+            if not isinstance(result, Exception)
+        }
+
+    # --- controller ------------------------------------------------------------------
+
+    def get_controller_id(self) -> int | None:
+        try:
+            data, _ = self._ops.call(self._zk.get, zd.CONTROLLER_PATH)
+        except NoNodeError:
+            return None
+        return zd.decode_controller(data)
+
+    def get_controller_epoch(self) -> ControllerEpoch | None:
+        """``(epoch, zk version)`` of ``/controller_epoch``, or None if it does not exist."""
+        try:
+            data, stat = self._ops.call(self._zk.get, zd.CONTROLLER_EPOCH_PATH)
+        except NoNodeError:
+            return None
+        return ControllerEpoch(zd.decode_controller_epoch(data), stat.version)
+
+    def _get_or_create_controller_epoch(self) -> ControllerEpoch:
+        current = self.get_controller_epoch()
+        if current is not None:
+            return current
+        try:
+            self._ops.call(
+                self._zk.create,
+                zd.CONTROLLER_EPOCH_PATH,
+                zd.encode_controller_epoch(zd.INITIAL_CONTROLLER_EPOCH),
+            )
+            return ControllerEpoch(
+                zd.INITIAL_CONTROLLER_EPOCH, zd.INITIAL_CONTROLLER_EPOCH_ZK_VERSION
+            )
+        except NodeExistsError:
+            current = self.get_controller_epoch()
+            if current is None:
+                raise ControllerMovedError("/controller_epoch vanished while read") from None
+            return current
+
+    def try_register_controller(self, broker_id: int, timestamp_ms: int) -> bool:
+        """Create ephemeral ``/controller``; False if another session holds it.
+
+        Prefer :meth:`register_controller_and_increment_epoch`, which also bumps the epoch
+        in the same transaction.
+        """
+        try:
+            self._checked_ephemeral_create(
+                zd.CONTROLLER_PATH, zd.encode_controller(broker_id, timestamp_ms)
+            )
+        except NodeExistsError:
+            return False
+        return True
+
+    def increment_controller_epoch(self, max_attempts: int = 10) -> ControllerEpoch:
+        """Bump ``/controller_epoch`` while this session holds ``/controller``.
+
+        One transaction: ``check /controller`` (at the version read, owned by this session)
+        and a conditional set of the epoch; a lost race on the epoch is retried. Raises
+        :class:`ControllerMovedError` if ``/controller`` is absent or another session's.
+        Returns the new epoch and its zk version (needed for the epoch checks of writes).
+        """
+        for _ in range(max_attempts):
+            try:
+                data, controller_stat = self._ops.call(self._zk.get, zd.CONTROLLER_PATH)
+            except NoNodeError:
+                raise ControllerMovedError("no controller is registered") from None
+            if controller_stat.ephemeralOwner != self.session_id:
+                raise ControllerMovedError(
+                    f"/controller is held by broker {zd.decode_controller(data)}, another session"
+                )
+            epoch, version = self._get_or_create_controller_epoch()
+            guard = (zd.CONTROLLER_PATH, controller_stat.version)
+            results = self._ops.commit(partial(_bump_epoch, guard, None, epoch + 1, version))
+            if not any(isinstance(r, Exception) for r in results):
+                return ControllerEpoch(epoch + 1, results[1].version)
+            if isinstance(results[0], (BadVersionError, NoNodeError)):
+                raise ControllerMovedError("/controller changed while incrementing the epoch")
+        raise ControllerMovedError(f"lost {max_attempts} races for /controller_epoch")
+
+    def register_controller_and_increment_epoch(
+        self, broker_id: int, timestamp_ms: int, max_attempts: int = 10
+    ) -> ControllerEpoch:
+        """Kafka's ``registerControllerAndIncrementControllerEpoch``, as one transaction.
+
+        ``create /controller`` (ephemeral) and ``set /controller_epoch`` conditional on the
+        version just read. Returns the new ``(epoch, zk version)``. Raises
+        :class:`ControllerMovedError` if another broker is controller. If the epoch moved
+        but nobody holds ``/controller`` the attempt is repeated.
+        """
+        data = zd.encode_controller(broker_id, timestamp_ms)
+        for _ in range(max_attempts):
+            epoch, version = self._get_or_create_controller_epoch()
+            results = self._ops.commit(partial(_bump_epoch, None, data, epoch + 1, version))
+            if not any(isinstance(r, Exception) for r in results):
+                return ControllerEpoch(epoch + 1, results[1].version)
+            # NodeExists or BadVersion (or a re-sent commit that had landed): look again.
+            try:
+                current, stat = self._ops.call(self._zk.get, zd.CONTROLLER_PATH)
+            except NoNodeError:
+                continue
+            if (
+                stat.ephemeralOwner == self.session_id
+                and zd.decode_controller(current) == broker_id
+            ):
+                now = self.get_controller_epoch()
+                if current == data and now is not None and now.epoch == epoch + 1:
+                    return now  # our transaction had landed before a connection loss
+                return self.increment_controller_epoch()  # registered earlier by this session
+            raise ControllerMovedError(
+                f"broker {zd.decode_controller(current)} is controller, not broker {broker_id}"
+            )
+        raise ControllerMovedError(f"lost {max_attempts} races for /controller_epoch")
+
+    def delete_controller(self, broker_id: int) -> bool:
+        """Resign: delete ``/controller`` if this session holds it for ``broker_id``."""
+        try:
+            data, stat = self._ops.call(self._zk.get, zd.CONTROLLER_PATH)
+            if stat.ephemeralOwner != self.session_id or zd.decode_controller(data) != broker_id:
+                return False
+            self._ops.call(self._zk.delete, zd.CONTROLLER_PATH, stat.version)
+        except (NoNodeError, BadVersionError):
+            return False
+        return True
+
+    # --- topics ----------------------------------------------------------------------
+
+    def create_topic(
+        self,
+        topic: str,
+        assignment: Mapping[int, Sequence[int]],
+        config: Mapping[str, str],
+        topic_id: str | None = None,
+    ) -> None:
+        """Write ``/config/topics/<t>`` and ``/brokers/topics/<t>`` in one transaction.
+
+        Raises :class:`TopicExistsError` (nothing written) if the topic znode exists.
+        A leftover config znode of a deleted topic is overwritten.
+        """
+        config_path = zd.topic_config_path(topic)
+        config_data = zd.encode_config(config)
+        topic_op: Op = (
+            "create",
+            zd.topic_path(topic),
+            zd.encode_topic_assignment(assignment, topic_id),
+            -1,
+        )
+        for _ in range(5):
+            config_stat = self._ops.call(self._zk.exists, config_path)
+            # A config znode left by a deleted topic is overwritten.
+            config_op: Op = ("create", config_path, config_data, -1)
+            if config_stat is not None:
+                config_op = ("set", config_path, config_data, config_stat.version)
+            results = self._ops.commit(partial(apply_ops, [config_op, topic_op]))
+            if not any(isinstance(r, Exception) for r in results):
+                return
+            if isinstance(results[1], NodeExistsError):
+                raise TopicExistsError(f"topic {topic!r} already exists")
+            if isinstance(results[1], NoNodeError):
+                raise NoNodeError(f"{zd.TOPICS_PATH} is missing")
+            # The config znode changed under us: read it again.
+        raise TopicExistsError(f"topic {topic!r}: config znode keeps changing")
+
+    def get_all_topics(self) -> set[str]:
+        return set(self._ops.call(self._zk.get_children, zd.TOPICS_PATH))
+
+    def topic_exists(self, topic: str) -> bool:
+        return self._ops.call(self._zk.exists, zd.topic_path(topic)) is not None
+
+    def get_topic_assignment(self, topic: str) -> dict[int, list[int]] | None:
+        return self.get_topic_assignments([topic]).get(topic)
+
+    def get_topic_assignments(self, topics: Iterable[str]) -> dict[str, dict[int, list[int]]]:
+        """Replica assignments of many topics in batched reads; absent topics are omitted."""
+        names = list(topics)
+        results = self._ops.read_many([zd.topic_path(t) for t in names], GET_DATA)
+        return {
+            topic: zd.decode_topic_assignment(topic, result[0])
+            for topic, result in zip(names, results, strict=True)
+            if not isinstance(result, Exception)
+        }
+
+    def get_topic_config(self, topic: str) -> dict[str, str]:
+        try:
+            data, _ = self._ops.call(self._zk.get, zd.topic_config_path(topic))
+        except NoNodeError:
+            return {}
+        return zd.decode_config(data)
+
+    # --- partition state -------------------------------------------------------------
+
+    def get_partition_states(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, LeaderIsrAndControllerEpoch]:
+        """Read ``.../partitions/<p>/state`` for many partitions; absent ones are omitted."""
+        keys = list(partitions)
+        results = self._ops.read_many([zd.partition_state_path(t, p) for t, p in keys], GET_DATA)
+        return {
+            key: zd.decode_partition_state(result[0], result[1].version)
+            for key, result in zip(keys, results, strict=True)
+            if not isinstance(result, Exception)
+        }
+
+    def create_partition_states(
+        self,
+        states: Mapping[TopicPartition, LeaderAndIsr],
+        controller_epoch: int,
+        expected_controller_epoch_zk_version: int,
+    ) -> dict[TopicPartition, ZkWriteResult]:
+        """Create state znodes (and their parent znodes), guarded by the epoch check.
+
+        Success has ``zk_version == 0``. NODE_EXISTS if the state exists, NO_NODE if the
+        topic znode does not, CONTROLLER_MOVED if the epoch check failed.
+        """
+        topics = sorted({t for t, _ in states})
+        listing = self._ops.read_many([zd.topic_partitions_path(t) for t in topics], GET_CHILDREN)
+        existing = {t: set(r) for t, r in zip(topics, listing, strict=True) if isinstance(r, list)}
+        parents: list[tuple[str, Op]] = [
+            (zd.topic_partitions_path(t), ("create", zd.topic_partitions_path(t), b"", -1))
+            for t in topics
+            if t not in existing
+        ]
+        parents += [
+            (zd.topic_partition_path(t, p), ("create", zd.topic_partition_path(t, p), b"", -1))
+            for t, p in sorted(states)
+            if str(p) not in existing.get(t, set())
+        ]
+        done = self._ops.write_batched(parents, _epoch_check(expected_controller_epoch_zk_version))
+        if any(r.error is ZkWriteError.CONTROLLER_MOVED for r in done.values()):
+            return {key: ZkWriteResult(error=ZkWriteError.CONTROLLER_MOVED) for key in states}
+        items = [
+            (
+                key,
+                (
+                    "create",
+                    zd.partition_state_path(*key),
+                    zd.encode_partition_state(LeaderIsrAndControllerEpoch(lai, controller_epoch)),
+                    -1,
+                ),
+            )
+            for key, lai in states.items()
+        ]
+        return self._ops.write_batched(items, _epoch_check(expected_controller_epoch_zk_version))
+
+    def update_partition_states(
+        self,
+        states: Mapping[TopicPartition, LeaderAndIsr],
+        controller_epoch: int,
+        expected_controller_epoch_zk_version: int,
+    ) -> dict[TopicPartition, ZkWriteResult]:
+        """Set state znodes, each conditional on its ``LeaderAndIsr.zk_version``.
+
+        Kafka's ``updateLeaderAndIsr``. A BAD_VERSION whose znode already holds exactly the
+        requested state (e.g. our own write, re-sent after a connection loss) is reported as
+        success with the znode's version, as Kafka's ``checkLeaderAndIsrZkData`` does.
+        """
+        payloads = {
+            key: zd.encode_partition_state(LeaderIsrAndControllerEpoch(lai, controller_epoch))
+            for key, lai in states.items()
+        }
+        items = [
+            (key, ("set", zd.partition_state_path(*key), payloads[key], lai.zk_version))
+            for key, lai in states.items()
+        ]
+        results = self._ops.write_batched(items, _epoch_check(expected_controller_epoch_zk_version))
+        stale = [key for key, r in results.items() if r.error is ZkWriteError.BAD_VERSION]
+        if stale:
+            now = self._ops.read_many([zd.partition_state_path(*key) for key in stale], GET_DATA)
+            for key, result in zip(stale, now, strict=True):
+                if not isinstance(result, Exception) and result[0] == payloads[key]:
+                    results[key] = ZkWriteResult(zk_version=result[1].version)
+        return results
+
+    def update_leader_and_isr_conditional(
+        self,
+        topic: str,
+        partition: int,
+        state: LeaderIsrAndControllerEpoch,
+        expected_version: int,
+    ) -> int | None:
+        """One conditional set of a partition's state (a leader changing its ISR).
+
+        Returns the new zk version, or None if the version did not match (someone else
+        wrote first: re-read). Raises ``kazoo.exceptions.NoNodeError`` if there is no state.
+        """
+        path = zd.partition_state_path(topic, partition)
+        payload = zd.encode_partition_state(state)
+        try:
+            stat = self._ops.call(self._zk.set, path, payload, expected_version)
+        except BadVersionError:
+            data, stat = self._ops.call(self._zk.get, path)
+            return int(stat.version) if data == payload else None
+        return int(stat.version)
+
+    # --- topic deletion --------------------------------------------------------------
+
+    def mark_topic_for_deletion(self, topic: str) -> None:
+        try:
+            self._ops.call(self._zk.create, zd.delete_topic_path(topic))
+        except NodeExistsError:
+            pass
+
+    def get_topics_marked_for_deletion(self) -> set[str]:
+        return set(self._ops.call(self._zk.get_children, zd.DELETE_TOPICS_PATH))
+
+    def delete_topic_znodes(
+        self, topic: str, expected_controller_epoch_zk_version: int | None = None
+    ) -> None:
+        """Delete ``/brokers/topics/<t>`` recursively and ``/config/topics/<t>``.
+
+        Deletes leaves first, in batched transactions (with the epoch check if given).
+        Raises :class:`ControllerMovedError` if the epoch check fails.
+        """
+        for root in (zd.topic_path(topic), zd.topic_config_path(topic)):
+            for _ in range(5):
+                tree = self._ops.subtree(root)
+                if not tree:
+                    break
+                items = [(path, ("delete", path, b"", -1)) for path in reversed(tree)]
+                results = self._ops.write_batched(
+                    items, _epoch_check(expected_controller_epoch_zk_version)
+                )
+                if any(r.error is ZkWriteError.CONTROLLER_MOVED for r in results.values()):
+                    raise ControllerMovedError(f"controller moved while deleting {topic!r}")
+            else:
+                raise NotEmptyError(f"{root} keeps getting new children")
+
+    def remove_deletion_marker(
+        self, topic: str, expected_controller_epoch_zk_version: int | None = None
+    ) -> None:
+        path = zd.delete_topic_path(topic)
+        result = self._ops.write_batched(
+            [(path, ("delete", path, b"", -1))], _epoch_check(expected_controller_epoch_zk_version)
+        )
+        if result[path].error is ZkWriteError.CONTROLLER_MOVED:
+            raise ControllerMovedError(f"controller moved while removing deletion of {topic!r}")
+
+    # --- ISR change notifications ----------------------------------------------------
+
+    def propagate_isr_changes(self, partitions: Iterable[TopicPartition]) -> str:
+        """Create ``/isr_change_notification/isr_change_<seq>``; return the node's name."""
+        path = self._ops.call(
+            self._zk.create,
+            zd.isr_change_path(zd.ISR_CHANGE_PREFIX),
+            zd.encode_isr_change(partitions),
+            sequence=True,
+        )
+        return str(path).rsplit("/", 1)[-1]
+
+    def get_isr_change_notifications(self) -> list[str]:
+        return sorted(self._ops.call(self._zk.get_children, zd.ISR_CHANGE_NOTIFICATION_PATH))
+
+    def read_isr_change_notifications(self, names: Iterable[str]) -> set[TopicPartition]:
+        paths = [zd.isr_change_path(name) for name in names]
+        changed: set[TopicPartition] = set()
+        for result in self._ops.read_many(paths, GET_DATA):
+            if not isinstance(result, Exception):
+                changed |= zd.decode_isr_change(result[0])
+        return changed
+
+    def delete_isr_change_notifications(
+        self, names: Iterable[str], expected_controller_epoch_zk_version: int | None = None
+    ) -> None:
+        paths = [zd.isr_change_path(name) for name in names]
+        results = self._ops.write_batched(
+            [(p, ("delete", p, b"", -1)) for p in paths],
+            _epoch_check(expected_controller_epoch_zk_version),
+        )
+        if any(r.error is ZkWriteError.CONTROLLER_MOVED for r in results.values()):
+            raise ControllerMovedError("controller moved while deleting ISR change notifications")
+
+    # --- watches and session ---------------------------------------------------------
+
+    def watch_children(self, path: str, callback: Callable[[list[str]], None]) -> WatchHandle:
+        """Call ``callback(children)`` now and after every change of ``path``'s children.
+
+        Re-armed automatically, across reconnects and new sessions. ``path`` must exist
+        (raises ``NoNodeError``); if it is deleted later the watch ends.
+        """
+        if self._ops.call(self._zk.exists, path) is None:
+            raise NoNodeError(path)
+        handle = WatchHandle()
+
+        def on_children(children: list[str]) -> bool | None:
+            if handle.cancelled:
+                return False
+            callback(sorted(children))
+            return None
+
+        ChildrenWatch(self._zk, path, on_children)
+        return handle
+
+    def watch_data(
+        self, path: str, callback: Callable[[bytes | None, int | None], None]
+    ) -> WatchHandle:
+        """Call ``callback(data, zk_version)`` now and whenever ``path`` is created,
+        changed or deleted (``(None, None)`` while it does not exist). Re-armed
+        automatically."""
+        handle = WatchHandle()
+
+        def on_data(data: bytes | None, stat: ZnodeStat | None) -> bool | None:
+            if handle.cancelled:
+                return False
+            callback(data, stat.version if stat is not None else None)
+            return None
+
+        DataWatch(self._zk, path, on_data)
+        return handle
+
+    def watch_controller(self, callback: Callable[[int | None], None]) -> WatchHandle:
+        """Call ``callback(controller broker id or None)`` now and on every change of
+        ``/controller`` (Kafka's ``ControllerChangeHandler``)."""
+
+        def on_controller(data: bytes | None, _version: int | None) -> None:
+            controller = None
+            if data:
+                try:
+                    controller = zd.decode_controller(data)
+                except (zd.ZkDataError, KeyError, ValueError):
+                    log.warning("unreadable /controller: %r", data)
+            callback(controller)
+
+        return self.watch_data(zd.CONTROLLER_PATH, on_controller)
+
+    def add_session_listener(self, callback: Callable[[ZkSessionState], None]) -> None:
+        """Call ``callback(state)`` on session changes, on kazoo's connection thread.
+
+        It must return quickly and must not call ZooKeeper (that deadlocks).
+        """
+        self._session_listeners.append(callback)
+
+    def remove_session_listener(self, callback: Callable[[ZkSessionState], None]) -> None:
+        self._session_listeners.remove(callback)
+
+    def _on_kazoo_state(self, state: str) -> None:
+        if state == KazooState.CONNECTED:
+            session_id = self.session_id
+            new = self._last_session_id is not None and session_id != self._last_session_id
+            self._last_session_id = session_id
+            event = ZkSessionState.NEW_SESSION if new else ZkSessionState.CONNECTED
+        elif state == KazooState.SUSPENDED:
+            event = ZkSessionState.SUSPENDED
+        else:
+            event = ZkSessionState.LOST
+        for listener in list(self._session_listeners):
+            try:
+                listener(event)
+            except Exception:
+                log.exception("ZooKeeper session listener failed on %s", event)
+
+
+def _epoch_check(expected_controller_epoch_zk_version: int | None) -> tuple[str, int] | None:
+    """The guard of controller writes: ``/controller_epoch`` still at the expected version."""
+    if expected_controller_epoch_zk_version is None:
+        return None
+    return (zd.CONTROLLER_EPOCH_PATH, expected_controller_epoch_zk_version)
+
+
+def _bump_epoch(
+    guard: tuple[str, int] | None,
+    controller_data: bytes | None,
+    new_epoch: int,
+    expected_version: int,
+    txn: TransactionRequest,
+) -> None:
+    """Transaction ops: [check guard | create /controller], then set /controller_epoch."""
+    if guard is not None:
+        txn.check(*guard)
+    if controller_data is not None:
+        txn.create(zd.CONTROLLER_PATH, controller_data, ephemeral=True)
+    txn.set_data(zd.CONTROLLER_EPOCH_PATH, zd.encode_controller_epoch(new_epoch), expected_version)

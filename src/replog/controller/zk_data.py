@@ -1,0 +1,401 @@
+"""Kafka's ZooKeeper paths and znode JSON formats (Kafka ``ZkData.scala``), as pure codecs.
+
+Every encoder writes what a ZooKeeper-mode Kafka broker (2.x/3.x) writes, field for field,
+so that Kafka tooling (``kafka-topics --zookeeper``, ``zookeeper-shell``, Kafka's own
+controller) reads replog's metadata, and every decoder accepts what Kafka writes (unknown
+fields are ignored).
+
+=========================================  ===============================================
+path                                       data
+=========================================  ===============================================
+``/controller``                            ``{"version":1,"brokerid":1,"timestamp":"..."}``
+``/controller_epoch``                      ``"3"`` (a bare decimal)
+``/brokers/ids/<id>``                      ``{"version":5,"host":..,"port":..,"endpoints":[..],
+                                           "listener_security_protocol_map":{..},"rack":..,
+                                           "jmx_port":-1,"timestamp":"...","features":{}}``
+``/brokers/topics/<t>``                    ``{"version":3,"partitions":{"0":[1,2]},
+                                           "adding_replicas":{},"removing_replicas":{}}``
+``/brokers/topics/<t>/partitions/<p>/state``  ``{"controller_epoch":1,"leader":1,"version":1,
+                                           "leader_epoch":0,"isr":[1,2]}``
+``/config/topics/<t>``                     ``{"version":1,"config":{"k":"v"}}``
+``/cluster/id``                            ``{"version":"1","id":"<22-char base64 uuid>"}``
+``/admin/delete_topics/<t>``               empty
+``/isr_change_notification/isr_change_N``  ``{"version":1,"partitions":[{"topic":..,
+                                           "partition":..}]}``
+=========================================  ===============================================
+
+No IO here; everything is a plain function of its arguments.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+TopicPartition = tuple[str, int]
+
+CONTROLLER_PATH = "/controller"
+CONTROLLER_EPOCH_PATH = "/controller_epoch"
+BROKERS_PATH = "/brokers"
+BROKER_IDS_PATH = "/brokers/ids"
+BROKER_SEQID_PATH = "/brokers/seqid"
+TOPICS_PATH = "/brokers/topics"
+ADMIN_PATH = "/admin"
+DELETE_TOPICS_PATH = "/admin/delete_topics"
+CONFIG_PATH = "/config"
+CONFIG_CHANGES_PATH = "/config/changes"
+ISR_CHANGE_NOTIFICATION_PATH = "/isr_change_notification"
+ISR_CHANGE_PREFIX = "isr_change_"
+LOG_DIR_EVENT_NOTIFICATION_PATH = "/log_dir_event_notification"
+PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
+CONSUMERS_PATH = "/consumers"
+CLUSTER_ID_PATH = "/cluster/id"
+CONFIG_TYPES = ("topics", "clients", "users", "brokers", "ips")
+
+# Kafka ZkData.PersistentZkPaths: created on startup if missing.
+PERSISTENT_ZK_PATHS: tuple[str, ...] = (
+    CONSUMERS_PATH,
+    BROKER_IDS_PATH,
+    TOPICS_PATH,
+    CONFIG_CHANGES_PATH,
+    DELETE_TOPICS_PATH,
+    BROKER_SEQID_PATH,
+    ISR_CHANGE_NOTIFICATION_PATH,
+    PRODUCER_ID_BLOCK_PATH,
+    LOG_DIR_EVENT_NOTIFICATION_PATH,
+    *(f"{CONFIG_PATH}/{config_type}" for config_type in CONFIG_TYPES),
+)
+
+# Kafka KafkaController / LeaderAndIsr constants.
+INITIAL_CONTROLLER_EPOCH = 0
+INITIAL_CONTROLLER_EPOCH_ZK_VERSION = 0
+NO_LEADER = -1
+LEADER_DURING_DELETE = -2
+INITIAL_LEADER_EPOCH = 0
+INITIAL_PARTITION_ZK_VERSION = 0
+MATCH_ANY_VERSION = -1
+
+BROKER_INFO_VERSION = 5
+TOPIC_ASSIGNMENT_VERSION = 3
+PARTITION_STATE_VERSION = 1
+CONFIG_VERSION = 1
+ISR_CHANGE_VERSION = 1
+CONTROLLER_VERSION = 1
+
+
+class ZkDataError(ValueError):
+    """A znode's bytes are not in the format Kafka writes."""
+
+
+def _dumps(value: object) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode("utf-8")
+
+
+def _loads(data: bytes | None, what: str) -> Any:
+    if not data:
+        raise ZkDataError(f"{what}: empty znode")
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ZkDataError(f"{what}: not JSON: {data[:200]!r}") from exc
+
+
+# --- paths -------------------------------------------------------------------------------
+
+
+def broker_path(broker_id: int) -> str:
+    return f"{BROKER_IDS_PATH}/{broker_id}"
+
+
+def topic_path(topic: str) -> str:
+    return f"{TOPICS_PATH}/{topic}"
+
+
+def topic_partitions_path(topic: str) -> str:
+    return f"{TOPICS_PATH}/{topic}/partitions"
+
+
+def topic_partition_path(topic: str, partition: int) -> str:
+    return f"{TOPICS_PATH}/{topic}/partitions/{partition}"
+
+
+def partition_state_path(topic: str, partition: int) -> str:
+    return f"{TOPICS_PATH}/{topic}/partitions/{partition}/state"
+
+
+def topic_config_path(topic: str) -> str:
+    return f"{CONFIG_PATH}/topics/{topic}"
+
+
+def delete_topic_path(topic: str) -> str:
+    return f"{DELETE_TOPICS_PATH}/{topic}"
+
+
+def isr_change_path(name: str) -> str:
+    return f"{ISR_CHANGE_NOTIFICATION_PATH}/{name}"
+
+
+# --- cluster id --------------------------------------------------------------------------
+
+
+def encode_cluster_id(cluster_id: str) -> bytes:
+    return _dumps({"version": "1", "id": cluster_id})  # Kafka writes the version as a string
+
+
+def decode_cluster_id(data: bytes) -> str:
+    try:
+        return str(_loads(data, "cluster id")["id"])
+    except (KeyError, TypeError) as exc:
+        raise ZkDataError(f"cluster id: {data!r}") from exc
+
+
+# --- brokers -----------------------------------------------------------------------------
+
+_ENDPOINT = re.compile(r"^(.*)://\[?([0-9a-zA-Z\-%._:]*)\]?:(-?[0-9]+)$")
+
+
+@dataclass(frozen=True)
+class EndPoint:
+    """One advertised listener, Kafka ``EndPoint``: ``PLAINTEXT://host:9092``."""
+
+    listener_name: str
+    host: str
+    port: int
+    security_protocol: str = "PLAINTEXT"
+
+    @property
+    def connection_string(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.listener_name}://{host}:{self.port}"
+
+    @classmethod
+    def parse(cls, text: str, protocol_map: Mapping[str, str] | None = None) -> EndPoint:
+        match = _ENDPOINT.match(text)
+        if match is None:
+            raise ZkDataError(f"unparseable endpoint {text!r}")
+        listener, host, port = match.group(1), match.group(2), int(match.group(3))
+        protocol = (protocol_map or {}).get(listener, listener)
+        return cls(listener, host, port, protocol)
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """A broker's registration under ``/brokers/ids/<id>``.
+
+    ``epoch`` is the broker epoch: the czxid of the registration znode (set when read back
+    or returned by ``register_broker``; None on an unregistered value).
+    """
+
+    id: int
+    endpoints: tuple[EndPoint, ...]
+    rack: str | None = None
+    jmx_port: int = -1
+    epoch: int | None = field(default=None, compare=False)
+    timestamp_ms: int | None = field(default=None, compare=False)
+
+    @classmethod
+    def plaintext(cls, broker_id: int, host: str, port: int, rack: str | None = None) -> BrokerInfo:
+        return cls(broker_id, (EndPoint("PLAINTEXT", host, port),), rack)
+
+    def _default_endpoint(self) -> EndPoint | None:
+        for endpoint in self.endpoints:
+            if endpoint.security_protocol == "PLAINTEXT":
+                return endpoint
+        return self.endpoints[0] if self.endpoints else None
+
+    @property
+    def host(self) -> str:
+        endpoint = self._default_endpoint()
+        return endpoint.host if endpoint else ""
+
+    @property
+    def port(self) -> int:
+        endpoint = self._default_endpoint()
+        return endpoint.port if endpoint else -1
+
+    @property
+    def listeners(self) -> dict[str, EndPoint]:
+        return {endpoint.listener_name: endpoint for endpoint in self.endpoints}
+
+    def with_epoch(self, epoch: int) -> BrokerInfo:
+        return replace(self, epoch=epoch)
+
+
+def encode_broker(info: BrokerInfo, timestamp_ms: int) -> bytes:
+    # Kafka's top-level host/port are the first PLAINTEXT endpoint, else null/-1.
+    plaintext = next((e for e in info.endpoints if e.security_protocol == "PLAINTEXT"), None)
+    body: dict[str, object] = {
+        "version": BROKER_INFO_VERSION,
+        "host": plaintext.host if plaintext else None,
+        "port": plaintext.port if plaintext else -1,
+        "endpoints": [e.connection_string for e in info.endpoints],
+        "listener_security_protocol_map": {
+            e.listener_name: e.security_protocol for e in info.endpoints
+        },
+        "jmx_port": info.jmx_port,
+        "timestamp": str(timestamp_ms),
+        "features": {},
+    }
+    if info.rack is not None:
+        body["rack"] = info.rack
+    return _dumps(body)
+
+
+def decode_broker(broker_id: int, data: bytes, epoch: int | None = None) -> BrokerInfo:
+    js = _loads(data, f"broker {broker_id}")
+    version = int(js.get("version", 0))
+    if version < 1:
+        raise ZkDataError(f"unsupported broker registration version {version}: {data!r}")
+    if version == 1:
+        endpoints: tuple[EndPoint, ...] = (EndPoint("PLAINTEXT", js["host"], int(js["port"])),)
+    else:
+        protocol_map = js.get("listener_security_protocol_map") or {}
+        endpoints = tuple(EndPoint.parse(text, protocol_map) for text in js.get("endpoints", []))
+    timestamp = js.get("timestamp")
+    return BrokerInfo(
+        id=broker_id,
+        endpoints=endpoints,
+        rack=js.get("rack"),
+        jmx_port=int(js.get("jmx_port", -1)),
+        epoch=epoch,
+        timestamp_ms=int(timestamp) if timestamp is not None else None,
+    )
+
+
+# --- controller --------------------------------------------------------------------------
+
+
+def encode_controller(broker_id: int, timestamp_ms: int) -> bytes:
+    return _dumps(
+        {"version": CONTROLLER_VERSION, "brokerid": broker_id, "timestamp": str(timestamp_ms)}
+    )
+
+
+def decode_controller(data: bytes) -> int:
+    return int(_loads(data, "controller")["brokerid"])
+
+
+def encode_controller_epoch(epoch: int) -> bytes:
+    return str(epoch).encode("ascii")
+
+
+def decode_controller_epoch(data: bytes) -> int:
+    try:
+        return int(data.decode("ascii"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ZkDataError(f"controller epoch: {data!r}") from exc
+
+
+# --- topics ------------------------------------------------------------------------------
+
+
+def encode_topic_assignment(
+    assignment: Mapping[int, Iterable[int]], topic_id: str | None = None
+) -> bytes:
+    body: dict[str, object] = {
+        "version": TOPIC_ASSIGNMENT_VERSION,
+        "partitions": {str(p): list(replicas) for p, replicas in sorted(assignment.items())},
+        "adding_replicas": {},
+        "removing_replicas": {},
+    }
+    if topic_id is not None:
+        body["topic_id"] = topic_id
+    return _dumps(body)
+
+
+def decode_topic_assignment(topic: str, data: bytes) -> dict[int, list[int]]:
+    js = _loads(data, f"topic {topic}")
+    partitions = js.get("partitions") or {}
+    return {int(p): [int(r) for r in replicas] for p, replicas in partitions.items()}
+
+
+def decode_topic_id(data: bytes) -> str | None:
+    topic_id = _loads(data, "topic").get("topic_id")
+    return str(topic_id) if topic_id is not None else None
+
+
+def encode_config(config: Mapping[str, str]) -> bytes:
+    return _dumps(
+        {"version": CONFIG_VERSION, "config": {str(k): str(v) for k, v in config.items()}}
+    )
+
+
+def decode_config(data: bytes | None) -> dict[str, str]:
+    if not data:
+        return {}
+    config = _loads(data, "config").get("config") or {}
+    return {str(k): str(v) for k, v in config.items()}
+
+
+# --- partition state ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LeaderAndIsr:
+    """Kafka ``LeaderAndIsr``: ``zk_version`` is the state znode's version (partition epoch).
+
+    For a conditional update, ``zk_version`` is the version the writer last read.
+    """
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    zk_version: int = INITIAL_PARTITION_ZK_VERSION
+
+    def with_zk_version(self, zk_version: int) -> LeaderAndIsr:
+        return replace(self, zk_version=zk_version)
+
+
+@dataclass(frozen=True)
+class LeaderIsrAndControllerEpoch:
+    """Kafka ``LeaderIsrAndControllerEpoch``: a state and the controller epoch that wrote it."""
+
+    leader_and_isr: LeaderAndIsr
+    controller_epoch: int
+
+
+def encode_partition_state(state: LeaderIsrAndControllerEpoch) -> bytes:
+    lai = state.leader_and_isr
+    return _dumps(
+        {
+            "controller_epoch": state.controller_epoch,
+            "leader": lai.leader,
+            "version": PARTITION_STATE_VERSION,
+            "leader_epoch": lai.leader_epoch,
+            "isr": list(lai.isr),
+        }
+    )
+
+
+def decode_partition_state(data: bytes, zk_version: int) -> LeaderIsrAndControllerEpoch:
+    js = _loads(data, "partition state")
+    try:
+        lai = LeaderAndIsr(
+            leader=int(js["leader"]),
+            leader_epoch=int(js["leader_epoch"]),
+            isr=tuple(int(r) for r in js["isr"]),
+            zk_version=zk_version,
+        )
+        return LeaderIsrAndControllerEpoch(lai, int(js["controller_epoch"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ZkDataError(f"partition state: {data!r}") from exc
+
+
+# --- ISR change notifications ------------------------------------------------------------
+
+
+def encode_isr_change(partitions: Iterable[TopicPartition]) -> bytes:
+    return _dumps(
+        {
+            "version": ISR_CHANGE_VERSION,
+            "partitions": [{"topic": t, "partition": p} for t, p in sorted(set(partitions))],
+        }
+    )
+
+
+def decode_isr_change(data: bytes) -> set[TopicPartition]:
+    js = _loads(data, "isr change notification")
+    return {(str(e["topic"]), int(e["partition"])) for e in js.get("partitions", [])}
