@@ -268,6 +268,53 @@ def test_stream_sink_copies_a_topic(spark: Any, bootstrap_servers: str, tmp_path
     assert got == want  # no task was retried here, so every record exactly once
 
 
+def test_stream_offsets_gone_backwards_is_data_loss(
+    spark: Any, bootstrap_servers: str, tmp_path: Path
+) -> None:
+    topic = _topic("loss")
+    create_topic(bootstrap_servers, topic, 1)
+    produce(bootstrap_servers, topic, 1, 0, 5, headers=False)
+
+    def run(fail_on_data_loss: str, name: str) -> Any:
+        stream = (
+            spark.readStream.format("replog")
+            .option("bootstrap.servers", bootstrap_servers)
+            .option("subscribe", topic)
+            .option("startingOffsets", f'{{"{topic}":{{"0":1000}}}}')  # past the log end
+            .option("failOnDataLoss", fail_on_data_loss)
+            .load()
+        )
+        return (
+            stream.writeStream.format("parquet")
+            .option("path", str(tmp_path / name / "out"))
+            .option("checkpointLocation", str(tmp_path / name / "checkpoint"))
+            .start()
+        )
+
+    query = run("true", "strict")
+    try:
+        with pytest.raises(Exception, match="failOnDataLoss=false"):
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    query = run("false", "lenient")
+    try:
+        query.processAllAvailable()  # skips ahead with a warning, then keeps reading
+        produce(bootstrap_servers, topic, 1, 5, 3, headers=False)
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    out = spark.read.parquet(str(tmp_path / "lenient" / "out")).select("offset").collect()
+    assert sorted(r[0] for r in out) == [5, 6, 7]
+
+
+def test_unknown_topic_without_fail_on_data_loss_reads_nothing(
+    spark: Any, bootstrap_servers: str
+) -> None:
+    df = reader(spark, bootstrap_servers, subscribe=_topic("absent"), failOnDataLoss="false")
+    assert df.load().collect() == []
+
+
 # ----------------------------------------------------------------------- bad options
 
 

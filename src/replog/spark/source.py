@@ -225,7 +225,8 @@ class ReplogBatchReader(_MetadataMixin, DataSourceReader):
         return list(map(RangePartition, split_ranges(ranges, self.opts.min_partitions)))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
+        if not isinstance(partition, RangePartition):
+            return iter(())  # Spark's stand-in partition when there is nothing to read
         return read_range(partition.range, self.settings)
 
 
@@ -284,11 +285,15 @@ class ReplogStreamReader(_MetadataMixin, DataSourceStreamReader, SupportsTrigger
         return list(map(RangePartition, split_ranges(ranges, self.opts.min_partitions)))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
+        if not isinstance(partition, RangePartition):
+            return iter(())  # Spark's stand-in partition when there is nothing to read
         return read_range(partition.range, self.settings)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: progress lives in Spark's checkpoint, never in a consumer group."""
+
+    def stop(self) -> None:
+        self._metadata = None
 
 
 @dataclass
