@@ -139,7 +139,8 @@ class ControllerDecision:
         """New leader/ISR for an existing partition, one conditional write per decision.
 
         The leader epoch is the epoch in ZooKeeper (``base``) plus one, however many
-        times the partition changes within this decision.
+        times the partition changes within this decision. Raises ``ControllerMovedError``
+        if a newer controller wrote the partition (Kafka checks the same before writing).
         """
         _check_leader_in_isr(tp, leader, isr)
         pending = self._partition_writes.get(tp)
@@ -148,6 +149,11 @@ class ControllerDecision:
         before = self.base.partition_leadership.get(tp)
         if before is None:
             raise InvariantViolation(f"{tp}: no leadership to update")
+        if before.controller_epoch > self.context.controller_epoch:
+            raise ControllerMovedError(
+                f"{tp} was written by controller epoch {before.controller_epoch}, "
+                f"ours is {self.context.controller_epoch}"
+            )
         old = before.leader_and_isr
         new = LeaderIsrAndControllerEpoch(
             LeaderAndIsr(leader, old.leader_epoch + 1, tuple(isr), old.zk_version + 1),
