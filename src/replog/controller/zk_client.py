@@ -38,14 +38,12 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from enum import Enum
 from functools import partial
 from typing import NamedTuple
 
-from kazoo.client import KazooClient, KazooState, TransactionRequest
+from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.protocol.states import ZnodeStat
-from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kazoo.retry import KazooRetry
 
 from replog.controller import zk_data as zd
@@ -55,7 +53,17 @@ from replog.controller.zk_data import (
     LeaderIsrAndControllerEpoch,
     TopicPartition,
 )
-from replog.controller.zk_ops import MultiRead, Op, ZkOps, ZkWriteError, ZkWriteResult, apply_ops
+from replog.controller.zk_ops import (
+    MultiRead,
+    Op,
+    SessionTracker,
+    WatchHandle,
+    ZkOps,
+    ZkSessionState,
+    ZkWriteError,
+    ZkWriteResult,
+    apply_ops,
+)
 
 __all__ = [
     "BrokerAlreadyRegisteredError",
@@ -85,28 +93,9 @@ class BrokerAlreadyRegisteredError(Exception):
     """``/brokers/ids/<id>`` is held by another ZooKeeper session."""
 
 
-class ZkSessionState(Enum):
-    """What a session listener is told (see the module docstring)."""
-
-    CONNECTED = "connected"  # (re)connected on the same session: ephemerals still exist
-    SUSPENDED = "suspended"  # connection lost; the session may still be alive
-    LOST = "lost"  # session expired or closed: ephemerals are gone
-    NEW_SESSION = "new_session"  # connected again on a new session: re-register ephemerals
-
-
 class ControllerEpoch(NamedTuple):
     epoch: int
     zk_version: int  # pass as expected_controller_epoch_zk_version to batched writes
-
-
-class WatchHandle:
-    """Returned by the ``watch_*`` methods; ``cancel()`` stops further callbacks."""
-
-    def __init__(self) -> None:
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
 
 
 class KafkaZkClient:
@@ -130,9 +119,7 @@ class KafkaZkClient:
         self._connection_timeout_s = (connection_timeout_ms or session_timeout_ms) / 1000
         self._zk = self._new_kazoo(connect)
         self._ops = ZkOps(self._zk, self._connection_timeout_s)
-        self._session_listeners: list[Callable[[ZkSessionState], None]] = []
-        self._last_session_id: int | None = None
-        self._zk.add_listener(self._on_kazoo_state)
+        self._sessions = SessionTracker(self._zk)
 
     def _new_kazoo(self, hosts: str) -> KazooClient:
         return KazooClient(
@@ -617,40 +604,14 @@ class KafkaZkClient:
     # --- watches and session ---------------------------------------------------------
 
     def watch_children(self, path: str, callback: Callable[[list[str]], None]) -> WatchHandle:
-        """Call ``callback(children)`` now and after every change of ``path``'s children.
-
-        Re-armed automatically, across reconnects and new sessions. ``path`` must exist
-        (raises ``NoNodeError``); if it is deleted later the watch ends.
-        """
-        if self._ops.call(self._zk.exists, path) is None:
-            raise NoNodeError(path)
-        handle = WatchHandle()
-
-        def on_children(children: list[str]) -> bool | None:
-            if handle.cancelled:
-                return False
-            callback(sorted(children))
-            return None
-
-        ChildrenWatch(self._zk, path, on_children)
-        return handle
+        """Call ``callback(sorted children)`` now and after every change (see ``ZkOps``)."""
+        return self._ops.watch_children(path, callback)
 
     def watch_data(
         self, path: str, callback: Callable[[bytes | None, int | None], None]
     ) -> WatchHandle:
-        """Call ``callback(data, zk_version)`` now and whenever ``path`` is created,
-        changed or deleted (``(None, None)`` while it does not exist). Re-armed
-        automatically."""
-        handle = WatchHandle()
-
-        def on_data(data: bytes | None, stat: ZnodeStat | None) -> bool | None:
-            if handle.cancelled:
-                return False
-            callback(data, stat.version if stat is not None else None)
-            return None
-
-        DataWatch(self._zk, path, on_data)
-        return handle
+        """Call ``callback(data, zk_version)`` now and on create/change/delete of ``path``."""
+        return self._ops.watch_data(path, callback)
 
     def watch_controller(self, callback: Callable[[int | None], None]) -> WatchHandle:
         """Call ``callback(controller broker id or None)`` now and on every change of
@@ -672,26 +633,10 @@ class KafkaZkClient:
 
         It must return quickly and must not call ZooKeeper (that deadlocks).
         """
-        self._session_listeners.append(callback)
+        self._sessions.listeners.append(callback)
 
     def remove_session_listener(self, callback: Callable[[ZkSessionState], None]) -> None:
-        self._session_listeners.remove(callback)
-
-    def _on_kazoo_state(self, state: str) -> None:
-        if state == KazooState.CONNECTED:
-            session_id = self.session_id
-            new = self._last_session_id is not None and session_id != self._last_session_id
-            self._last_session_id = session_id
-            event = ZkSessionState.NEW_SESSION if new else ZkSessionState.CONNECTED
-        elif state == KazooState.SUSPENDED:
-            event = ZkSessionState.SUSPENDED
-        else:
-            event = ZkSessionState.LOST
-        for listener in list(self._session_listeners):
-            try:
-                listener(event)
-            except Exception:
-                log.exception("ZooKeeper session listener failed on %s", event)
+        self._sessions.listeners.remove(callback)
 
 
 def _epoch_check(expected_controller_epoch_zk_version: int | None) -> tuple[str, int] | None:

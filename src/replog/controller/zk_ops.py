@@ -13,7 +13,8 @@ Kafka's paths or formats.
   is written.
 
 Concurrency: blocking; call from worker threads (kazoo is thread-safe), never from the
-event loop and never from a kazoo callback.
+event loop and never from a kazoo callback. Watch and session callbacks run on kazoo's
+threads.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypeVar
 
-from kazoo.client import KazooClient, TransactionRequest
+from kazoo.client import KazooClient, KazooState, TransactionRequest
 from kazoo.exceptions import (
     EXCEPTIONS,
     BadVersionError,
@@ -47,6 +48,7 @@ from kazoo.protocol.serialization import (
     stat_struct,
     write_string,
 )
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kazoo.retry import KazooRetry
 
 __all__ = [
@@ -54,7 +56,10 @@ __all__ = [
     "BATCH_OPS",
     "MultiRead",
     "Op",
+    "SessionTracker",
+    "WatchHandle",
     "ZkOps",
+    "ZkSessionState",
     "ZkWriteError",
     "ZkWriteResult",
     "apply_ops",
@@ -69,6 +74,57 @@ K = TypeVar("K")
 
 # (kind, path, data, version): kind is "create", "set" or "delete"; version -1 = any.
 Op = tuple[str, str, bytes, int]
+
+
+class ZkSessionState(Enum):
+    """What a session listener is told."""
+
+    CONNECTED = "connected"  # (re)connected on the same session: ephemerals still exist
+    SUSPENDED = "suspended"  # connection lost; the session may still be alive
+    LOST = "lost"  # session expired or closed: ephemerals are gone
+    NEW_SESSION = "new_session"  # connected again on a new session: re-register ephemerals
+
+
+class SessionTracker:
+    """Turns kazoo's connection states into :class:`ZkSessionState` for ``listeners``.
+
+    kazoo says CONNECTED both after a mere reconnect and after a new session replaced an
+    expired one; the session id tells them apart. Listeners run on kazoo's connection
+    thread: they must return at once and must not call ZooKeeper.
+    """
+
+    def __init__(self, zk: KazooClient) -> None:
+        self.zk = zk
+        self.listeners: list[Callable[[ZkSessionState], None]] = []
+        self._last_session_id: int | None = None
+        zk.add_listener(self._on_kazoo_state)
+
+    def _on_kazoo_state(self, state: str) -> None:
+        if state == KazooState.CONNECTED:
+            client_id = self.zk.client_id
+            session_id = client_id[0] if client_id else None
+            new = self._last_session_id is not None and session_id != self._last_session_id
+            self._last_session_id = session_id
+            event = ZkSessionState.NEW_SESSION if new else ZkSessionState.CONNECTED
+        elif state == KazooState.SUSPENDED:
+            event = ZkSessionState.SUSPENDED
+        else:
+            event = ZkSessionState.LOST
+        for listener in list(self.listeners):
+            try:
+                listener(event)
+            except Exception:
+                log.exception("ZooKeeper session listener failed on %s", event)
+
+
+class WatchHandle:
+    """Returned by the ``watch_*`` methods; ``cancel()`` stops further callbacks."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
 
 
 class ZkWriteError(Enum):
@@ -328,3 +384,40 @@ class ZkOps:
             ]
             tree.extend(level)
         return tree
+
+    def watch_children(self, path: str, callback: Callable[[list[str]], None]) -> WatchHandle:
+        """Call ``callback(sorted children)`` now and after every change of ``path``'s children.
+
+        A kazoo ``ChildrenWatch``: re-armed automatically, across reconnects and new
+        sessions. ``path`` must exist (else ``NoNodeError``); if it is deleted later the
+        watch ends. The first call runs on this thread, later ones on kazoo's.
+        """
+        if self.call(self.zk.exists, path) is None:
+            raise NoNodeError(path)
+        handle = WatchHandle()
+
+        def on_children(children: list[str]) -> bool | None:
+            if handle.cancelled:
+                return False
+            callback(sorted(children))
+            return None
+
+        ChildrenWatch(self.zk, path, on_children)
+        return handle
+
+    def watch_data(
+        self, path: str, callback: Callable[[bytes | None, int | None], None]
+    ) -> WatchHandle:
+        """Call ``callback(data, zk_version)`` now and whenever ``path`` is created, changed
+        or deleted (``(None, None)`` while absent). A kazoo ``DataWatch``: re-armed
+        automatically; the first call runs on this thread, later ones on kazoo's."""
+        handle = WatchHandle()
+
+        def on_data(data: bytes | None, stat: ZnodeStat | None) -> bool | None:
+            if handle.cancelled:
+                return False
+            callback(data, stat.version if stat is not None else None)
+            return None
+
+        DataWatch(self.zk, path, on_data)
+        return handle
