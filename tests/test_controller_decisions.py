@@ -589,3 +589,33 @@ def test_broker_dying_during_deletion_halts_it() -> None:
     ctx = apply(decisions.on_broker_startup(ctx, [broker(2, 7)]))
     ctx = apply(decisions.on_stop_replica_response(ctx, 2, 0, {tp: 0}))
     assert "x" not in ctx.all_topics
+
+
+def test_drop_failed_writes_keeps_the_rest_and_a_rerun_finishes() -> None:
+    ctx = cluster([1, 2, 3], {"t": {0: [1, 2, 3], 1: [1, 3, 2]}})
+    d = decisions.on_broker_failure(ctx, [1])
+    t0, t1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    # The write of t-1 fails on its version: its leader changed the ISR after our read.
+    d.drop_failed_writes([t1])
+    assert [w.partition for w in d.zk_writes] == [t0]
+    assert d.context.partition_leadership[t1] == ctx.partition_leadership[t1]
+    assert d.context.partition_state(t1) is ctx.partition_state(t1)
+    for requests in d.requests().values():
+        for request in requests:
+            if isinstance(request, LeaderAndIsrRequest):
+                assert t1 not in lai_partitions(request)
+            if isinstance(request, UpdateMetadataRequest):
+                assert t1 not in um_partitions(request)
+    partial = apply(d)
+    # The IO layer re-reads t-1 (now at a newer version) and runs the decision again.
+    lai = ctx.partition_leadership[t1].leader_and_isr
+    fresh = LeaderIsrAndControllerEpoch(
+        LeaderAndIsr(1, lai.leader_epoch, (1, 3), lai.zk_version + 1), 1
+    )
+    partial.partition_leadership[t1] = fresh
+    again = decisions.on_broker_failure(partial, [1])
+    done = apply(again)
+    assert [w.partition for w in again.zk_writes] == [t1]
+    assert done.partition_leadership[t1].leader_and_isr.leader == 3
+    assert done.partition_leadership[t1].leader_and_isr.isr == (3,)
+    check_cluster_invariants(done)

@@ -16,8 +16,10 @@ A ``ControllerDecision`` is built by one call of a function in
 Contract with the IO layer: perform ``zk_writes``; if all succeed, install ``context``
 and send ``requests()``. If the multi fails on a partition's version (a leader changed
 the ISR meanwhile), keep the old context, re-read the stale partitions into it and
-call the same decision function again; nothing from the failed decision is kept. If it
-fails on the controller epoch check, resign.
+call the same decision function again; nothing from the failed decision is kept. An IO
+layer that writes in several batches and gets per-partition results can instead call
+``drop_failed_writes(failed)``, install the rest, re-read the failed partitions and
+re-run the decision. If a write fails on the controller epoch check, resign.
 
 Concurrency: a decision is built and consumed by the controller task; not shared.
 """
@@ -167,6 +169,36 @@ class ControllerDecision:
         for tp in [tp for tp in self._partition_writes if tp[0] == topic]:
             del self._partition_writes[tp]
         self._topic_deletes.append(DeleteTopic(topic))
+
+    def drop_failed_writes(self, failed: Iterable[TopicPartition]) -> None:
+        """Forget what this decision planned for partitions whose write failed.
+
+        For an IO layer that writes in several multis and gets per-partition results
+        (``KafkaZkClient.update_partition_states``): their leadership and partition
+        state go back to ``base`` and no request mentions them; everything else of the
+        decision stands. The caller then re-reads those partitions into the installed
+        context and re-runs the event's decision (decisions are idempotent: e.g.
+        ``on_broker_failure`` again for the same dead brokers).
+        """
+        ctx = self.context
+        for tp in set(failed):
+            self._partition_writes.pop(tp, None)
+            before = self.base.partition_leadership.get(tp)
+            if before is None:
+                ctx.partition_leadership.pop(tp, None)
+            else:
+                ctx.partition_leadership[tp] = before
+            state = self.base.partition_states.get(tp)
+            if state is None:
+                ctx.partition_states.pop(tp, None)
+            else:
+                ctx.partition_states[tp] = state
+            for per_broker in self.batch.leader_and_isr.values():
+                per_broker.pop(tp, None)
+            self.batch.update_metadata_partitions.pop(tp, None)
+            for lists in (self.unclean_elections, self.failed_elections):
+                while tp in lists:
+                    lists.remove(tp)
 
     def has_pending_write(self, tp: TopicPartition) -> bool:
         return tp in self._partition_writes
