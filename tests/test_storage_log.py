@@ -10,6 +10,8 @@ import lz4.frame
 import pytest
 import snappy
 import zstandard
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from replog.protocol.records import (
     ATTR_TIMESTAMP_TYPE,
@@ -407,3 +409,58 @@ def test_follower_append_keeps_offsets_and_learns_epochs(tmp_path: Path) -> None
     assert follower.read(0, 1 << 20).records == fetched
     assert follower.leader_epoch_cache.entries() == [(1, 0), (3, 2)]
     assert follower.leader_epoch_cache.end_offset_for(1, follower.log_end_offset) == (1, 2)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 4), st.integers(1, 120)), min_size=1, max_size=30),
+    st.integers(1, 3000),
+    st.integers(60, 3000),
+    st.data(),
+)
+def test_read_matches_model(
+    tmp_path_factory: pytest.TempPathFactory,
+    shapes: list[tuple[int, int]],
+    interval: int,
+    segment_bytes: int,
+    data: st.DataObject,
+) -> None:
+    """Reads against a brute-force model over random batches, segments and bounds."""
+    log = open_log(
+        tmp_path_factory.mktemp("read"), index_interval_bytes=interval, segment_bytes=segment_bytes
+    )
+    model: list[tuple[int, int, int, int]] = []  # base, last, size, segment base
+    for count, size in shapes:
+        info = log.append_as_leader(batch(count, size=size), leader_epoch=0, now_ms=NOW)
+        model.append((info.first_offset, info.last_offset, len(batch(count, size=size)), 0))
+    bases = [s.base_offset for s in log.segments]
+    model = [(b, last, n, max(x for x in bases if x <= b)) for b, last, n, _ in model]
+    end = log.log_end_offset
+    for _ in range(8):
+        start = data.draw(st.integers(0, end), label="start")
+        following = [m for m in model if m[1] >= start]
+        sums = [sum(m[2] for m in following[: i + 1]) for i in range(min(6, len(following)))]
+        exact = [x + d for x in sums for d in (-1, 0, 1)]
+        max_bytes = data.draw(
+            st.integers(1, 1200) | st.sampled_from(exact or [1]), label="max_bytes"
+        )
+        max_offset = data.draw(st.none() | st.integers(0, end + 1), label="max_offset")
+        min_one = data.draw(st.booleans(), label="min_one_batch")
+        expected: list[tuple[int, int]] = []
+        if start < end and (max_offset is None or start < max_offset):
+            first = next(m for m in model if m[1] >= start)
+            total = 0
+            for base, last, size, seg in model:
+                if last < start:
+                    continue
+                if seg != first[3] or (max_offset is not None and base >= max_offset):
+                    break
+                if total + size > max_bytes and not (min_one and not expected):
+                    break
+                expected.append((base, last))
+                total += size
+        assert (
+            spans(log.read(start, max_bytes, max_offset=max_offset, min_one_batch=min_one).records)
+            == expected
+        )
+    log.close()

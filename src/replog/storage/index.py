@@ -138,6 +138,11 @@ class OffsetIndex(_IndexFile):
             return self.base_offset, 0
         return self._offsets[i - 1], self._positions[i - 1]
 
+    def position_floor(self, position: int) -> int:
+        """Largest indexed batch position <= ``position`` (0 if none): a batch boundary."""
+        i = bisect.bisect_right(self._positions, position)
+        return self._positions[i - 1] if i else 0
+
     def truncate_to(self, offset: int) -> None:
         """Remove entries with offset >= ``offset``."""
         keep = bisect.bisect_left(self._offsets, offset)

@@ -12,13 +12,11 @@ Concurrency: owned by its ``Log``; not thread-safe, no awaits inside.
 from __future__ import annotations
 
 import os
-import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from replog.protocol.records import (
     HEADER_SIZE,
-    LOG_OVERHEAD,
     BatchHeader,
     InvalidRecordBatch,
     read_header,
@@ -32,9 +30,6 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 _SCAN_CHUNK = 1 << 20
 _HEADER_CHUNK = 8192
-_OFFSET_AND_LENGTH = struct.Struct(">qi")
-_OFFSET = struct.Struct(">q")
-_DELTA = struct.Struct(">i")  # lastOffsetDelta, at byte 23 of a batch
 _POSITION_CACHE_LIMIT = 64
 
 
@@ -220,28 +215,41 @@ class LogSegment:
             limit = first.size
         else:
             limit = max_bytes
-        length = min(limit, self.size - start)
-        chunk = self.pread(length, start)
-        if (max_offset is None or max_offset >= self.next_offset) and start + length == self.size:
-            end = length  # everything to the end of the segment: whole batches by construction
-            next_offset = self.next_offset
-        else:
-            end, last = 0, 0
-            while end + LOG_OVERHEAD <= length:
-                base, batch_length = _OFFSET_AND_LENGTH.unpack_from(chunk, end)
-                size = batch_length + LOG_OVERHEAD
-                if end + size > length or (max_offset is not None and base >= max_offset):
-                    break
-                last = end
-                end += size
-            next_offset = (
-                _OFFSET.unpack_from(chunk, last)[0] + _DELTA.unpack_from(chunk, last + 23)[0] + 1
-            )
-        if end < length:
-            chunk = chunk[:end]
-        if end and next_offset < self.next_offset:
-            self._positions_add(next_offset, start + end)
-        return chunk, first.base_offset
+        end, next_offset = self._end_of_read(start, first, start + limit, max_offset)
+        data = self.pread(end - start, start)
+        if next_offset < self.next_offset:
+            self._positions_add(next_offset, end)
+        return data, first.base_offset
+
+    def _end_of_read(
+        self, start: int, first: BatchHeader, limit_position: int, max_offset: int | None
+    ) -> tuple[int, int]:
+        """File position where a read from ``start`` stops, and the offset found there.
+
+        The end is a batch boundary: before the first batch with base offset >= ``max_offset``
+        and not past ``limit_position`` (the first batch always fits). Found through the
+        sparse index and a few header reads, so the data itself is read (and copied) once.
+        """
+        end, next_offset = self.size, self.next_offset
+        if max_offset is not None and max_offset < self.next_offset:
+            located = self.find_batch(max_offset)
+            if located is not None:
+                pos, header = located
+                if header.base_offset >= max_offset:
+                    end, next_offset = pos, header.base_offset
+                else:  # max_offset inside a batch: that batch is still returned
+                    end, next_offset = pos + header.size, header.next_offset
+        if end <= limit_position:
+            return end, next_offset
+        # Walk batch headers from the last indexed batch start at or before the limit.
+        pos = max(start, self.offset_index.position_floor(limit_position))
+        if pos == start:
+            pos, next_offset = start + first.size, first.next_offset
+        for batch_pos, header, _ in self.iter_batches(pos, headers_only=True):
+            if batch_pos + header.size > limit_position:
+                return batch_pos, header.base_offset
+            next_offset = header.next_offset
+        return self.size, next_offset
 
     # -- timestamps ------------------------------------------------------
     @property
