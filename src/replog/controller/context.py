@@ -14,6 +14,7 @@ each map is a full snapshot.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -59,6 +60,11 @@ class PartitionReplica(NamedTuple):
 
     topic_partition: TopicPartition
     replica: int
+
+
+# Build the named tuples without the Python-level ``__new__`` frame (hot loops).
+_new_tp = functools.partial(tuple.__new__, TopicPartition)
+_new_replica = functools.partial(tuple.__new__, PartitionReplica)
 
 
 @dataclass(slots=True)
@@ -164,12 +170,12 @@ class ControllerContext:
         self.unclean_leader_election_enable.pop(topic, None)
 
     def partitions_for_topic(self, topic: str) -> list[TopicPartition]:
-        return [TopicPartition(topic, p) for p in self.partition_assignments.get(topic, {})]
+        return [_new_tp((topic, p)) for p in self.partition_assignments.get(topic, {})]
 
     def all_partitions(self) -> Iterator[TopicPartition]:
         for topic, partitions in self.partition_assignments.items():
             for partition in partitions:
-                yield TopicPartition(topic, partition)
+                yield _new_tp((topic, partition))
 
     def replicas_for(self, tp: TopicPartition) -> tuple[int, ...]:
         """The assigned replicas (AR) of a partition, preferred first; () if unknown."""
@@ -177,7 +183,7 @@ class ControllerContext:
 
     def replicas_for_topic(self, topic: str) -> list[PartitionReplica]:
         return [
-            PartitionReplica(TopicPartition(topic, p), r)
+            _new_replica((_new_tp((topic, p)), r))
             for p, replicas in self.partition_assignments.get(topic, {}).items()
             for r in replicas
         ]
@@ -190,7 +196,7 @@ class ControllerContext:
             for partition, replicas in partitions.items():
                 for r in replicas:
                     if r in wanted:
-                        found.append(PartitionReplica(TopicPartition(topic, partition), r))
+                        found.append(_new_replica((_new_tp((topic, partition)), r)))
         return found
 
     def leadership(self, tp: TopicPartition) -> LeaderIsrAndControllerEpoch | None:
