@@ -43,7 +43,11 @@ class _IndexFile:
     def __len__(self) -> int:
         raise NotImplementedError
 
-    def _encode(self, start: int) -> bytes:
+    def _complete_entries(self) -> int:
+        """Entries fully appended (both columns): safe to read while another thread appends."""
+        raise NotImplementedError
+
+    def _encode(self, start: int, end: int) -> bytes:
         raise NotImplementedError
 
     def _file_size(self) -> int:
@@ -60,8 +64,12 @@ class _IndexFile:
         return raw[: len(raw) - len(raw) % self.entry_size]
 
     def flush(self, *, fsync: bool = True) -> None:
-        """Write entries added since the last flush, then fsync the file."""
-        pending = self._encode(self._written)
+        """Write entries added since the last flush, then fsync the file.
+
+        May run in a worker thread while the owner appends entries (not while it truncates).
+        """
+        end = self._complete_entries()
+        pending = self._encode(self._written, end)
         if not pending and not self._dirty:
             return
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
@@ -73,7 +81,7 @@ class _IndexFile:
                 os.fsync(fd)
         finally:
             os.close(fd)
-        self._written = len(self)
+        self._written = end
         self._dirty = not fsync
 
     def _truncated_entries(self, keep: int) -> None:
@@ -154,11 +162,14 @@ class OffsetIndex(_IndexFile):
         self._positions.clear()
         self._truncated_entries(0)
 
-    def _encode(self, start: int) -> bytes:
+    def _complete_entries(self) -> int:
+        return min(len(self._offsets), len(self._positions))
+
+    def _encode(self, start: int, end: int) -> bytes:
         base = self.base_offset
         return b"".join(
             _OFFSET_ENTRY.pack(o - base, p)
-            for o, p in zip(self._offsets[start:], self._positions[start:], strict=True)
+            for o, p in zip(self._offsets[start:end], self._positions[start:end], strict=True)
         )
 
 
@@ -227,9 +238,12 @@ class TimeIndex(_IndexFile):
         self._offsets.clear()
         self._truncated_entries(0)
 
-    def _encode(self, start: int) -> bytes:
+    def _complete_entries(self) -> int:
+        return min(len(self._offsets), len(self._timestamps))
+
+    def _encode(self, start: int, end: int) -> bytes:
         base = self.base_offset
         return b"".join(
             _TIME_ENTRY.pack(t, o - base)
-            for t, o in zip(self._timestamps[start:], self._offsets[start:], strict=True)
+            for t, o in zip(self._timestamps[start:end], self._offsets[start:end], strict=True)
         )

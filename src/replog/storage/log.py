@@ -7,10 +7,11 @@ partition leader epoch in place and writes the request's bytes with one
 ``pwrite``. Opening a log (recovery of a torn tail included) lives in
 ``log_loader.py``.
 
-Concurrency: a ``Log`` is owned by one asyncio task (or one thread) at a time;
-no method awaits, so a caller must not interleave calls from threads. ``flush``
-does fsyncs and may be slow: callers that run it in an executor must not call
-anything else on the same log meanwhile.
+Concurrency: a ``Log`` is owned by one asyncio task (or one thread); no method
+awaits, so each call is atomic with respect to the event loop. The one exception
+is ``flush``, which does fsyncs and may run in a worker thread while the owner
+keeps appending and reading; it must not overlap ``truncate_to``,
+``truncate_fully_and_start_at``, ``delete_old_segments`` or ``close``.
 """
 
 from __future__ import annotations
@@ -531,8 +532,8 @@ class Log:
         for segment in self._segments[self._segment_index(self.recovery_point) :]:
             segment.flush()
         if self._dir_dirty:
+            self._dir_dirty = False  # before the fsync: a concurrent roll sets it again
             fsync_dir(self.dir)
-            self._dir_dirty = False
         self.recovery_point = end
 
     def close(self) -> None:
