@@ -464,3 +464,15 @@ def test_read_matches_model(
             == expected
         )
     log.close()
+
+
+def test_index_entries_only_every_index_interval_bytes(tmp_path: Path) -> None:
+    one = len(batch(1))
+    log = open_log(tmp_path, index_interval_bytes=3 * one)
+    for _ in range(20):
+        log.append_as_leader(batch(1), leader_epoch=0, now_ms=NOW)
+    # Kafka indexes a batch once strictly more than the interval was written since the last entry
+    entries = log.active_segment.offset_index.entries()
+    assert entries == [(o, o * one) for o in (4, 8, 12, 16)]
+    log.flush()
+    assert log.active_segment.offset_index.path.stat().st_size == 8 * len(entries)
