@@ -2,4 +2,6 @@
 
 pytest_plugins = [
     "fixtures.processes",
+    "fixtures.zookeeper",
+    "fixtures.cluster",
 ]

@@ -46,7 +46,7 @@ CLIENT_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (3, 9),
     ApiKey.FETCH: (4, 12),
     ApiKey.LIST_OFFSETS: (1, 7),
-    ApiKey.METADATA: (0, 9),
+    ApiKey.METADATA: (0, 8),
     ApiKey.API_VERSIONS: (0, 3),
     ApiKey.CREATE_TOPICS: (2, 5),
     ApiKey.DELETE_TOPICS: (1, 5),

@@ -74,9 +74,7 @@ def decode_request(frame: bytes) -> Request:
     return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame))
 
 
-def encode_response(
-    api_key: int, api_version: int, correlation_id: int, body: Any
-) -> bytes:
+def encode_response(api_key: int, api_version: int, correlation_id: int, body: Any) -> bytes:
     """Size-prefixed response frame."""
     buf = io.BytesIO()
     buf.write(b"\0\0\0\0")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from replog.replication.core import LeaderState
+from replog.replication.isr import IsrChangeProposal
 from replog.replication.waiters import Waiters
 from replog.storage.log import AppendInfo, FetchDataInfo, Log, OffsetOutOfRange
 
@@ -61,16 +63,15 @@ class Partition:
         self.local_broker_id = local_broker_id
         self.log = log_
         self.state: PartitionState | None = None
-        self.leader_state = None  # replication core's LeaderState while we lead
-        self.follower_high_watermark = 0
+        self.leader_state: LeaderState | None = None
         self.waiters = Waiters()
-        self._high_watermark = 0
+        self._high_watermark = 0  # used while not leading
 
     # -- role ---------------------------------------------------------------
 
     @property
     def is_leader(self) -> bool:
-        return self.state is not None and self.state.leader == self.local_broker_id
+        return self.leader_state is not None and self.leader_state.is_leading
 
     @property
     def leader_epoch(self) -> int:
@@ -85,7 +86,7 @@ class Partition:
     @property
     def in_sync_replicas(self) -> tuple[int, ...]:
         if self.leader_state is not None:
-            return tuple(sorted(self.leader_state.in_sync_replicas))
+            return self.leader_state.in_sync_replicas
         return self.state.isr if self.state else ()
 
     def check_leader_epoch(self, current_leader_epoch: int) -> None:
@@ -99,13 +100,7 @@ class Partition:
 
     # -- reads ----------------------------------------------------------------
 
-    def read(
-        self,
-        fetch_offset: int,
-        max_bytes: int,
-        *,
-        up_to_high_watermark: bool,
-    ) -> ReadResult:
+    def read(self, fetch_offset: int, max_bytes: int, *, up_to_high_watermark: bool) -> ReadResult:
         """Records from ``fetch_offset``; consumers see only what is below the high watermark.
 
         A consumer fetch between HW and LEO (after a leadership change, seed 000
@@ -114,7 +109,7 @@ class Partition:
         hw = self.high_watermark
         leo = self.log.log_end_offset
         start = self.log.log_start_offset
-        if up_to_high_watermark and hw < fetch_offset <= leo:
+        if up_to_high_watermark and hw <= fetch_offset <= leo:
             return ReadResult(b"", hw, start, leo)
         try:
             data: FetchDataInfo = self.log.read(
@@ -124,37 +119,88 @@ class Partition:
             return ReadResult(b"", hw, start, leo, exc)
         return ReadResult(data.records, hw, start, leo)
 
-    def available_bytes(self, fetch_offset: int, up_to_high_watermark: bool) -> int:
-        """Rough count of bytes a fetch at ``fetch_offset`` could return now."""
-        end = self.high_watermark if up_to_high_watermark else self.log.log_end_offset
-        return max(0, end - fetch_offset)
-
     # -- writes ---------------------------------------------------------------
 
     def append_as_leader(self, records: bytearray, *, acks: int, now_ms: int) -> AppendInfo:
-        if not self.is_leader:
+        leader = self.leader_state
+        if leader is None or not leader.is_leading:
             raise NotLeaderOrFollower()
-        min_isr = self.log.config.min_insync_replicas
-        if acks == -1 and len(self.in_sync_replicas) < min_isr:
-            raise NotEnoughReplicas()
+        if acks == -1 and leader.can_accept_acks_all() is not None:
+            raise NotEnoughReplicas(
+                f"ISR {list(leader.in_sync_replicas)} is smaller than "
+                f"min.insync.replicas={leader.min_insync_replicas}"
+            )
         info = self.log.append_as_leader(records, leader_epoch=self.leader_epoch, now_ms=now_ms)
         if not info.duplicate:
-            self.on_log_end_offset_change(now_ms)
+            leader.on_local_append(self.log.log_end_offset)
+            self._on_high_watermark_maybe_changed()
         return info
 
-    def on_log_end_offset_change(self, now_ms: int) -> None:
-        if self.leader_state is not None:
-            self.leader_state.on_local_append(self.log.log_end_offset)
+    def on_follower_fetch(
+        self, replica_id: int, fetch_offset: int, now_ms: int
+    ) -> IsrChangeProposal | None:
+        """Record a follower's fetch; returns an ISR expansion (or shrink) to write to ZooKeeper."""
+        leader = self.leader_state
+        if (
+            leader is None
+            or not leader.is_leading
+            or leader.follower_log_end_offset(replica_id) is None
+            and replica_id not in leader.assigned_replicas
+        ):
+            return None
+        if not 0 <= fetch_offset <= self.log.log_end_offset:
+            return None
+        outcome = leader.on_follower_fetch(replica_id, fetch_offset, now_ms)
+        if outcome.high_watermark_change is not None:
+            self._on_high_watermark_maybe_changed()
+        return outcome.isr_change
+
+    def on_isr_update_result(self, proposal: IsrChangeProposal, new_zk_version: int | None) -> bool:
+        """Apply ZooKeeper's answer to an ISR change; False if this broker stopped leading."""
+        leader = self.leader_state
+        if leader is None or not leader.is_leading or leader.pending_isr_change != proposal:
+            return True
+        outcome = leader.on_isr_update_result(proposal, new_zk_version)
+        if outcome.stop_leading is not None:
+            log.warning(
+                "%s-%d: %s; no longer acting as leader at epoch %d",
+                self.topic,
+                self.partition,
+                outcome.stop_leading.reason,
+                outcome.stop_leading.leader_epoch,
+            )
+            self._high_watermark = leader.high_watermark
+            self.waiters.wake_all()
+            return False
+        if self.state is not None and new_zk_version is not None:
+            self.state = PartitionState(
+                leader=self.state.leader,
+                leader_epoch=self.state.leader_epoch,
+                isr=outcome.in_sync_replicas,
+                replicas=self.state.replicas,
+                zk_version=new_zk_version,
+                controller_epoch=self.state.controller_epoch,
+            )
+        log.info("%s-%d: ISR is now %s", self.topic, self.partition, list(outcome.in_sync_replicas))
+        self._on_high_watermark_maybe_changed()
+        return True
+
+    def _on_high_watermark_maybe_changed(self) -> None:
+        self.log.update_high_watermark(self.high_watermark)
         self.waiters.notify()
 
-    def set_follower_high_watermark(self, leader_hw: int) -> None:
-        new_hw = min(leader_hw, self.log.log_end_offset)
-        if new_hw > self._high_watermark:
-            self._high_watermark = new_hw
+    def set_follower_high_watermark(self, high_watermark: int, changed: bool = True) -> None:
+        self._high_watermark = high_watermark
+        self.log.update_high_watermark(high_watermark)
+        if changed:
             self.waiters.notify()
+
+    def truncate_high_watermark(self, log_end_offset: int) -> None:
+        self._high_watermark = min(self._high_watermark, log_end_offset)
 
     def restore_high_watermark(self, hw: int) -> None:
         self._high_watermark = min(max(hw, self.log.log_start_offset), self.log.log_end_offset)
+        self.log.update_high_watermark(self._high_watermark)
 
     # -- role changes -----------------------------------------------------------
 
@@ -162,8 +208,6 @@ class Partition:
         self, state: PartitionState, now_ms: int, replica_lag_time_max_ms: int
     ) -> None:
         """Take leadership at ``state.leader_epoch`` (Kafka ``Partition.makeLeader``)."""
-        from replog.replication.core import LeaderState
-
         self.state = state
         self.log.leader_epoch_cache.assign(state.leader_epoch, self.log.log_end_offset)
         self.leader_state = LeaderState(
@@ -172,21 +216,28 @@ class Partition:
             assigned_replicas=state.replicas,
             in_sync_replicas=state.isr,
             log_end_offset=self.log.log_end_offset,
-            high_watermark=self.high_watermark_on_takeover(),
+            high_watermark=min(self._high_watermark, self.log.log_end_offset),
             now_ms=now_ms,
             replica_lag_time_max_ms=replica_lag_time_max_ms,
             min_insync_replicas=self.log.config.min_insync_replicas,
             partition_zk_version=state.zk_version,
         )
+        self._on_high_watermark_maybe_changed()
         self.waiters.wake_all()
-
-    def high_watermark_on_takeover(self) -> int:
-        return min(self._high_watermark, self.log.log_end_offset)
 
     def become_follower(self, state: PartitionState) -> None:
         """Follow ``state.leader`` (Kafka ``Partition.makeFollower``); the fetcher truncates."""
         if self.leader_state is not None:
             self._high_watermark = self.leader_state.high_watermark
+            if self.leader_state.is_leading:
+                self.leader_state.resign(f"broker {state.leader} leads epoch {state.leader_epoch}")
         self.state = state
+        self.leader_state = None
+        self.waiters.wake_all()
+
+    def stop(self) -> None:
+        if self.leader_state is not None:
+            self._high_watermark = self.leader_state.high_watermark
+        self.state = None
         self.leader_state = None
         self.waiters.wake_all()

@@ -12,10 +12,16 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
 from replog.config import KafkaConfig
+from replog.controller.zk_client import KafkaZkClient
+from replog.controller.zk_data import LeaderAndIsr, LeaderIsrAndControllerEpoch
+from replog.replication.core import AcksAllStatus
+from replog.replication.fetcher import ReplicaFetcherManager
+from replog.replication.isr import IsrChangePropagation, IsrChangeProposal
 from replog.replication.partition import (
     NotLeaderOrFollower,
     Partition,
@@ -23,12 +29,14 @@ from replog.replication.partition import (
 )
 from replog.replication.waiters import wait_any
 from replog.server.errors import error_code_for
+from replog.storage.checkpoints import OffsetCheckpointFile
 from replog.storage.log_config import LogConfig
 from replog.storage.log_manager import LogManager
 
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
+HW_CHECKPOINT = "replication-offset-checkpoint"
 
 
 def now_ms() -> int:
@@ -70,6 +78,7 @@ class ReplicaManager:
         config: KafkaConfig,
         log_manager: LogManager,
         topic_config: Callable[[str], LogConfig],
+        zk: KafkaZkClient,
     ) -> None:
         self.config = config
         self.broker_id = config.broker_id
@@ -77,7 +86,11 @@ class ReplicaManager:
         self.topic_config = topic_config
         self.partitions: dict[TopicPartition, Partition] = {}
         self.controller_epoch = -1
-        self.fetcher_manager = None  # set by the broker once replica fetchers exist
+        self.fetcher_manager: ReplicaFetcherManager | None = None
+        self.zk = zk
+        self.isr_change_propagation = IsrChangePropagation.starting_at(now_ms())
+        self._background: set[asyncio.Task[None]] = set()
+        self._hw_checkpoints: dict[object, dict[tuple[str, int], int]] = {}
 
     def get_partition(self, topic: str, partition: int) -> Partition | None:
         return self.partitions.get((topic, partition))
@@ -127,12 +140,12 @@ class ReplicaManager:
                 if result.error != ErrorCode.none or result.required_offset < 0:
                     continue
                 part = self.partitions.get((topic, partition))
-                if part is None or not part.is_leader:
+                if part is None or part.leader_state is None or not part.is_leader:
                     result.error = ErrorCode.not_leader_or_follower
                     continue
-                if part.high_watermark >= result.required_offset:
-                    if len(part.in_sync_replicas) < part.log.config.min_insync_replicas:
-                        result.error = ErrorCode.not_enough_replicas_after_append
+                status = part.leader_state.acks_all_status(result.required_offset)
+                if status is not AcksAllStatus.PENDING:
+                    result.error = status.error or ErrorCode.none
                     result.required_offset = -1
                     continue
                 waiting.append((part, result.required_offset))
@@ -189,7 +202,87 @@ class ReplicaManager:
     def on_follower_fetch(
         self, part: Partition, replica_id: int, fetch_offset: int, now: int
     ) -> None:
-        """Hook for the replication core; replaced when followers exist."""
+        proposal = part.on_follower_fetch(replica_id, fetch_offset, now)
+        if proposal is not None:
+            self._submit_isr_change(part, proposal)
+
+    # -- ISR changes: conditional writes to the partition state znode ---------
+
+    def _submit_isr_change(self, part: Partition, proposal: IsrChangeProposal) -> None:
+        task = asyncio.create_task(self._write_isr_change(part, proposal))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _write_isr_change(self, part: Partition, proposal: IsrChangeProposal) -> None:
+        """Seed 000 question 3: a rejected conditional update means we no longer lead."""
+        assert part.state is not None
+        state = LeaderIsrAndControllerEpoch(
+            LeaderAndIsr(
+                leader=self.broker_id,
+                leader_epoch=proposal.leader_epoch,
+                isr=proposal.new_isr,
+                zk_version=proposal.partition_zk_version,
+            ),
+            part.state.controller_epoch,
+        )
+        leader_state = part.leader_state
+        while True:
+            try:
+                version = await asyncio.to_thread(
+                    self.zk.update_leader_and_isr_conditional,
+                    part.topic,
+                    part.partition,
+                    state,
+                    proposal.partition_zk_version,
+                )
+                break
+            except Exception as exc:  # ZooKeeper unreachable: keep the change pending, retry
+                log.warning(
+                    "%s-%d: ISR update failed (%s); retrying", part.topic, part.partition, exc
+                )
+                await asyncio.sleep(self.config.replica_fetch_backoff_ms / 1000)
+                if part.leader_state is not leader_state:
+                    return
+        if self.partitions.get((part.topic, part.partition)) is not part:
+            return
+        if part.leader_state is not leader_state:
+            return
+        if part.on_isr_update_result(proposal, version) and version is not None:
+            self.isr_change_propagation.record_isr_change((part.topic, part.partition), now_ms())
+
+    def maybe_shrink_isr(self, now: int) -> None:
+        for part in list(self.partitions.values()):
+            if part.leader_state is None or not part.is_leader:
+                continue
+            proposal = part.leader_state.maybe_shrink_isr(now)
+            if proposal is not None:
+                log.info(
+                    "%s-%d: shrinking ISR from %s to %s (not caught up within "
+                    "replica.lag.time.max.ms=%d)",
+                    part.topic,
+                    part.partition,
+                    list(proposal.current_isr),
+                    list(proposal.new_isr),
+                    self.config.replica_lag_time_max_ms,
+                )
+                self._submit_isr_change(part, proposal)
+
+    async def maybe_propagate_isr_changes(self, now: int) -> None:
+        changed = self.isr_change_propagation.maybe_propagate(now)
+        if changed:
+            await asyncio.to_thread(self.zk.propagate_isr_changes, set(changed))
+
+    def checkpoint_high_watermarks(self) -> None:
+        by_dir: dict[Path, dict[tuple[str, int], int]] = {}
+        for (topic, partition), part in self.partitions.items():
+            by_dir.setdefault(part.log.dir.parent, {})[(topic, partition)] = part.high_watermark
+        for log_dir in self.log_manager.log_dirs:
+            OffsetCheckpointFile(log_dir / HW_CHECKPOINT).write(by_dir.get(log_dir, {}))
+
+    def _restored_high_watermark(self, topic: str, partition: int, log_dir: Path) -> int:
+        if log_dir not in self._hw_checkpoints:
+            self._hw_checkpoints[log_dir] = OffsetCheckpointFile(log_dir / HW_CHECKPOINT).read()
+        return self._hw_checkpoints[log_dir].get((topic, partition), 0)
 
     async def fetch(
         self,
@@ -298,6 +391,9 @@ class ReplicaManager:
                 topic, partition, self.topic_config(topic), now_ms()
             )
             part = Partition(topic, partition, self.broker_id, log_)
+            part.restore_high_watermark(
+                self._restored_high_watermark(topic, partition, log_.dir.parent)
+            )
             self.partitions[(topic, partition)] = part
         return part
 
@@ -306,17 +402,19 @@ class ReplicaManager:
         if self.fetcher_manager is not None:
             self.fetcher_manager.remove_partition(topic, partition)
         if part is not None:
-            part.state = None
-            part.leader_state = None
-            part.waiters.wake_all()
+            part.stop()
         if delete:
             self.log_manager.delete_log(topic, partition)
             log.info("%s-%d: replica stopped and deleted", topic, partition)
 
     async def shutdown(self) -> None:
+        if self.fetcher_manager is not None:
+            await self.fetcher_manager.shutdown()
+        for task in list(self._background):
+            task.cancel()
         for part in self.partitions.values():
             part.waiters.wake_all()
-        await asyncio.sleep(0)
+        self.checkpoint_high_watermarks()
 
 
 __all__ = [

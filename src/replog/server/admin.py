@@ -166,10 +166,14 @@ class AdminManager:
                     {},
                 )
             try:
-                assignment = placement.assign_replicas_to_brokers(
-                    [(b.broker_id, b.rack) for b in brokers], partitions, replication, self._rng
+                placed = placement.assign_replicas_to_brokers(
+                    [placement.BrokerMetadata(b.broker_id, b.rack or None) for b in brokers],
+                    partitions,
+                    replication,
+                    self._rng,
                 )
-            except ValueError as exc:
+                assignment = {p: list(r) for p, r in placed.items()}
+            except placement.PlacementError as exc:
                 return (ErrorCode.invalid_replication_factor, str(exc), -1, -1), None, {}
         replication_factor = len(next(iter(assignment.values())))
         return (ErrorCode.none, None, len(assignment), replication_factor), assignment, configs

@@ -18,14 +18,16 @@ from functools import partial
 from typing import Any
 
 from replog.config import KafkaConfig
-from replog.controller.zk_client import BrokerInfo, KafkaZkClient
+from replog.controller.zk_client import KafkaZkClient
+from replog.controller.zk_data import BrokerInfo
 from replog.protocol.apis import ApiKey
+from replog.replication.fetcher import FetcherConfig, ReplicaFetcherManager
 from replog.replication.replica_manager import ReplicaManager
 from replog.server.admin import AdminManager
 from replog.server.handlers import admin as admin_handlers
 from replog.server.handlers import fetch, metadata, offsets, produce
-from replog.server.handlers.controller_rpc import ControllerCommands
 from replog.server.handlers.context import BrokerServices
+from replog.server.handlers.controller_rpc import ControllerCommands
 from replog.server.metadata_cache import MetadataCache
 from replog.server.network import KafkaServer
 from replog.server.producer_ids import ProducerIdManager
@@ -33,6 +35,8 @@ from replog.storage.log_config import LogConfig
 from replog.storage.log_manager import LogManager
 
 log = logging.getLogger(__name__)
+
+ISR_PROPAGATION_CHECK_S = 2.5  # Kafka's isr-change-propagation check interval
 
 
 def now_ms() -> int:
@@ -50,7 +54,20 @@ class Broker:
             connection_timeout_ms=config.zookeeper_connection_timeout_ms,
         )
         self.topic_configs: dict[str, LogConfig] = {}
-        self.replica_manager = ReplicaManager(config, self.log_manager, self.log_config_for)
+        self.replica_manager = ReplicaManager(
+            config, self.log_manager, self.log_config_for, self.zk
+        )
+        self.replica_manager.fetcher_manager = ReplicaFetcherManager(
+            FetcherConfig(
+                broker_id=config.broker_id,
+                fetch_max_bytes=config.replica_fetch_max_bytes,
+                fetch_wait_max_ms=config.replica_fetch_wait_max_ms,
+                fetch_min_bytes=config.replica_fetch_min_bytes,
+                fetch_backoff_ms=config.replica_fetch_backoff_ms,
+                request_timeout_ms=config.request_timeout_ms,
+                num_fetchers=config.num_replica_fetchers,
+            )
+        )
         self.admin = AdminManager(config, self.zk, self.metadata_cache)
         self.producer_ids = ProducerIdManager(config.broker_id, self.zk.client)
         self.services = BrokerServices(
@@ -60,7 +77,9 @@ class Broker:
             admin=self.admin,
             producer_ids=self.producer_ids,
         )
-        self.controller_commands = ControllerCommands(self.services, self.zk, lambda: self.broker_epoch)
+        self.controller_commands = ControllerCommands(
+            self.services, self.zk, lambda: self.broker_epoch
+        )
         listener = config.listeners[0]
         self.server = KafkaServer(
             listener.host,
@@ -115,12 +134,8 @@ class Broker:
         await self.server.start()
         advertised = self.config.advertised_listeners[0]
         port = advertised.port if advertised.port else self.server.port
-        info = BrokerInfo(
-            broker_id=self.config.broker_id,
-            host=advertised.host,
-            port=port,
-            endpoints=[f"{advertised.name}://{advertised.host}:{port}"],
-            rack=self.config.broker_rack or None,
+        info = BrokerInfo.plaintext(
+            self.config.broker_id, advertised.host, port, rack=self.config.broker_rack or None
         )
         self.broker_epoch = await asyncio.to_thread(self.zk.register_broker, info)
         log.info(
@@ -130,8 +145,57 @@ class Broker:
             self.server.host,
             self.server.port,
         )
+        await self._recover_assignments()
         self._tasks.append(asyncio.create_task(self._retention_loop()))
         self._tasks.append(asyncio.create_task(self._checkpoint_loop()))
+        self._tasks.append(asyncio.create_task(self._isr_expiration_loop()))
+        self._tasks.append(asyncio.create_task(self._isr_propagation_loop()))
+        self._tasks.append(asyncio.create_task(self._high_watermark_checkpoint_loop()))
+
+    async def _recover_assignments(self) -> None:
+        """Seed 000 question 5: delete local partitions no longer assigned to this broker.
+
+        Roles themselves come from the controller's LeaderAndIsr, which it sends
+        to every broker that registers.
+        """
+        topics = await asyncio.to_thread(self.zk.get_all_topics)
+        assignments = await asyncio.to_thread(self.zk.get_topic_assignments, topics)
+        deleting = await asyncio.to_thread(self.zk.get_topics_marked_for_deletion)
+        mine = {
+            (topic, partition)
+            for topic, parts in assignments.items()
+            if topic not in deleting
+            for partition, replicas in parts.items()
+            if self.config.broker_id in replicas
+        }
+        for topic, partition in sorted(self.log_manager.local_partitions_on_disk() - mine):
+            log.info(
+                "%s-%d is no longer assigned to broker %d: deleting its local log",
+                topic,
+                partition,
+                self.config.broker_id,
+            )
+            self.log_manager.delete_log(topic, partition)
+
+    async def _isr_expiration_loop(self) -> None:
+        interval = max(self.config.replica_lag_time_max_ms / 2, 10) / 1000
+        while True:
+            await asyncio.sleep(interval)
+            self.replica_manager.maybe_shrink_isr(now_ms())
+
+    async def _isr_propagation_loop(self) -> None:
+        while True:
+            await asyncio.sleep(ISR_PROPAGATION_CHECK_S)
+            try:
+                await self.replica_manager.maybe_propagate_isr_changes(now_ms())
+            except Exception as exc:
+                log.warning("could not announce ISR changes: %s", exc)
+
+    async def _high_watermark_checkpoint_loop(self) -> None:
+        interval = self.config.replica_high_watermark_checkpoint_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            self.replica_manager.checkpoint_high_watermarks()
 
     async def _retention_loop(self) -> None:
         interval = self.config.log_retention_check_interval_ms / 1000

@@ -42,8 +42,7 @@ class ProducerIdManager:
                     return 0, BLOCK_SIZE - 1
                 except NodeExistsError:
                     continue
-            last = json.loads(data.decode())
-            start = int(last["block_end"]) + 1
+            start = int(json.loads(data.decode())["block_end"]) + 1 if data else 0
             block = {
                 "version": 1,
                 "broker": self.broker_id,

@@ -191,11 +191,8 @@ def _watermarks(consumer: object, rng: OffsetRange) -> tuple[int, int]:
     return int(low), int(high)
 
 
-def _lost(rng: OffsetRange, first: int, last: int, settings: ReadSettings) -> None:
-    message = (
-        f"records {first}..{last} of {rng.topic}-{rng.partition} were deleted "
-        "(retention) before they were read"
-    )
+def _lost(rng: OffsetRange, first: int, last: int, why: str, settings: ReadSettings) -> None:
+    message = f"records {first}..{last} of {rng.topic}-{rng.partition} {why}"
     if settings.fail_on_data_loss:
         raise DataLossError(
             f"{message}. Set option failOnDataLoss=false to skip lost records with a warning."
@@ -203,18 +200,25 @@ def _lost(rng: OffsetRange, first: int, last: int, settings: ReadSettings) -> No
     log.warning("replog source: %s (failOnDataLoss=false: skipping ahead)", message)
 
 
+_DELETED = "were deleted (retention) before they were read"
+
+
 def _skip_lost(consumer: object, rng: OffsetRange, next_offset: int, settings: ReadSettings) -> int:
-    """The start offset fell off the log: report it and resume at the log start offset."""
+    """The next offset is out of the log's range: report the loss and return where to resume."""
     from confluent_kafka import TopicPartition as KafkaTopicPartition
 
     low, high = _watermarks(consumer, rng)
     if low <= next_offset:
-        raise DataLossError(
-            f"offset {next_offset} of {rng.topic}-{rng.partition} is out of range "
-            f"[{low}, {high}); was the topic recreated? (option failOnDataLoss)"
+        _lost(
+            rng,
+            next_offset,
+            rng.until_offset - 1,
+            f"are beyond the log end {high} (log truncated or topic recreated?)",
+            settings,
         )
+        return rng.until_offset
     resume = min(low, rng.until_offset)
-    _lost(rng, next_offset, resume - 1, settings)
+    _lost(rng, next_offset, resume - 1, _DELETED, settings)
     if resume < rng.until_offset:
         consumer.assign([KafkaTopicPartition(rng.topic, rng.partition, resume)])  # type: ignore[attr-defined]
     return resume
@@ -226,7 +230,7 @@ def _check_gap(
     """A jump in offsets is loss only if the log start moved past ``expected``."""
     low, _ = _watermarks(consumer, rng)
     if low > expected:
-        _lost(rng, expected, min(low, got) - 1, settings)
+        _lost(rng, expected, min(low, got) - 1, _DELETED, settings)
 
 
 def _after_stall(
@@ -236,7 +240,7 @@ def _after_stall(
     the broker is stuck."""
     _, high = _watermarks(consumer, rng)
     if high <= next_offset:
-        _lost(rng, next_offset, rng.until_offset - 1, settings)
+        _lost(rng, next_offset, rng.until_offset - 1, "are gone: the log was truncated", settings)
         return rng.until_offset
     raise TimeoutError(
         f"no records from {rng.topic}-{rng.partition} at offset {next_offset} within "

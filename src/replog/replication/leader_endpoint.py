@@ -1,0 +1,164 @@
+"""How a follower talks to its leader: a small seam (Kafka ``LeaderEndPoint``).
+
+``RemoteLeaderEndpoint`` speaks Fetch and OffsetForLeaderEpoch over the Kafka
+protocol; tests may put an in-memory endpoint in its place.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from typing import Protocol
+
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12 import request as fetch_req
+from kio.schema.offset_for_leader_epoch.v4 import request as epoch_req
+from kio.static.primitive import i32Timedelta
+
+from replog.protocol.client import KafkaConnection
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPartitionRequest:
+    topic: str
+    partition: int
+    fetch_offset: int
+    current_leader_epoch: int
+    log_start_offset: int
+    max_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPartitionResult:
+    error: ErrorCode
+    high_watermark: int
+    log_start_offset: int
+    records: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class EpochAnswer:
+    error: ErrorCode
+    leader_epoch: int
+    end_offset: int
+
+
+class LeaderEndpoint(Protocol):
+    async def fetch(
+        self,
+        partitions: list[FetchPartitionRequest],
+        *,
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+    ) -> dict[TopicPartition, FetchPartitionResult]: ...
+
+    async def offsets_for_leader_epoch(
+        self, requests: dict[TopicPartition, tuple[int, int]]
+    ) -> dict[TopicPartition, EpochAnswer]: ...
+
+    async def close(self) -> None: ...
+
+
+class RemoteLeaderEndpoint:
+    """Concurrency: used by one fetcher task at a time."""
+
+    def __init__(self, replica_id: int, host: str, port: int, timeout_ms: int) -> None:
+        self.replica_id = replica_id
+        self.host = host
+        self.port = port
+        self.timeout_s = timeout_ms / 1000
+        self._conn: KafkaConnection | None = None
+
+    async def _connection(self) -> KafkaConnection:
+        if self._conn is None or not self._conn.connected:
+            if self._conn is not None:
+                await self._conn.close()
+            self._conn = KafkaConnection(
+                self.host, self.port, client_id=f"replica-{self.replica_id}"
+            )
+            await self._conn.connect(self.timeout_s)
+        return self._conn
+
+    async def fetch(
+        self,
+        partitions: list[FetchPartitionRequest],
+        *,
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+    ) -> dict[TopicPartition, FetchPartitionResult]:
+        by_topic: dict[str, list[fetch_req.FetchPartition]] = {}
+        for p in partitions:
+            by_topic.setdefault(p.topic, []).append(
+                fetch_req.FetchPartition(
+                    partition=p.partition,
+                    current_leader_epoch=p.current_leader_epoch,
+                    fetch_offset=p.fetch_offset,
+                    last_fetched_epoch=-1,
+                    log_start_offset=p.log_start_offset,
+                    partition_max_bytes=p.max_bytes,
+                )
+            )
+        body = fetch_req.FetchRequest(
+            cluster_id=None,
+            replica_id=self.replica_id,
+            max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=max_wait_ms)),
+            min_bytes=min_bytes,
+            max_bytes=max_bytes,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=tuple(
+                fetch_req.FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()
+            ),
+            forgotten_topics_data=(),
+            rack_id="",
+        )
+        conn = await self._connection()
+        response = await conn.request(body, timeout_s=self.timeout_s + max_wait_ms / 1000)
+        out = {}
+        for topic in response.responses:
+            for p in topic.partitions:
+                out[(str(topic.topic), int(p.partition_index))] = FetchPartitionResult(
+                    error=p.error_code,
+                    high_watermark=int(p.high_watermark),
+                    log_start_offset=int(p.log_start_offset),
+                    records=bytes(p.records or b""),
+                )
+        return out
+
+    async def offsets_for_leader_epoch(
+        self, requests: dict[TopicPartition, tuple[int, int]]
+    ) -> dict[TopicPartition, EpochAnswer]:
+        """``requests``: partition -> (current leader epoch, requested epoch)."""
+        by_topic: dict[str, list[epoch_req.OffsetForLeaderPartition]] = {}
+        for (topic, partition), (current, requested) in requests.items():
+            by_topic.setdefault(topic, []).append(
+                epoch_req.OffsetForLeaderPartition(
+                    partition=partition, current_leader_epoch=current, leader_epoch=requested
+                )
+            )
+        body = epoch_req.OffsetForLeaderEpochRequest(
+            replica_id=self.replica_id,
+            topics=tuple(
+                epoch_req.OffsetForLeaderTopic(topic=t, partitions=tuple(ps))
+                for t, ps in by_topic.items()
+            ),
+        )
+        conn = await self._connection()
+        response = await conn.request(body, timeout_s=self.timeout_s)
+        out = {}
+        for topic in response.topics:
+            for p in topic.partitions:
+                out[(str(topic.topic), int(p.partition))] = EpochAnswer(
+                    p.error_code, int(p.leader_epoch), int(p.end_offset)
+                )
+        return out
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            await self._conn.close()
+            self._conn = None
