@@ -7,10 +7,10 @@ import asyncio
 import datetime
 import sys
 
-from kio.schema.create_topics.v5 import request as create_req
-from kio.schema.delete_topics.v5 import request as delete_req
+from kio.schema.create_topics.v4 import request as create_req
+from kio.schema.delete_topics.v3 import request as delete_req
 from kio.schema.errors import ErrorCode
-from kio.schema.metadata.v9 import request as metadata_req
+from kio.schema.metadata.v8 import request as metadata_req
 from kio.static.primitive import i32Timedelta
 
 from replog.protocol.client import KafkaConnection

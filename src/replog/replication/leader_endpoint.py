@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from kio.schema.errors import ErrorCode
-from kio.schema.fetch.v12 import request as fetch_req
-from kio.schema.offset_for_leader_epoch.v4 import request as epoch_req
+from kio.schema.fetch.v11 import request as fetch_req
+from kio.schema.offset_for_leader_epoch.v3 import request as epoch_req
 from kio.static.primitive import i32Timedelta
 
+from replog.protocol.apis import make
 from replog.protocol.client import KafkaConnection
 
 TopicPartition = tuple[str, int]
@@ -93,7 +94,8 @@ class RemoteLeaderEndpoint:
         by_topic: dict[str, list[fetch_req.FetchPartition]] = {}
         for p in partitions:
             by_topic.setdefault(p.topic, []).append(
-                fetch_req.FetchPartition(
+                make(
+                    fetch_req.FetchPartition,
                     partition=p.partition,
                     current_leader_epoch=p.current_leader_epoch,
                     fetch_offset=p.fetch_offset,
@@ -102,7 +104,8 @@ class RemoteLeaderEndpoint:
                     partition_max_bytes=p.max_bytes,
                 )
             )
-        body = fetch_req.FetchRequest(
+        body = make(
+            fetch_req.FetchRequest,
             cluster_id=None,
             replica_id=self.replica_id,
             max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=max_wait_ms)),

@@ -143,7 +143,9 @@ class KafkaServer:
                 await pending.put(done)  # type: ignore[arg-type]
                 continue
             except frames.InvalidFrame as exc:
-                log.warning("closing connection from %s: %s (frame starts %s)", peer, exc, frame[:48].hex())
+                log.warning(
+                    "closing connection from %s: %s (frame starts %s)", peer, exc, frame[:48].hex()
+                )
                 return
             handler = self._handlers.get(request.api_key)
             if handler is None:
