@@ -34,13 +34,6 @@ async def handle_fetch(services: BrokerServices, ctx: RequestContext, request) -
     cls = response_class(ApiKey.FETCH, ctx.api_version)
     topic_cls = nested(cls, "FetchableTopicResponse")
     part_cls = nested(cls, "PartitionData")
-    extra = {}
-    if ctx.api_version >= 12:
-        extra = {
-            "diverging_epoch": nested(cls, "EpochEndOffset")(epoch=-1, end_offset=-1),
-            "current_leader": nested(cls, "LeaderIdAndEpoch")(leader_id=-1, leader_epoch=-1),
-            "snapshot_id": nested(cls, "SnapshotId")(end_offset=-1, epoch=-1),
-        }
     by_topic: dict[str, list[object]] = {}
     for req, result in zip(partitions, results, strict=True):
         by_topic.setdefault(req.topic, []).append(
@@ -54,7 +47,6 @@ async def handle_fetch(services: BrokerServices, ctx: RequestContext, request) -
                 aborted_transactions=None,
                 preferred_read_replica=-1,
                 records=result.records,
-                **extra,
             )
         )
     return make(
