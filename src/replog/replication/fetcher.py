@@ -31,6 +31,7 @@ from replog.replication.leader_endpoint import (
 )
 from replog.replication.partition import Partition
 from replog.replication.truncation import EpochEndOffset, TruncationDecision
+from replog.storage.log import UnexpectedAppendOffset
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +193,18 @@ class ReplicaFetcher:
             part = followed.partition
             if result.error == ErrorCode.none:
                 if result.records:
-                    part.log.append_as_follower(result.records, now_ms=now_ms())
+                    try:
+                        part.log.append_as_follower(result.records, now_ms=now_ms())
+                    except UnexpectedAppendOffset as exc:
+                        log.warning("%s-%d: %s; truncating again", tp[0], tp[1], exc)
+                        followed.state = FollowerState(
+                            broker_id=self.config.broker_id,
+                            leader_id=self.source_broker,
+                            leader_epoch=followed.leader_epoch,
+                            log_end_offset=part.log.log_end_offset,
+                            high_watermark=part.high_watermark,
+                        )
+                        continue
                 change = followed.state.on_fetch_response(
                     part.log.log_end_offset, result.high_watermark
                 )

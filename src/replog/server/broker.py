@@ -229,6 +229,7 @@ class Broker:
         interval = self.config.log_flush_offset_checkpoint_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
+            self.log_manager.flush_dirty_logs()
             self.log_manager.checkpoint()
 
     async def run_until_stopped(self) -> None:
