@@ -308,6 +308,24 @@ def test_stream_offsets_gone_backwards_is_data_loss(
     assert sorted(r[0] for r in out) == [5, 6, 7]
 
 
+def test_batch_range_beyond_the_log_end_is_data_loss(spark: Any, bootstrap_servers: str) -> None:
+    topic = _topic("beyond")
+    create_topic(bootstrap_servers, topic, 1)
+    produce(bootstrap_servers, topic, 1, 0, 5, headers=False)
+    options = {
+        "subscribe": topic,
+        "startingOffsets": f'{{"{topic}":{{"0":100}}}}',
+        "endingOffsets": f'{{"{topic}":{{"0":105}}}}',
+        # A broker may answer a fetch past the log end with no records rather than
+        # OFFSET_OUT_OF_RANGE (Tansu does); then the loss shows after the poll timeout.
+        "kafkaConsumer.pollTimeoutMs": "2000",
+    }
+    with pytest.raises(Exception, match="failOnDataLoss=false"):
+        reader(spark, bootstrap_servers, **options).load().collect()
+    lenient = reader(spark, bootstrap_servers, failOnDataLoss="false", **options).load()
+    assert lenient.collect() == []
+
+
 def test_unknown_topic_without_fail_on_data_loss_reads_nothing(
     spark: Any, bootstrap_servers: str
 ) -> None:
