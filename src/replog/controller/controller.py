@@ -1,0 +1,754 @@
+"""``KafkaController``: the IO layer of the controller (Kafka ``KafkaController``).
+
+Every broker runs one. It watches ``/controller``; the broker that creates it (bumping
+``/controller_epoch`` in the same transaction) is the controller until it resigns, its
+session expires or it stops. The controller loads the cluster from ZooKeeper into a
+``ControllerContext``, watches ``/brokers/ids``, ``/brokers/topics``,
+``/admin/delete_topics`` and ``/isr_change_notification``, and turns every change into a
+decision of ``replog.controller.decisions`` that it carries out: ZooKeeper writes first
+(batched ``multi`` guarded by the controller epoch's znode version), then the requests
+to the brokers through the ``ControllerChannelManager``.
+
+Concurrency rules
+-----------------
+* All controller work happens in ONE task (``ControllerEventManager``), one event at a
+  time. ZooKeeper watches and session listeners run on kazoo's threads and only enqueue
+  an event (``put_threadsafe``); broker responses run on the loop and only enqueue.
+* Blocking ZooKeeper calls run in worker threads (``asyncio.to_thread``); the event
+  task awaits them, and nothing else touches the context meanwhile.
+* ``context`` is replaced, never mutated in place, once a decision's writes succeeded
+  (the contract of ``replog.controller.effects``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from kazoo.exceptions import NoNodeError
+
+from replog.config import KafkaConfig
+from replog.controller import decisions
+from replog.controller import events as ev
+from replog.controller import zk_data as zd
+from replog.controller.channel_manager import ControllerChannelManager
+from replog.controller.context import ControllerContext, LeaderIsrAndControllerEpoch, TopicPartition
+from replog.controller.effects import ControllerDecision, CreatePartitionState, DeleteTopic
+from replog.controller.effects import ControllerMovedError as DecisionControllerMovedError
+from replog.controller.event_manager import ControllerEventManager, QueuedEvent
+from replog.controller.zk_client import ControllerEpoch, ControllerMovedError, KafkaZkClient
+from replog.controller.zk_ops import WatchHandle, ZkSessionState, ZkWriteError
+from replog.protocol.controller_schemas import LeaderAndIsrRequest, StopReplicaRequest
+
+log = logging.getLogger("replog.controller")
+
+NOT_CONTROLLER = 41  # Kafka Errors.NOT_CONTROLLER
+MAX_WRITE_ATTEMPTS = 5  # decision re-runs after partition version conflicts
+UNCLEAN_KEY = "unclean.leader.election.enable"
+
+Decide = Callable[[ControllerContext], ControllerDecision]
+Retry = Callable[[ControllerContext, set[TopicPartition]], ControllerDecision]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class DecisionTiming:
+    """How long one event took to carry out (for logs and ``bench/``).
+
+    Times are seconds from the moment the event was enqueued (the watch fired).
+    """
+
+    what: str
+    partitions_reelected: int = 0
+    partitions_offline: int = 0
+    zk_writes: int = 0
+    zk_writes_s: float = 0.0
+    leader_and_isr_requests: int = 0
+    leader_and_isr_acked_s: float | None = None
+    """Until the last LeaderAndIsr response; None while some are outstanding."""
+    leader_and_isr_failed: int = 0
+    """LeaderAndIsr requests dropped (broker died) or answered with an error."""
+    done: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+
+
+@dataclass
+class _Applied:
+    timing: DecisionTiming
+    started: float
+    leader_and_isr: list[asyncio.Future[Any]] = field(default_factory=list)
+    decision: ControllerDecision | None = None
+
+
+class KafkaController:
+    """One broker's controller; see the module docstring.
+
+    ``register_broker`` is awaited (in the controller task) after this broker's
+    ZooKeeper session expired and a new one began, before the re-election (Kafka
+    ``RegisterBrokerAndReelect``): the broker re-creates ``/brokers/ids/<id>`` there.
+    """
+
+    def __init__(
+        self,
+        broker_id: int,
+        zk: KafkaZkClient,
+        config: KafkaConfig,
+        register_broker: Callable[[], Awaitable[object]] | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.zk = zk
+        self.config = config
+        self.register_broker = register_broker
+        self.events = ControllerEventManager(self._process, self._preempt)
+        self.channels = ControllerChannelManager(
+            broker_id, request_timeout_s=config.controller_socket_timeout_ms / 1000
+        )
+        self.context: ControllerContext | None = None
+        """The cluster as this controller knows it; None unless active."""
+        self.active_controller_id = -1
+        """The controller as last read from ZooKeeper (-1: none known)."""
+        self.timings: deque[DecisionTiming] = deque(maxlen=100)
+        self._controller_watch: WatchHandle | None = None
+        self._watches: list[WatchHandle] = []
+        self._background: set[asyncio.Task[None]] = set()
+        self._handlers: dict[type, Callable[[Any, QueuedEvent], Awaitable[None]]] = {
+            ev.Startup: self._process_startup,
+            ev.ControllerChange: self._process_controller_change,
+            ev.Reelect: self._process_reelect,
+            ev.Expire: self._process_expire,
+            ev.RegisterBrokerAndReelect: self._process_register_broker_and_reelect,
+            ev.BrokerChange: self._process_broker_change,
+            ev.TopicChange: self._process_topic_change,
+            ev.TopicDeletion: self._process_topic_deletion,
+            ev.TopicDeletionStopReplicaResponseReceived: self._process_stop_replica_response,
+            ev.IsrChangeNotification: self._process_isr_change,
+            ev.ControlledShutdown: self._process_controlled_shutdown,
+            ev.ReplicaLeaderElection: self._process_replica_leader_election,
+        }
+
+    # --- public API --------------------------------------------------------------------
+
+    @property
+    def is_active(self) -> bool:
+        return self.context is not None
+
+    @property
+    def controller_epoch(self) -> int:
+        return self.context.controller_epoch if self.context is not None else -1
+
+    async def start(self) -> None:
+        """Start the event task; watch ``/controller`` and run the election."""
+        self.events.start()
+        self.zk.add_session_listener(self._on_session_state)
+        self.events.put(ev.Startup())
+
+    async def stop(self) -> None:
+        """Stop the event task, resign (deleting ``/controller`` if ours), close channels."""
+        await self.events.close()
+        try:
+            self.zk.remove_session_listener(self._on_session_state)
+        except ValueError:
+            pass
+        if self._controller_watch is not None:
+            self._controller_watch.cancel()
+        was_active = self.is_active
+        await self._on_controller_resignation()
+        if was_active:
+            try:
+                await asyncio.to_thread(self.zk.delete_controller, self.broker_id)
+            except Exception as exc:
+                log.warning("broker %d: could not delete /controller: %s", self.broker_id, exc)
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+
+    async def controlled_shutdown(
+        self, broker_id: int, broker_epoch: int
+    ) -> decisions.ControlledShutdownResult:
+        """Kafka's ControlledShutdown: move leadership off ``broker_id``; the answer
+        lists the partitions it still leads (error NOT_CONTROLLER if not active)."""
+        future: asyncio.Future[decisions.ControlledShutdownResult] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self.events.put(ev.ControlledShutdown(broker_id, broker_epoch, callback=_resolver(future)))
+        return await future
+
+    # --- event dispatch ----------------------------------------------------------------
+
+    async def _process(self, queued: QueuedEvent) -> None:
+        handler = self._handlers.get(type(queued.event))
+        if handler is None:
+            log.info("controller: %s is not handled", type(queued.event).__name__)
+            return
+        try:
+            await handler(queued.event, queued)
+        except (ControllerMovedError, DecisionControllerMovedError) as exc:
+            log.warning("broker %d: controller moved (%s): resigning", self.broker_id, exc)
+            await self._maybe_resign()
+
+    def _preempt(self, event: ev.ControllerEvent) -> None:
+        if isinstance(event, ev.ControlledShutdown) and event.callback is not None:
+            event.callback(decisions.ControlledShutdownResult(NOT_CONTROLLER, ()))
+        elif isinstance(event, ev.ReplicaLeaderElection) and event.callback is not None:
+            event.callback(None)
+
+    def _on_session_state(self, state: ZkSessionState) -> None:
+        """kazoo's connection thread: enqueue only, never call ZooKeeper here."""
+        if state is ZkSessionState.LOST:
+            self.events.put_threadsafe(ev.Expire(), clear=True)
+        elif state is ZkSessionState.NEW_SESSION:
+            self.events.put_threadsafe(ev.RegisterBrokerAndReelect())
+
+    def _enqueue_on_change(self, make: Callable[[], ev.ControllerEvent]) -> Callable[..., None]:
+        """A watch callback (kazoo thread) that enqueues ``make()`` on every call but the
+        first, which reports the state at registration that the caller reads itself."""
+        first = True
+
+        def callback(*_args: object) -> None:
+            nonlocal first
+            if first:
+                first = False
+                return
+            self.events.put_threadsafe(make())
+
+        return callback
+
+    # --- election ----------------------------------------------------------------------
+
+    async def _process_startup(self, _event: ev.Startup, _q: QueuedEvent) -> None:
+        first = [True]
+
+        def on_controller(controller_id: int | None) -> None:
+            # Kafka ControllerChangeHandler: deletion -> Reelect, creation/change -> change.
+            # The first call reports the state at registration: _elect reads it itself.
+            if first[0]:
+                first[0] = False
+                return
+            self.events.put_threadsafe(
+                ev.Reelect() if controller_id is None else ev.ControllerChange()
+            )
+
+        self._controller_watch = await asyncio.to_thread(self.zk.watch_controller, on_controller)
+        await self._elect()
+
+    async def _elect(self) -> None:
+        current = await asyncio.to_thread(self.zk.get_controller_id)
+        if current is not None:
+            self.active_controller_id = current
+            log.debug("broker %d: broker %d is controller", self.broker_id, current)
+            return
+        try:
+            epoch = await asyncio.to_thread(
+                self.zk.register_controller_and_increment_epoch, self.broker_id, _now_ms()
+            )
+        except ControllerMovedError:
+            current = await asyncio.to_thread(self.zk.get_controller_id)
+            self.active_controller_id = -1 if current is None else current
+            log.info("broker %d: lost the election to broker %s", self.broker_id, current)
+            return
+        self.active_controller_id = self.broker_id
+        log.info("broker %d: elected controller at epoch %d", self.broker_id, epoch.epoch)
+        try:
+            await self._on_controller_failover(epoch)
+        except Exception:
+            log.exception("broker %d: controller failover failed: resigning", self.broker_id)
+            await self._on_controller_resignation()
+            await asyncio.to_thread(self.zk.delete_controller, self.broker_id)
+
+    async def _maybe_resign(self) -> None:
+        """Kafka ``maybeResign``: step down if ZooKeeper names another controller."""
+        was_active = self.is_active
+        current = await asyncio.to_thread(self.zk.get_controller_id)
+        self.active_controller_id = -1 if current is None else current
+        if was_active and current != self.broker_id:
+            await self._on_controller_resignation()
+        elif was_active and current == self.broker_id:
+            # Fenced by a newer epoch while still holding /controller: give it up.
+            await self._on_controller_resignation()
+            await asyncio.to_thread(self.zk.delete_controller, self.broker_id)
+
+    async def _process_controller_change(self, _e: ev.ControllerChange, _q: QueuedEvent) -> None:
+        current = await asyncio.to_thread(self.zk.get_controller_id)
+        self.active_controller_id = -1 if current is None else current
+        if self.is_active and current != self.broker_id:
+            await self._on_controller_resignation()
+
+    async def _process_reelect(self, _e: ev.Reelect, _q: QueuedEvent) -> None:
+        await self._process_controller_change(ev.ControllerChange(), _q)
+        await self._elect()
+
+    async def _process_expire(self, _e: ev.Expire, _q: QueuedEvent) -> None:
+        # No ZooKeeper calls: the session is gone. Step down at once.
+        self.active_controller_id = -1
+        if self.is_active:
+            log.warning("broker %d: ZooKeeper session expired: resigning", self.broker_id)
+            await self._on_controller_resignation()
+
+    async def _process_register_broker_and_reelect(
+        self, _e: ev.RegisterBrokerAndReelect, q: QueuedEvent
+    ) -> None:
+        if self.register_broker is not None:
+            await self.register_broker()
+        await self._process_reelect(ev.Reelect(), q)
+
+    async def _on_controller_failover(self, epoch: ControllerEpoch) -> None:
+        """Kafka ``onControllerFailover``: watch, load everything, tell every broker."""
+        started = time.monotonic()
+        self._watches = await asyncio.to_thread(self._register_child_watches)
+        await asyncio.to_thread(
+            self.zk.delete_isr_change_notifications,
+            await asyncio.to_thread(self.zk.get_isr_change_notifications),
+            epoch.zk_version,
+        )
+        self.context = await asyncio.to_thread(self._load_context, epoch)
+        self._sync_channels()
+        ctx = self.context
+        what = f"failover to broker {self.broker_id} at epoch {epoch.epoch}"
+        log.info(
+            "controller: %s: %d brokers, %d topics, %d partitions loaded in %.2f s",
+            what,
+            len(ctx.live_brokers),
+            len(ctx.all_topics),
+            len(ctx.partition_leadership),
+            time.monotonic() - started,
+        )
+        applied = await self._apply(decisions.on_controller_failover, _rerun_failure, started)
+        self._report(what, applied)
+        if not self.config.delete_topic_enable and ctx.topics_to_be_deleted:
+            await self._remove_deletion_markers(ctx.topics_to_be_deleted)
+
+    async def _on_controller_resignation(self) -> None:
+        """Kafka ``onControllerResignation``: forget everything of the term."""
+        for watch in self._watches:
+            watch.cancel()
+        self._watches = []
+        if self.context is not None:
+            log.info("broker %d: resigned as controller", self.broker_id)
+        self.context = None
+        await self.channels.close()
+
+    def _register_child_watches(self) -> list[WatchHandle]:
+        """Blocking. The watches fire events; the state they report first is read by the
+        failover right after, so that first call is skipped."""
+        paths: list[tuple[str, Callable[[], ev.ControllerEvent]]] = [
+            (zd.BROKER_IDS_PATH, ev.BrokerChange),
+            (zd.TOPICS_PATH, ev.TopicChange),
+            (zd.DELETE_TOPICS_PATH, ev.TopicDeletion),
+            (zd.ISR_CHANGE_NOTIFICATION_PATH, ev.IsrChangeNotification),
+        ]
+        return [self.zk.watch_children(p, self._enqueue_on_change(make)) for p, make in paths]
+
+    def _load_context(self, epoch: ControllerEpoch) -> ControllerContext:
+        """Blocking: read the cluster from ZooKeeper (Kafka ``initializeControllerContext``)."""
+        zk = self.zk
+        ctx = ControllerContext(
+            controller_id=self.broker_id,
+            controller_epoch=epoch.epoch,
+            controller_epoch_zk_version=epoch.zk_version,
+            live_brokers=zk.get_all_brokers(),
+            default_unclean_leader_election_enable=self.config.unclean_leader_election_enable,
+        )
+        topics = zk.get_all_topics()
+        for topic, assignment in zk.get_topic_assignments(topics).items():
+            ctx.add_topic(topic, {p: tuple(r) for p, r in assignment.items()})
+        states = zk.get_partition_states(list(ctx.all_partitions()))
+        ctx.partition_leadership = {TopicPartition(t, p): s for (t, p), s in states.items()}
+        ctx.topics_to_be_deleted = zk.get_topics_marked_for_deletion() & ctx.all_topics
+        ctx.unclean_leader_election_enable = self._read_unclean_overrides(ctx.all_topics)
+        return ctx
+
+    def _read_unclean_overrides(self, topics: Iterable[str]) -> dict[str, bool]:
+        """Blocking: per-topic ``unclean.leader.election.enable`` from ``/config/topics``,
+        read with pipelined requests."""
+        client = self.zk.client
+        pending = [(t, client.get_async(zd.topic_config_path(t))) for t in sorted(topics)]
+        overrides: dict[str, bool] = {}
+        timeout_s = self.config.zookeeper_connection_timeout_ms / 1000
+        for topic, result in pending:
+            try:
+                data, _ = result.get(timeout=timeout_s)
+            except NoNodeError:
+                continue
+            value = zd.decode_config(data).get(UNCLEAN_KEY)
+            if value is not None:
+                overrides[topic] = value.strip().lower() == "true"
+        return overrides
+
+    # --- applying decisions ------------------------------------------------------------
+
+    async def _apply(self, decide: Decide, retry: Retry | None, started: float) -> _Applied:
+        """Carry out a decision per ``effects``' contract: write, install, send.
+
+        Partition writes that lose a version race are dropped from the decision (the
+        rest stands), re-read and decided again with ``retry``.
+        """
+        assert self.context is not None
+        applied = _Applied(DecisionTiming(what=""), started)
+        timing = applied.timing
+        d = decide(self.context)
+        applied.decision = d
+        for attempt in range(1, MAX_WRITE_ATTEMPTS + 1):
+            base = self.context
+            stale = await asyncio.to_thread(self._write, d)
+            timing.zk_writes_s = time.monotonic() - started
+            if stale:
+                d.drop_failed_writes(stale)
+            for write in d.zk_writes:
+                if isinstance(write, DeleteTopic):
+                    continue
+                timing.zk_writes += 1
+                before = base.partition_leadership.get(write.partition)
+                leader = write.state.leader_and_isr.leader
+                if leader < 0:
+                    timing.partitions_offline += 1
+                elif before is None or before.leader_and_isr.leader != leader:
+                    timing.partitions_reelected += 1
+            self._install(d.context)
+            applied.leader_and_isr += self._send_requests(d)
+            if not stale:
+                break
+            fresh = await asyncio.to_thread(self.zk.get_partition_states, sorted(stale))
+            ctx = self.context.copy()
+            ctx.partition_leadership.update((TopicPartition(*tp), s) for tp, s in fresh.items())
+            self.context = ctx
+            if retry is None or attempt == MAX_WRITE_ATTEMPTS:
+                log.error("controller: partitions %s keep changing: left as read", sorted(stale))
+                break
+            log.info("controller: %d partitions changed under us: deciding again", len(stale))
+            d = retry(ctx, stale)
+        return applied
+
+    def _write(self, d: ControllerDecision) -> set[TopicPartition]:
+        """Blocking: the decision's ZooKeeper writes. Returns the partitions whose write
+        lost a version race; raises ``ControllerMovedError`` if the epoch check failed.
+        Versions that differ from the decision's expectation are patched into it."""
+        ctx = d.context
+        epoch, epoch_version = ctx.controller_epoch, d.controller_epoch_zk_version
+        creates: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
+        updates: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
+        expected: dict[TopicPartition, int] = {}
+        deletes: list[str] = []
+        for write in d.zk_writes:
+            if isinstance(write, DeleteTopic):
+                deletes.append(write.topic)
+            elif isinstance(write, CreatePartitionState):
+                creates[write.partition] = write.state
+            else:
+                updates[write.partition] = write.state
+                expected[write.partition] = write.expected_zk_version
+        stale: set[TopicPartition] = set()
+        results = {}
+        if creates:
+            results.update(
+                self.zk.create_partition_states(
+                    {tp: s.leader_and_isr for tp, s in creates.items()}, epoch, epoch_version
+                )
+            )
+        if updates:
+            results.update(
+                self.zk.update_partition_states(
+                    {
+                        tp: s.leader_and_isr.with_zk_version(expected[tp])
+                        for tp, s in updates.items()
+                    },
+                    epoch,
+                    epoch_version,
+                )
+            )
+        existing = [tp for tp, r in results.items() if r.error is ZkWriteError.NODE_EXISTS]
+        now = self.zk.get_partition_states(existing) if existing else {}
+        for tp, result in results.items():
+            if result.error is ZkWriteError.CONTROLLER_MOVED:
+                raise ControllerMovedError(f"epoch check failed writing {tp}")
+            if result.error is ZkWriteError.NODE_EXISTS:
+                # Our own create, re-sent after a connection loss, is a success.
+                found = now.get(tp)
+                if found is not None and _same_state(found, creates[tp]):
+                    continue
+                stale.add(tp)
+            elif result.error is not None:
+                stale.add(tp)
+            elif result.zk_version is not None:
+                state = ctx.partition_leadership.get(tp)
+                if state is not None and state.leader_and_isr.zk_version != result.zk_version:
+                    ctx.partition_leadership[tp] = LeaderIsrAndControllerEpoch(
+                        state.leader_and_isr.with_zk_version(result.zk_version),
+                        state.controller_epoch,
+                    )
+        for topic in deletes:
+            self.zk.delete_topic_znodes(topic, epoch_version)
+            self.zk.remove_deletion_marker(topic, epoch_version)
+        return stale
+
+    def _install(self, context: ControllerContext) -> None:
+        self.context = context
+        self._sync_channels()
+
+    def _sync_channels(self) -> None:
+        """One channel per live (or shutting-down) broker, re-opened for restarted ones."""
+        assert self.context is not None
+        live = self.context.live_brokers
+        for broker_id in self.channels.broker_ids - live.keys():
+            self.channels.remove_broker(broker_id)
+        for info in live.values():
+            self.channels.add_broker(info)
+
+    def _send_requests(self, d: ControllerDecision) -> list[asyncio.Future[Any]]:
+        """Queue the decision's requests; returns the LeaderAndIsr response futures."""
+        leader_and_isr: list[asyncio.Future[Any]] = []
+        for broker_id, requests in d.requests().items():
+            for request in requests:
+                callback = None
+                if isinstance(request, StopReplicaRequest) and any(
+                    p.delete_partition for t in request.topic_states for p in t.partition_states
+                ):
+                    callback = partial(self._on_stop_replica_response, broker_id, request)
+                future = self.channels.send(broker_id, request, callback)
+                if isinstance(request, LeaderAndIsrRequest):
+                    future.add_done_callback(partial(_log_leader_and_isr_errors, broker_id))
+                    leader_and_isr.append(future)
+        return leader_and_isr
+
+    def _on_stop_replica_response(
+        self, broker_id: int, request: StopReplicaRequest, response: Any
+    ) -> None:
+        """On the loop (sender task): turn a deletion StopReplica answer into an event."""
+        errors: dict[TopicPartition, int] = {
+            TopicPartition(str(p.topic_name), int(p.partition_index)): int(p.error_code)
+            for p in response.partition_errors
+        }
+        top = int(response.error_code)
+        if top != 0 and not errors:  # a top-level error fails every partition sent
+            for t in request.topic_states:
+                for p in t.partition_states:
+                    errors[TopicPartition(str(t.topic_name), int(p.partition_index))] = top
+        self.events.put(ev.TopicDeletionStopReplicaResponseReceived(broker_id, top, errors))
+
+    def _report(self, what: str, applied: _Applied) -> None:
+        """Log the timing once every LeaderAndIsr is answered (in a background task)."""
+        timing = applied.timing
+        timing.what = what
+        timing.leader_and_isr_requests = len(applied.leader_and_isr)
+        self.timings.append(timing)
+        started = applied.started
+
+        async def wait_for_acks() -> None:
+            results = await asyncio.gather(*applied.leader_and_isr, return_exceptions=True)
+            timing.leader_and_isr_acked_s = time.monotonic() - started
+            timing.leader_and_isr_failed = sum(
+                1 for r in results if isinstance(r, BaseException) or int(r.error_code) != 0
+            )
+            timing.done.set()
+            log.info(
+                "controller: %s: %d partitions re-elected, %d offline, %d partition states "
+                "written, zk writes %.2f s, LeaderAndIsr acked %.2f s (%d requests, %d failed)",
+                what,
+                timing.partitions_reelected,
+                timing.partitions_offline,
+                timing.zk_writes,
+                timing.zk_writes_s,
+                timing.leader_and_isr_acked_s,
+                timing.leader_and_isr_requests,
+                timing.leader_and_isr_failed,
+            )
+
+        task = asyncio.get_running_loop().create_task(wait_for_acks())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # --- cluster events ----------------------------------------------------------------
+
+    async def _process_broker_change(self, _e: ev.BrokerChange, q: QueuedEvent) -> None:
+        if self.context is None:
+            return
+        registered = await asyncio.to_thread(self.zk.get_all_brokers)
+        known = self.context.live_brokers
+        dead = sorted(b for b in known if b not in registered)
+        new = sorted(b for b in registered if b not in known)
+        bounced = sorted(
+            b for b in registered if b in known and registered[b].epoch != known[b].epoch
+        )
+        if not (dead or new or bounced):
+            return
+        if dead and not (new or bounced):
+            what = f"broker failure of {dead}"
+        elif new and not (dead or bounced):
+            what = f"broker startup of {new}"
+        else:
+            what = f"broker change: failed {dead}, started {new}, restarted {bounced}"
+        applied = await self._apply(
+            partial(decisions.on_broker_change, registered=registered),
+            _rerun_failure,
+            q.enqueue_time_s,
+        )
+        self._report(what, applied)
+
+    async def _process_topic_change(self, _e: ev.TopicChange, q: QueuedEvent) -> None:
+        if self.context is None:
+            return
+        topics = await asyncio.to_thread(self.zk.get_all_topics)
+        ctx = self.context
+        new = topics - ctx.all_topics
+        vanished = ctx.all_topics - topics
+        if not (new or vanished):
+            return
+        assignments = await asyncio.to_thread(self.zk.get_topic_assignments, new)
+        overrides = await asyncio.to_thread(self._read_unclean_overrides, assignments)
+        ctx = ctx.copy()
+        for topic in vanished:  # deleted behind the controller's back
+            log.warning("controller: topic %s disappeared from ZooKeeper", topic)
+            ctx.remove_topic(topic)
+        ctx.unclean_leader_election_enable.update(overrides)
+        self._install(ctx)
+        if assignments:
+            applied = await self._apply(
+                partial(decisions.on_new_topics, assignments=assignments), None, q.enqueue_time_s
+            )
+            self._report(f"new topics {sorted(assignments)}", applied)
+
+    async def _process_topic_deletion(self, _e: ev.TopicDeletion, q: QueuedEvent) -> None:
+        if self.context is None:
+            return
+        marked = await asyncio.to_thread(self.zk.get_topics_marked_for_deletion)
+        ctx = self.context
+        if not self.config.delete_topic_enable:
+            await self._remove_deletion_markers(marked)
+            return
+        unknown = marked - ctx.all_topics
+        if unknown:
+            await self._remove_deletion_markers(unknown)
+        wanted = (marked & ctx.all_topics) - ctx.topics_to_be_deleted
+        if wanted:
+            log.info("controller: deleting topics %s", sorted(wanted))
+            await self._apply(
+                partial(decisions.on_topic_deletion, topics=wanted), None, q.enqueue_time_s
+            )
+
+    async def _remove_deletion_markers(self, topics: Iterable[str]) -> None:
+        assert self.context is not None
+        version = self.context.controller_epoch_zk_version
+        for topic in sorted(topics):
+            log.info("controller: removing deletion marker of topic %s", topic)
+            await asyncio.to_thread(self.zk.remove_deletion_marker, topic, version)
+
+    async def _process_stop_replica_response(
+        self, e: ev.TopicDeletionStopReplicaResponseReceived, q: QueuedEvent
+    ) -> None:
+        if self.context is None:
+            return
+        decide = partial(
+            decisions.on_stop_replica_response,
+            broker_id=e.replica_id,
+            error_code=e.error_code,
+            partition_errors=e.partition_errors,
+        )
+        await self._apply(decide, None, q.enqueue_time_s)
+
+    async def _process_isr_change(self, _e: ev.IsrChangeNotification, q: QueuedEvent) -> None:
+        if self.context is None:
+            return
+        names = await asyncio.to_thread(self.zk.get_isr_change_notifications)
+        if not names:
+            return
+        try:
+            changed = await asyncio.to_thread(self.zk.read_isr_change_notifications, names)
+            known = sorted(tp for tp in changed if tp[0] in self.context.all_topics)
+            fresh = await asyncio.to_thread(self.zk.get_partition_states, known)
+            await self._apply(
+                partial(decisions.on_isr_change, fresh_states=fresh), None, q.enqueue_time_s
+            )
+        finally:
+            if self.context is not None:
+                await asyncio.to_thread(
+                    self.zk.delete_isr_change_notifications,
+                    names,
+                    self.context.controller_epoch_zk_version,
+                )
+
+    async def _process_controlled_shutdown(self, e: ev.ControlledShutdown, q: QueuedEvent) -> None:
+        answer = decisions.ControlledShutdownResult(NOT_CONTROLLER, ())
+        try:
+            if self.context is not None:
+                results: list[decisions.ControlledShutdownResult] = []
+
+                def decide(ctx: ControllerContext) -> ControllerDecision:
+                    d, result = decisions.on_controlled_shutdown(ctx, e.broker_id, e.broker_epoch)
+                    results.append(result)
+                    return d
+
+                await self._apply(decide, lambda ctx, _stale: decide(ctx), q.enqueue_time_s)
+                answer = results[-1]
+        finally:
+            if e.callback is not None:
+                e.callback(answer)
+
+    async def _process_replica_leader_election(
+        self, e: ev.ReplicaLeaderElection, q: QueuedEvent
+    ) -> None:
+        failed: tuple[TopicPartition, ...] | None = None
+        try:
+            if self.context is not None:
+                partitions = e.partitions or frozenset(self.context.all_partitions())
+                applied = await self._apply(
+                    partial(decisions.on_preferred_replica_election, partitions=partitions),
+                    lambda ctx, stale: decisions.on_preferred_replica_election(ctx, stale),
+                    q.enqueue_time_s,
+                )
+                assert applied.decision is not None
+                failed = tuple(applied.decision.failed_elections)
+        finally:
+            if e.callback is not None:
+                e.callback(failed)
+
+
+def _rerun_failure(ctx: ControllerContext, stale: set[TopicPartition]) -> ControllerDecision:
+    """Decide again for partitions whose write lost a version race (re-read into ``ctx``):
+    a failure of the offline brokers among their replicas re-elects leaders that are not
+    live and takes offline replicas out of ISRs; it is idempotent for the rest."""
+    offline = {r for tp in stale for r in ctx.replicas_for(tp) if r not in ctx.live_brokers}
+    return decisions.on_broker_failure(ctx, offline)
+
+
+def _same_state(a: LeaderIsrAndControllerEpoch, b: LeaderIsrAndControllerEpoch) -> bool:
+    x, y = a.leader_and_isr, b.leader_and_isr
+    return (x.leader, x.leader_epoch, tuple(x.isr), a.controller_epoch) == (
+        y.leader,
+        y.leader_epoch,
+        tuple(y.isr),
+        b.controller_epoch,
+    )
+
+
+def _log_leader_and_isr_errors(broker_id: int, future: asyncio.Future[Any]) -> None:
+    if future.cancelled() or future.exception() is not None:
+        return
+    response = future.result()
+    errors = [
+        (p.partition_index, int(p.error_code))
+        for t in response.topics
+        for p in t.partition_errors
+        if int(p.error_code) != 0
+    ]
+    if int(response.error_code) != 0 or errors:
+        log.warning(
+            "controller: LeaderAndIsr to broker %d: error %d, partition errors %s",
+            broker_id,
+            int(response.error_code),
+            errors[:20],
+        )
+
+
+def _resolver(future: asyncio.Future[Any]) -> Callable[[Any], None]:
+    def resolve(value: Any) -> None:
+        if not future.done():
+            future.set_result(value)
+
+    return resolve
