@@ -4,4 +4,5 @@ pytest_plugins = [
     "fixtures.processes",
     "fixtures.zookeeper",
     "fixtures.cluster",
+    "fixtures.spark",
 ]
