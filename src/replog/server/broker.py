@@ -18,9 +18,9 @@ from functools import partial
 from typing import Any
 
 from replog.config import KafkaConfig
+from replog.controller.controller import KafkaController
 from replog.controller.zk_client import KafkaZkClient
 from replog.controller.zk_data import BrokerInfo
-from replog.controller.zk_ops import ZkSessionState
 from replog.protocol.apis import ApiKey
 from replog.replication.fetcher import FetcherConfig, ReplicaFetcherManager
 from replog.replication.replica_manager import ReplicaManager
@@ -140,10 +140,10 @@ class Broker:
         )
         self._broker_info = info
         self.broker_epoch = await asyncio.to_thread(self.zk.register_broker, info)
-        loop = asyncio.get_running_loop()
-        self.zk.add_session_listener(
-            lambda state: loop.call_soon_threadsafe(self._on_session_state, state)
+        self.controller = KafkaController(
+            self.config.broker_id, self.zk, self.config, register_broker=self._reregister
         )
+        await self.controller.start()
         log.info(
             "broker %d registered in ZooKeeper (epoch %d), listening on %s:%d",
             self.config.broker_id,
@@ -158,13 +158,8 @@ class Broker:
         self._tasks.append(asyncio.create_task(self._isr_propagation_loop()))
         self._tasks.append(asyncio.create_task(self._high_watermark_checkpoint_loop()))
 
-    def _on_session_state(self, state: ZkSessionState) -> None:
-        """A new ZooKeeper session lost our ephemeral registration: register again."""
-        if state is ZkSessionState.NEW_SESSION:
-            task = asyncio.create_task(self._reregister())
-            self._tasks.append(task)
-
     async def _reregister(self) -> None:
+        """A new ZooKeeper session lost our ephemeral registration: register again."""
         self.broker_epoch = await asyncio.to_thread(self.zk.register_broker, self._broker_info)
         log.info(
             "broker %d registered again after a new ZooKeeper session (epoch %d)",

@@ -98,8 +98,9 @@ class KafkaServer:
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
+            # The server is stopping. Returning (rather than re-raising) keeps asyncio's
+            # stream callback from logging the cancellation as an error.
             writer_task.cancel()
-            raise
         finally:
             try:
                 pending.put_nowait(None)
