@@ -13,7 +13,9 @@ Rules (Kafka ``Partition`` / ``Replica``; seeds 000, 001, 003):
   it never moves backwards while this leadership lasts, and a follower whose
   offset is still unknown in this leadership holds it where it is;
 * a follower joins the ISR once its fetch offset reaches both the high
-  watermark and the offset where this leader epoch started;
+  watermark and the offset where this leader epoch started, and the IO layer
+  says it is eligible (alive, not shutting down, fetching with the broker
+  epoch it is registered with: KIP-841 / KIP-903);
 * a follower leaves the ISR when it has not been caught up for
   ``replica.lag.time.max.ms`` (time only, seed 001);
 * an ISR change is a conditional ZooKeeper update; while it is pending the HW
@@ -230,12 +232,18 @@ class LeaderState:
         fetch_offset: int,
         now_ms: int,
         leader_log_end_offset: int | None = None,
+        *,
+        broker_epoch: int = -1,
+        isr_eligible: bool = True,
     ) -> FetchOutcome:
         """A follower fetched from ``fetch_offset``: everything below it is in its log.
 
         ``leader_log_end_offset`` is the leader's LEO when the fetch was served
         (defaults to the current one). Call after the read succeeded, i.e. with
         ``0 <= fetch_offset <= log_end_offset`` (see ``fetch_rules``).
+        ``broker_epoch`` is the one in the fetch request; ``isr_eligible`` is
+        False when the metadata says the follower is offline, shutting down, or
+        registered with another broker epoch: it then cannot join the ISR.
         """
         self._require_leading()
         if replica_id not in self._followers:
@@ -250,6 +258,7 @@ class LeaderState:
             )
         follower = self._followers[replica_id]
         follower.update_fetch_state(fetch_offset, now_ms, leader_leo)
+        follower.broker_epoch = broker_epoch
 
         lost = replica_id in self._isr.maximal_isr and fetch_offset < self._high_watermark
         if lost:
@@ -260,7 +269,7 @@ class LeaderState:
                 IsrState.PENDING_SHRINK_ISR,
                 tuple(r for r in self._isr.isr if r != replica_id),
             )
-        elif self._can_expand(replica_id, fetch_offset):
+        elif isr_eligible and self._can_expand(replica_id, fetch_offset):
             isr_change = self._propose(IsrState.PENDING_EXPAND_ISR, self._isr.isr + (replica_id,))
         hw_change = self._maybe_increment_high_watermark()
         self.check_invariants()
@@ -323,6 +332,19 @@ class LeaderState:
         hw_change = self._maybe_increment_high_watermark()
         self.check_invariants()
         return IsrUpdateOutcome(True, self._isr.isr, high_watermark_change=hw_change)
+
+    def on_isr_update_ineligible(self, proposal: IsrChangeProposal) -> None:
+        """The expansion was refused because an added replica is not eligible (KIP-841/903).
+
+        Leadership is unaffected: go back to the committed ISR; the follower
+        can be proposed again once it fetches as its current incarnation.
+        """
+        self._require_leading()
+        if self._isr.pending != proposal or proposal.kind is not IsrState.PENDING_EXPAND_ISR:
+            raise ValueError(f"{proposal} is not the pending ISR expansion {self._isr.pending}")
+        check_isr_transition(self._isr.state, IsrState.COMMITTED)
+        self._isr = PartitionIsrState(isr=self._isr.isr)
+        self.check_invariants()
 
     def resign(self, reason: str) -> StopLeading:
         """Stop leading (e.g. a LeaderAndIsr made this broker a follower)."""
@@ -401,6 +423,7 @@ class LeaderState:
 
     def _propose(self, kind: IsrState, new_isr: tuple[int, ...]) -> IsrChangeProposal:
         check_isr_transition(self._isr.state, kind)
+        added = [r for r in new_isr if r not in self._isr.isr]
         proposal = IsrChangeProposal(
             leader_id=self.broker_id,
             leader_epoch=self.leader_epoch,
@@ -408,6 +431,7 @@ class LeaderState:
             current_isr=self._isr.isr,
             new_isr=new_isr,
             partition_zk_version=self.partition_zk_version,
+            added_broker_epochs=tuple((r, self._followers[r].broker_epoch) for r in added),
         )
         self._isr = PartitionIsrState(isr=self._isr.isr, state=kind, pending=proposal)
         if kind is IsrState.PENDING_EXPAND_ISR:

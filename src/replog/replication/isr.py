@@ -48,6 +48,7 @@ class FollowerReplicaState:
     last_caught_up_time_ms: int
     last_fetch_leader_log_end_offset: int
     last_fetch_time_ms: int
+    broker_epoch: int = -1  # from the follower's last fetch (KIP-903); -1 unknown
 
     @classmethod
     def for_new_leader(
@@ -123,7 +124,11 @@ class IsrChangeProposal:
 
     The IO layer writes ``{leader, leader_epoch, isr}`` only if the znode is
     still at ``partition_zk_version``, then reports the outcome back with
-    ``LeaderState.on_isr_update_result``.
+    ``LeaderState.on_isr_update_result``. For an expansion it must also check
+    that each added replica is still registered at the broker epoch in
+    ``added_broker_epochs`` (KIP-903: a fetch from a previous incarnation of a
+    broker must not put the restarted broker in the ISR) and report a mismatch
+    with ``LeaderState.on_isr_update_ineligible``.
     """
 
     leader_id: int
@@ -132,6 +137,7 @@ class IsrChangeProposal:
     current_isr: tuple[int, ...]
     new_isr: tuple[int, ...]
     partition_zk_version: int
+    added_broker_epochs: tuple[tuple[int, int], ...] = ()
 
     @property
     def added(self) -> frozenset[int]:
