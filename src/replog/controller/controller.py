@@ -31,26 +31,23 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from kazoo.exceptions import NoNodeError
-
 from replog.config import KafkaConfig
-from replog.controller import decisions
+from replog.controller import controller_zk, decisions
 from replog.controller import events as ev
 from replog.controller import zk_data as zd
 from replog.controller.channel_manager import ControllerChannelManager
-from replog.controller.context import ControllerContext, LeaderIsrAndControllerEpoch, TopicPartition
-from replog.controller.effects import ControllerDecision, CreatePartitionState, DeleteTopic
+from replog.controller.context import ControllerContext, TopicPartition
+from replog.controller.effects import ControllerDecision, DeleteTopic
 from replog.controller.effects import ControllerMovedError as DecisionControllerMovedError
 from replog.controller.event_manager import ControllerEventManager, QueuedEvent
 from replog.controller.zk_client import ControllerEpoch, ControllerMovedError, KafkaZkClient
-from replog.controller.zk_ops import WatchHandle, ZkSessionState, ZkWriteError
+from replog.controller.zk_ops import WatchHandle, ZkSessionState
 from replog.protocol.controller_schemas import LeaderAndIsrRequest, StopReplicaRequest
 
 log = logging.getLogger("replog.controller")
 
 NOT_CONTROLLER = 41  # Kafka Errors.NOT_CONTROLLER
 MAX_WRITE_ATTEMPTS = 5  # decision re-runs after partition version conflicts
-UNCLEAN_KEY = "unclean.leader.election.enable"
 
 Decide = Callable[[ControllerContext], ControllerDecision]
 Retry = Callable[[ControllerContext, set[TopicPartition]], ControllerDecision]
@@ -115,6 +112,7 @@ class KafkaController:
         """The cluster as this controller knows it; None unless active."""
         self.active_controller_id = -1
         """The controller as last read from ZooKeeper (-1: none known)."""
+        self._zk_timeout_s = config.zookeeper_connection_timeout_ms / 1000
         self.timings: deque[DecisionTiming] = deque(maxlen=100)
         self._controller_watch: WatchHandle | None = None
         self._watches: list[WatchHandle] = []
@@ -308,7 +306,14 @@ class KafkaController:
             await asyncio.to_thread(self.zk.get_isr_change_notifications),
             epoch.zk_version,
         )
-        self.context = await asyncio.to_thread(self._load_context, epoch)
+        self.context = await asyncio.to_thread(
+            controller_zk.load_context,
+            self.zk,
+            self.broker_id,
+            epoch,
+            self.config.unclean_leader_election_enable,
+            self._zk_timeout_s,
+        )
         self._sync_channels()
         ctx = self.context
         what = f"failover to broker {self.broker_id} at epoch {epoch.epoch}"
@@ -346,42 +351,6 @@ class KafkaController:
         ]
         return [self.zk.watch_children(p, self._enqueue_on_change(make)) for p, make in paths]
 
-    def _load_context(self, epoch: ControllerEpoch) -> ControllerContext:
-        """Blocking: read the cluster from ZooKeeper (Kafka ``initializeControllerContext``)."""
-        zk = self.zk
-        ctx = ControllerContext(
-            controller_id=self.broker_id,
-            controller_epoch=epoch.epoch,
-            controller_epoch_zk_version=epoch.zk_version,
-            live_brokers=zk.get_all_brokers(),
-            default_unclean_leader_election_enable=self.config.unclean_leader_election_enable,
-        )
-        topics = zk.get_all_topics()
-        for topic, assignment in zk.get_topic_assignments(topics).items():
-            ctx.add_topic(topic, {p: tuple(r) for p, r in assignment.items()})
-        states = zk.get_partition_states(list(ctx.all_partitions()))
-        ctx.partition_leadership = {TopicPartition(t, p): s for (t, p), s in states.items()}
-        ctx.topics_to_be_deleted = zk.get_topics_marked_for_deletion() & ctx.all_topics
-        ctx.unclean_leader_election_enable = self._read_unclean_overrides(ctx.all_topics)
-        return ctx
-
-    def _read_unclean_overrides(self, topics: Iterable[str]) -> dict[str, bool]:
-        """Blocking: per-topic ``unclean.leader.election.enable`` from ``/config/topics``,
-        read with pipelined requests."""
-        client = self.zk.client
-        pending = [(t, client.get_async(zd.topic_config_path(t))) for t in sorted(topics)]
-        overrides: dict[str, bool] = {}
-        timeout_s = self.config.zookeeper_connection_timeout_ms / 1000
-        for topic, result in pending:
-            try:
-                data, _ = result.get(timeout=timeout_s)
-            except NoNodeError:
-                continue
-            value = zd.decode_config(data).get(UNCLEAN_KEY)
-            if value is not None:
-                overrides[topic] = value.strip().lower() == "true"
-        return overrides
-
     # --- applying decisions ------------------------------------------------------------
 
     async def _apply(self, decide: Decide, retry: Retry | None, started: float) -> _Applied:
@@ -397,7 +366,7 @@ class KafkaController:
         applied.decision = d
         for attempt in range(1, MAX_WRITE_ATTEMPTS + 1):
             base = self.context
-            stale = await asyncio.to_thread(self._write, d)
+            stale = await asyncio.to_thread(controller_zk.write_decision, self.zk, d)
             timing.zk_writes_s = time.monotonic() - started
             if stale:
                 d.drop_failed_writes(stale)
@@ -409,7 +378,7 @@ class KafkaController:
                 leader = write.state.leader_and_isr.leader
                 if leader < 0:
                     timing.partitions_offline += 1
-                elif before is None or before.leader_and_isr.leader != leader:
+                elif before is not None and before.leader_and_isr.leader != leader:
                     timing.partitions_reelected += 1
             self._install(d.context)
             applied.leader_and_isr += self._send_requests(d)
@@ -425,68 +394,6 @@ class KafkaController:
             log.info("controller: %d partitions changed under us: deciding again", len(stale))
             d = retry(ctx, stale)
         return applied
-
-    def _write(self, d: ControllerDecision) -> set[TopicPartition]:
-        """Blocking: the decision's ZooKeeper writes. Returns the partitions whose write
-        lost a version race; raises ``ControllerMovedError`` if the epoch check failed.
-        Versions that differ from the decision's expectation are patched into it."""
-        ctx = d.context
-        epoch, epoch_version = ctx.controller_epoch, d.controller_epoch_zk_version
-        creates: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
-        updates: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
-        expected: dict[TopicPartition, int] = {}
-        deletes: list[str] = []
-        for write in d.zk_writes:
-            if isinstance(write, DeleteTopic):
-                deletes.append(write.topic)
-            elif isinstance(write, CreatePartitionState):
-                creates[write.partition] = write.state
-            else:
-                updates[write.partition] = write.state
-                expected[write.partition] = write.expected_zk_version
-        stale: set[TopicPartition] = set()
-        results = {}
-        if creates:
-            results.update(
-                self.zk.create_partition_states(
-                    {tp: s.leader_and_isr for tp, s in creates.items()}, epoch, epoch_version
-                )
-            )
-        if updates:
-            results.update(
-                self.zk.update_partition_states(
-                    {
-                        tp: s.leader_and_isr.with_zk_version(expected[tp])
-                        for tp, s in updates.items()
-                    },
-                    epoch,
-                    epoch_version,
-                )
-            )
-        existing = [tp for tp, r in results.items() if r.error is ZkWriteError.NODE_EXISTS]
-        now = self.zk.get_partition_states(existing) if existing else {}
-        for tp, result in results.items():
-            if result.error is ZkWriteError.CONTROLLER_MOVED:
-                raise ControllerMovedError(f"epoch check failed writing {tp}")
-            if result.error is ZkWriteError.NODE_EXISTS:
-                # Our own create, re-sent after a connection loss, is a success.
-                found = now.get(tp)
-                if found is not None and _same_state(found, creates[tp]):
-                    continue
-                stale.add(tp)
-            elif result.error is not None:
-                stale.add(tp)
-            elif result.zk_version is not None:
-                state = ctx.partition_leadership.get(tp)
-                if state is not None and state.leader_and_isr.zk_version != result.zk_version:
-                    ctx.partition_leadership[tp] = LeaderIsrAndControllerEpoch(
-                        state.leader_and_isr.with_zk_version(result.zk_version),
-                        state.controller_epoch,
-                    )
-        for topic in deletes:
-            self.zk.delete_topic_znodes(topic, epoch_version)
-            self.zk.remove_deletion_marker(topic, epoch_version)
-        return stale
 
     def _install(self, context: ControllerContext) -> None:
         self.context = context
@@ -601,7 +508,9 @@ class KafkaController:
         if not (new or vanished):
             return
         assignments = await asyncio.to_thread(self.zk.get_topic_assignments, new)
-        overrides = await asyncio.to_thread(self._read_unclean_overrides, assignments)
+        overrides = await asyncio.to_thread(
+            controller_zk.read_unclean_overrides, self.zk, assignments, self._zk_timeout_s
+        )
         ctx = ctx.copy()
         for topic in vanished:  # deleted behind the controller's back
             log.warning("controller: topic %s disappeared from ZooKeeper", topic)
@@ -715,16 +624,6 @@ def _rerun_failure(ctx: ControllerContext, stale: set[TopicPartition]) -> Contro
     live and takes offline replicas out of ISRs; it is idempotent for the rest."""
     offline = {r for tp in stale for r in ctx.replicas_for(tp) if r not in ctx.live_brokers}
     return decisions.on_broker_failure(ctx, offline)
-
-
-def _same_state(a: LeaderIsrAndControllerEpoch, b: LeaderIsrAndControllerEpoch) -> bool:
-    x, y = a.leader_and_isr, b.leader_and_isr
-    return (x.leader, x.leader_epoch, tuple(x.isr), a.controller_epoch) == (
-        y.leader,
-        y.leader_epoch,
-        tuple(y.isr),
-        b.controller_epoch,
-    )
 
 
 def _log_leader_and_isr_errors(broker_id: int, future: asyncio.Future[Any]) -> None:

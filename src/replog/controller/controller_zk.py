@@ -1,0 +1,132 @@
+"""The controller's blocking ZooKeeper work: loading the context on failover and carrying
+out a decision's ZooKeeper writes (Kafka ``initializeControllerContext`` and the
+``zkClient`` calls of the state machines).
+
+Concurrency: every function here blocks on ZooKeeper; the controller task runs them
+with ``asyncio.to_thread`` and awaits them, so nothing else touches the decision or the
+context meanwhile. Never call them on the event loop or from a kazoo callback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from kazoo.exceptions import NoNodeError
+
+from replog.controller import zk_data as zd
+from replog.controller.context import ControllerContext, LeaderIsrAndControllerEpoch, TopicPartition
+from replog.controller.effects import ControllerDecision, CreatePartitionState, DeleteTopic
+from replog.controller.zk_client import ControllerEpoch, ControllerMovedError, KafkaZkClient
+from replog.controller.zk_ops import ZkWriteError, ZkWriteResult
+
+UNCLEAN_KEY = "unclean.leader.election.enable"
+
+
+def load_context(
+    zk: KafkaZkClient,
+    controller_id: int,
+    epoch: ControllerEpoch,
+    default_unclean: bool,
+    timeout_s: float,
+) -> ControllerContext:
+    """The whole cluster as ZooKeeper has it: live brokers (with epochs), topics and
+    assignments, partition states (batched reads), topics marked for deletion, and
+    per-topic ``unclean.leader.election.enable`` overrides. No replica or partition
+    states: ``decisions.on_controller_failover`` derives them."""
+    ctx = ControllerContext(
+        controller_id=controller_id,
+        controller_epoch=epoch.epoch,
+        controller_epoch_zk_version=epoch.zk_version,
+        live_brokers=zk.get_all_brokers(),
+        default_unclean_leader_election_enable=default_unclean,
+    )
+    topics = zk.get_all_topics()
+    for topic, assignment in zk.get_topic_assignments(topics).items():
+        ctx.add_topic(topic, {p: tuple(r) for p, r in assignment.items()})
+    states = zk.get_partition_states(list(ctx.all_partitions()))
+    ctx.partition_leadership = {TopicPartition(t, p): s for (t, p), s in states.items()}
+    ctx.topics_to_be_deleted = zk.get_topics_marked_for_deletion() & ctx.all_topics
+    ctx.unclean_leader_election_enable = read_unclean_overrides(zk, ctx.all_topics, timeout_s)
+    return ctx
+
+
+def read_unclean_overrides(
+    zk: KafkaZkClient, topics: Iterable[str], timeout_s: float
+) -> dict[str, bool]:
+    """Per-topic ``unclean.leader.election.enable`` from ``/config/topics/<t>``, read with
+    pipelined requests (one round trip's latency for all topics, not one per topic)."""
+    client = zk.client
+    pending = [(t, client.get_async(zd.topic_config_path(t))) for t in sorted(topics)]
+    overrides: dict[str, bool] = {}
+    for topic, result in pending:
+        try:
+            data, _ = result.get(timeout=timeout_s)
+        except NoNodeError:
+            continue
+        value = zd.decode_config(data).get(UNCLEAN_KEY)
+        if value is not None:
+            overrides[topic] = value.strip().lower() == "true"
+    return overrides
+
+
+def write_decision(zk: KafkaZkClient, d: ControllerDecision) -> set[TopicPartition]:
+    """Perform ``d.zk_writes``, every batch guarded by the controller epoch's version.
+
+    Returns the partitions whose write lost a version race (someone else wrote the
+    state first); raises ``ControllerMovedError`` if the epoch check failed. A write
+    that landed at another version than ``d`` expected (our own write, re-sent after a
+    connection loss) is patched into ``d.context``.
+    """
+    ctx = d.context
+    epoch, epoch_version = ctx.controller_epoch, d.controller_epoch_zk_version
+    creates: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
+    updates = {}
+    deletes: list[str] = []
+    for write in d.zk_writes:
+        if isinstance(write, DeleteTopic):
+            deletes.append(write.topic)
+        elif isinstance(write, CreatePartitionState):
+            creates[write.partition] = write.state
+        else:
+            expected = write.expected_zk_version
+            updates[write.partition] = write.state.leader_and_isr.with_zk_version(expected)
+    results: dict[TopicPartition, ZkWriteResult] = {}
+    if creates:
+        states = {tp: s.leader_and_isr for tp, s in creates.items()}
+        results.update(zk.create_partition_states(states, epoch, epoch_version))
+    if updates:
+        results.update(zk.update_partition_states(updates, epoch, epoch_version))
+    existing = [tp for tp, r in results.items() if r.error is ZkWriteError.NODE_EXISTS]
+    found = zk.get_partition_states(existing) if existing else {}
+    stale: set[TopicPartition] = set()
+    for tp, result in results.items():
+        if result.error is ZkWriteError.CONTROLLER_MOVED:
+            raise ControllerMovedError(f"controller epoch check failed writing {tp}")
+        if result.error is ZkWriteError.NODE_EXISTS:
+            now = found.get(tp)
+            if now is None or not _same_state(now, creates[tp]):
+                stale.add(tp)
+            # else: our own create, re-sent after a connection loss
+        elif result.error is not None:
+            stale.add(tp)
+        elif result.zk_version is not None:
+            state = ctx.partition_leadership.get(tp)
+            if state is not None and state.leader_and_isr.zk_version != result.zk_version:
+                ctx.partition_leadership[tp] = LeaderIsrAndControllerEpoch(
+                    state.leader_and_isr.with_zk_version(result.zk_version),
+                    state.controller_epoch,
+                )
+    for topic in deletes:
+        zk.delete_topic_znodes(topic, epoch_version)
+        zk.remove_deletion_marker(topic, epoch_version)
+    return stale
+
+
+def _same_state(a: LeaderIsrAndControllerEpoch, b: LeaderIsrAndControllerEpoch) -> bool:
+    x, y = a.leader_and_isr, b.leader_and_isr
+    return (x.leader, x.leader_epoch, tuple(x.isr), a.controller_epoch) == (
+        y.leader,
+        y.leader_epoch,
+        tuple(y.isr),
+        b.controller_epoch,
+    )
