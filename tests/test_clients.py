@@ -88,14 +88,26 @@ def written(replog_broker: LocalCluster) -> Written:
     create_topic(bootstrap, topic, PARTITIONS)
     records[topic] = []
     for n, codec in enumerate(("gzip", "zstd")):
-        sent = make_records(f"kp-{codec}", SMALL_ROUND, PARTITIONS, ts_base + 10 * n * SMALL_ROUND)
+        sent = make_records(
+            f"kp-{codec}",
+            SMALL_ROUND,
+            PARTITIONS,
+            ts_base + 10 * n * SMALL_ROUND,
+            null_headers=False,
+        )
         records[topic] += produce_kafka_python(bootstrap, topic, sent, compression_type=codec)
 
     topic = "clients-aiokafka"
     create_topic(bootstrap, topic, PARTITIONS)
     records[topic] = []
     for n, codec in enumerate(("snappy", "lz4")):
-        sent = make_records(f"aio-{codec}", SMALL_ROUND, PARTITIONS, ts_base + 10 * n * SMALL_ROUND)
+        sent = make_records(
+            f"aio-{codec}",
+            SMALL_ROUND,
+            PARTITIONS,
+            ts_base + 10 * n * SMALL_ROUND,
+            null_headers=False,
+        )
         records[topic] += produce_aiokafka(bootstrap, topic, sent, compression_type=codec)
 
     topic = "clients-kcat"
@@ -223,7 +235,7 @@ def test_idempotent_producers(replog_broker: LocalCluster) -> None:
         sent,
         **{"enable.idempotence": True, "acks": "all", "compression.type": "lz4"},
     )
-    more = make_records("idem-aio", 1_000, 2, ts_base + 10_000)
+    more = make_records("idem-aio", 1_000, 2, ts_base + 10_000, null_headers=False)
     acked += produce_aiokafka(bootstrap, topic, more, enable_idempotence=True, acks="all")
     assert_dense(acked, "idempotent producers' acks")
     read = consume_confluent(bootstrap, topic, end_offsets(acked))
