@@ -89,7 +89,8 @@ def test_controller_failover_and_paused_controller_is_fenced(cluster_factory):
             assert epoch3 > epoch2
         finally:
             cluster.resume_broker(second)
-        # Every broker rejects a command carrying the paused controller's epoch.
+        # Every broker rejects a command carrying the paused controller's epoch, even one
+        # the new controller has not reached yet.
         for broker_id in cluster.broker_ids:
             code = asyncio.run(_send_leader_and_isr(cluster.port(broker_id), second, epoch2))
             assert code == ErrorCode.stale_controller_epoch, broker_id

@@ -30,8 +30,8 @@ log = logging.getLogger(__name__)
 class ControllerCommands:
     """Validates controller epochs and applies the controller's commands.
 
-    Concurrency: event loop only; the ZooKeeper check of a new epoch happens
-    before any state is touched, and state changes run without awaiting.
+    Concurrency: event loop only; the ZooKeeper check happens before any state
+    is touched, and state changes run without awaiting.
     """
 
     def __init__(self, services: BrokerServices, zk, broker_epoch_fn) -> None:
@@ -60,8 +60,10 @@ class ControllerCommands:
                 self.broker_epoch(),
             )
             return ErrorCode.stale_broker_epoch
-        if controller_epoch == self.controller_epoch and controller_id == self.controller_id:
-            return ErrorCode.none
+        # Every command is checked against ZooKeeper, not only those at a new epoch: a
+        # broker that has not yet heard from a new controller must still refuse a
+        # resumed zombie at the epoch it last saw. Commands are rare (one per broker
+        # per controller event), so two reads each are cheap.
         async with self._check_lock:
             current_id = await asyncio.to_thread(self.zk.get_controller_id)
             epoch = await asyncio.to_thread(self.zk.get_controller_epoch)
