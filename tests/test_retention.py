@@ -179,7 +179,7 @@ def test_list_offsets_by_timestamp(broker: LocalCluster) -> None:
     bootstrap = broker.bootstrap_servers()
     topic = "timestamps"
     create_topic(bootstrap, topic, 2, {"segment.bytes": "4096", "index.interval.bytes": "256"})
-    t0 = 1_600_000_000_000
+    t0 = int(time.time() * 1000) - HOUR_MS  # within the default 7-day retention
     records = [
         Rec(i % 2, -1, f"k{i}".encode(), f"v{i}".encode() * 5, (), t0 + 10 * i)
         for i in range(2_000)
@@ -224,50 +224,67 @@ def test_list_offsets_by_timestamp(broker: LocalCluster) -> None:
         kp.close()
 
 
+def _time_index(path: Path) -> list[tuple[int, int]]:
+    """Entries ``(timestamp, relative offset)`` of a ``.timeindex`` file (12 bytes each)."""
+    raw = path.read_bytes() if path.exists() else b""
+    return [struct.unpack_from(">qi", raw, i) for i in range(0, len(raw) - 11, 12)]
+
+
 def test_segment_files_and_checkpoints(broker: LocalCluster) -> None:
-    """``<20-digit base>.log/.index/.timeindex`` per segment in ``<topic>-<partition>``."""
+    """``<20-digit base>.log/.index/.timeindex`` per segment in ``<topic>-<partition>``.
+
+    As in Kafka, a rolled segment's time index ends with the segment's largest
+    timestamp (``onBecomeInactiveSegment``), and the periodic flush puts it on disk.
+    """
     bootstrap = broker.bootstrap_servers()
     topic = "segment-files"
     create_topic(bootstrap, topic, 2, {"segment.bytes": "4096", "index.interval.bytes": "512"})
-    records = [
-        Rec(i % 2, -1, None, b"segment-%06d" % i * 8, (), 1_700_000_000_000 + i)
-        for i in range(1_500)
-    ]
+    t0 = int(time.time() * 1000)
+    records = [Rec(i % 2, -1, None, b"segment-%06d" % i * 8, (), t0 + i) for i in range(1_500)]
     acked = produce_confluent(bootstrap, topic, records, **{"batch.num.messages": 20})
     ends = {p: sum(1 for r in acked if r.partition == p) for p in (0, 1)}
+    timestamp_of = {(r.partition, r.offset): r.timestamp for r in acked}
     data = broker.broker_dir(0) / "data"
 
-    def complete(partition: int) -> set[str] | None:
-        directory = partition_dir(broker.broker_dir(0), topic, partition)
-        names = {p.name for p in directory.iterdir()}
-        bases = segment_bases(broker.broker_dir(0), topic, partition)
-        # The flush (every second) writes the index files of segments with entries.
-        want = {f"{b:020d}.{kind}" for b in bases[:-1] for kind in ("log", "index", "timeindex")}
-        return names if want <= names else None
-
     for partition in (0, 1):
-        names = wait_for(lambda p=partition: complete(p), 30, f"index files of {topic}-{partition}")
-        bases = segment_bases(broker.broker_dir(0), topic, partition)
-        assert len(bases) > 3 and bases[0] == 0
-        assert bases == sorted(set(bases))
-        for name in names:
-            m = SEGMENT_FILE.match(name)
-            if m is None:
-                continue
-            assert int(m.group(1)) in bases, f"{name} has no segment"
         directory = partition_dir(broker.broker_dir(0), topic, partition)
+        bases = segment_bases(broker.broker_dir(0), topic, partition)
+        assert len(bases) > 3 and bases[0] == 0, bases
         for base in bases:
             head = (directory / f"{base:020d}.log").read_bytes()[:8]
-            assert struct.unpack(">q", head)[0] == base, (
-                "a segment's first batch starts at its base"
-            )
-        # Time index entries: (timestamp int64, relative offset int32), ascending.
-        for base in bases[:-1]:
-            raw = (directory / f"{base:020d}.timeindex").read_bytes()
-            entries = [struct.unpack_from(">qi", raw, i) for i in range(0, len(raw) - 11, 12)]
-            assert entries, f"segment {base} has an empty time index"
+            assert struct.unpack(">q", head)[0] == base, "a segment's first batch is at its base"
+        uppers = bases[1:]
+
+        def final_entries(
+            d: Path = directory,
+            bs: list[int] = bases,
+            up: list[int] = uppers,
+            part: int = partition,
+        ) -> list[tuple]:
+            """Rolled segments whose time index on disk lacks its final entry."""
+            missing = []
+            for base, upper in zip(bs, up, strict=False):
+                wanted = (timestamp_of[(part, upper - 1)], upper - 1 - base)
+                entries = _time_index(d / f"{base:020d}.timeindex")
+                if not (d / f"{base:020d}.index").exists() or not entries or entries[-1] != wanted:
+                    missing.append((base, entries[-1:] if entries else None, wanted))
+            return missing
+
+        try:
+            wait_for(lambda: not final_entries(), 15, "time indexes of the rolled segments on disk")
+        except AssertionError:
+            bad = final_entries()
+            raise AssertionError(
+                f"{topic}-{partition}: {len(bad)} of {len(uppers)} rolled segments lack their "
+                f"final time index entry on disk, e.g. (base, last entry, wanted) {bad[:3]}"
+            ) from None
+        for name in (p.name for p in directory.iterdir()):
+            m = SEGMENT_FILE.match(name)
+            assert m is None or int(m.group(1)) in bases, f"{name} has no segment"
+        for base in bases:
+            entries = _time_index(directory / f"{base:020d}.timeindex")
             assert entries == sorted(entries)
-            assert all(0 <= rel and ts >= 1_700_000_000_000 for ts, rel in entries)
+            assert all(0 <= rel and t0 <= ts < t0 + 1_500 for ts, rel in entries)
 
     def checkpointed() -> dict | None:
         found = OffsetCheckpointFile(data / "recovery-point-offset-checkpoint").read()
