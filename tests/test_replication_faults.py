@@ -127,7 +127,7 @@ def test_paused_follower_leaves_and_rejoins_isr(cluster_factory):
             lambda: (s := zk.partition_state("lagging", 0)) and len(s["isr"]) == 3 and s,
             what="full ISR",
         )
-        follower = next(b for b in state["replicas"] if b != state["leader"])
+        follower = next(b for b in state["isr"] if b != state["leader"])
         with AckedProducer(bootstrap, "lagging") as prod:
             wait_for(lambda: prod.acked_count() > 500, what="first acks")
             cluster.pause_broker(follower)
@@ -215,9 +215,10 @@ def test_unclean_leader_election(cluster_factory):
     bootstrap = cluster.bootstrap_servers()
     admin = AdminClient({"bootstrap.servers": bootstrap})
     topics = [
-        NewTopic("clean", replica_assignment=[[0, 1]]),
+        NewTopic("clean", 1, replica_assignment=[[0, 1]]),
         NewTopic(
             "unclean",
+            1,
             replica_assignment=[[0, 1]],
             config={"unclean.leader.election.enable": "true"},
         ),
