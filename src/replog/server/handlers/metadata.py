@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 from kio.schema.errors import ErrorCode
 
@@ -13,6 +14,9 @@ from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response
 from replog.server.network import RequestContext
 
 log = logging.getLogger(__name__)
+
+# How long a Metadata request waits for the controller's first UpdateMetadata.
+FIRST_UPDATE_METADATA_WAIT_MS = 3000
 
 
 def _api_versions_body(version: int, error: ErrorCode) -> object:
@@ -48,8 +52,23 @@ def unsupported_version_response(exc: UnsupportedVersion) -> bytes | None:
     return encode_response(ApiKey.API_VERSIONS, 0, exc.correlation_id, body)
 
 
+async def _await_first_update_metadata(services: BrokerServices) -> None:
+    """Hold Metadata until the controller's first UpdateMetadata, for a bounded time.
+
+    Before it, this broker knows no brokers and no controller. A client answered
+    that way may never ask again: librdkafka's admin client then fails with
+    "Failed while waiting for controller". The window is the moment between the
+    listener opening and the controller's first UpdateMetadata at start-up.
+    """
+    deadline = time.monotonic() + FIRST_UPDATE_METADATA_WAIT_MS / 1000
+    while services.metadata_cache.controller_id is None and time.monotonic() < deadline:
+        await services.admin.metadata_cache_changed()
+
+
 async def handle_metadata(services: BrokerServices, ctx: RequestContext, request) -> object:
     cache = services.metadata_cache
+    if cache.controller_id is None:
+        await _await_first_update_metadata(services)
     cls = response_class(ApiKey.METADATA, ctx.api_version)
     broker_cls = nested(cls, "MetadataResponseBroker")
     topic_cls = nested(cls, "MetadataResponseTopic")
