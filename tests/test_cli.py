@@ -30,6 +30,7 @@ from clients_util import (
     watermarks,
 )
 from fixtures.processes import free_port
+from replog.cli.main import main
 from replog.cluster.launcher import LocalCluster
 from replog.storage.checkpoints import OffsetCheckpointFile
 
@@ -68,34 +69,49 @@ GOOD = {
     ],
 )
 def test_bad_config_exits_with_one_line(
-    tmp_path: Path, lines: dict[str, str], overrides: list[str], message: str
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    lines: dict[str, str],
+    overrides: list[str],
+    message: str,
 ) -> None:
+    """``main()`` in-process: the same code path as the command, minus the interpreter."""
     config = tmp_path / "server.properties"
     props = {**GOOD, **lines}
     config.write_text("# a broker config\n" + "".join(f"{k}={v}\n" for k, v in props.items()))
     args = ["broker", "start", "--config", str(config)]
     for item in overrides:
         args += ["--override", item]
-    done = run_replog(*args, timeout=60)
-    assert done.returncode != 0
-    error_lines = done.stderr.strip().splitlines()
-    assert len(error_lines) == 1, done.stderr
+    assert main(args) != 0
+    out, err = capsys.readouterr()
+    error_lines = err.strip().splitlines()
+    assert len(error_lines) == 1, err
     assert error_lines[0].startswith("replog: "), error_lines[0]
     assert re.search(message, error_lines[0]), error_lines[0]
+    assert out == ""
+
+
+def test_bad_config_as_a_process(tmp_path: Path) -> None:
+    config = tmp_path / "server.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in {**GOOD, "foo.bar": "1"}.items()))
+    done = run_replog("broker", "start", "--config", str(config), timeout=60)
+    assert done.returncode == 2
     assert done.stdout == ""
-
-
-def test_missing_or_unreadable_config_file(tmp_path: Path) -> None:
-    done = run_replog("broker", "start", "--config", str(tmp_path / "absent.properties"))
-    assert done.returncode != 0
     [line] = done.stderr.strip().splitlines()
+    assert line == "replog: bad configuration: unknown configuration key 'foo.bar'"
+
+
+def test_missing_or_unreadable_config_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["broker", "start", "--config", str(tmp_path / "absent.properties")]) != 0
+    [line] = capsys.readouterr().err.strip().splitlines()
     assert "absent.properties" in line and line.startswith("replog: ")
 
     broken = tmp_path / "broken.properties"
     broken.write_text("broker.id=0\nthis line has no separator\n")
-    done = run_replog("broker", "start", "--config", str(broken))
-    assert done.returncode != 0
-    [line] = done.stderr.strip().splitlines()
+    assert main(["broker", "start", "--config", str(broken)]) != 0
+    [line] = capsys.readouterr().err.strip().splitlines()
     assert "broken.properties:2" in line
 
 
