@@ -654,7 +654,7 @@ def test_event_manager_processes_in_order_across_threads_and_preempts() -> None:
         )
         thread.start()
         thread.join()
-        await eventually(lambda: manager._queue.qsize() == 3, "the thread's events")
+        await eventually(lambda: manager.size() == 3, "the thread's events")
         shutdown = ControlledShutdown(1, 1)
         manager.put(shutdown)
         manager.clear_and_put(TopicChange())

@@ -314,8 +314,11 @@ class KafkaController:
             self.config.unclean_leader_election_enable,
             self._zk_timeout_s,
         )
-        self._sync_channels()
         ctx = self.context
+        ignored_deletions: set[str] = set()
+        if not self.config.delete_topic_enable:  # Kafka: drop the markers, delete nothing
+            ignored_deletions, ctx.topics_to_be_deleted = ctx.topics_to_be_deleted, set()
+        self._sync_channels()
         what = f"failover to broker {self.broker_id} at epoch {epoch.epoch}"
         log.info(
             "controller: %s: %d brokers, %d topics, %d partitions loaded in %.2f s",
@@ -327,8 +330,8 @@ class KafkaController:
         )
         applied = await self._apply(decisions.on_controller_failover, _rerun_failure, started)
         self._report(what, applied)
-        if not self.config.delete_topic_enable and ctx.topics_to_be_deleted:
-            await self._remove_deletion_markers(ctx.topics_to_be_deleted)
+        if ignored_deletions:
+            await self._remove_deletion_markers(ignored_deletions)
 
     async def _on_controller_resignation(self) -> None:
         """Kafka ``onControllerResignation``: forget everything of the term."""

@@ -142,6 +142,10 @@ class ControllerEventManager:
     def is_empty(self) -> bool:
         return self._queue.empty()
 
+    def size(self) -> int:
+        """Events waiting (not counting the one being processed)."""
+        return self._queue.qsize()
+
     # --- the task ----------------------------------------------------------------------
 
     def _preempt_one(self, event: ControllerEvent) -> None:
