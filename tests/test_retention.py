@@ -102,7 +102,7 @@ def test_retention_bytes_deletes_oldest_segments(broker: LocalCluster) -> None:
     directory = partition_dir(broker.broker_dir(0), topic, 0)
     sent: list[Rec] = []
     starts: list[int] = []
-    for index in range(14):
+    for index in range(10):
         batch = _round("bytes", index, 40, int(time.time() * 1000))
         sent += produce_confluent(bootstrap, topic, batch, **{"linger.ms": 0})
 
