@@ -157,7 +157,12 @@ def test_kill_9_while_producing_acks_1(cluster_factory) -> None:
         assert [acked[o] for o in range(len(acked))] == writer.sent[partition][: len(acked)]
 
     # A broker may register again once ZooKeeper has expired the killed one's session.
-    wait_for(lambda: 0 not in cluster.registered_brokers(), 60, "the old registration to expire")
+    wait_for(
+        lambda: 0 not in cluster.registered_brokers(),
+        60,
+        "the old registration to expire",
+        interval_s=0.25,
+    )
     torn_bytes = _tear_last_segment(cluster, 0)
     log_size_before = len((broker_dir / "broker.log").read_bytes())
     cluster.start_broker(0)
@@ -257,7 +262,12 @@ def test_time_lookup_after_kill_9(cluster_factory) -> None:
         assert _offset_for_time(bootstrap, topic, t0 + 10 * offset) == offset
 
     cluster.kill_broker(0)
-    wait_for(lambda: 0 not in cluster.registered_brokers(), 60, "the old registration to expire")
+    wait_for(
+        lambda: 0 not in cluster.registered_brokers(),
+        60,
+        "the old registration to expire",
+        interval_s=0.25,
+    )
     cluster.start_broker(0)
     wait_for_leaders(bootstrap, {topic: 1})
     answers = {offset: _offset_for_time(bootstrap, topic, t0 + 10 * offset) for offset in probes}
