@@ -87,6 +87,7 @@ class ReplicaManager:
         self.partitions: dict[TopicPartition, Partition] = {}
         self.controller_epoch = -1
         self.fetcher_manager: ReplicaFetcherManager | None = None
+        self.on_replica_deleted: Callable[[str], None] | None = None  # drops cached topic config
         self.zk = zk
         self.isr_change_propagation = IsrChangePropagation.starting_at(now_ms())
         self._background: set[asyncio.Task[None]] = set()
@@ -387,9 +388,9 @@ class ReplicaManager:
     def _get_or_create_partition(self, topic: str, partition: int) -> Partition:
         part = self.partitions.get((topic, partition))
         if part is None:
-            log_ = self.log_manager.get_or_create_log(
-                topic, partition, self.topic_config(topic), now_ms()
-            )
+            config = self.topic_config(topic)
+            log_ = self.log_manager.get_or_create_log(topic, partition, config, now_ms())
+            log_.update_config(config)  # a log loaded at start-up has the broker defaults
             part = Partition(topic, partition, self.broker_id, log_)
             part.restore_high_watermark(
                 self._restored_high_watermark(topic, partition, log_.dir.parent)
@@ -405,6 +406,8 @@ class ReplicaManager:
             part.stop()
         if delete:
             self.log_manager.delete_log(topic, partition)
+            if self.on_replica_deleted is not None:
+                self.on_replica_deleted(topic)
             log.info("%s-%d: replica stopped and deleted", topic, partition)
 
     async def shutdown(self) -> None:

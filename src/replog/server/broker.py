@@ -58,6 +58,7 @@ class Broker:
         self.replica_manager = ReplicaManager(
             config, self.log_manager, self.log_config_for, self.zk
         )
+        self.replica_manager.on_replica_deleted = lambda topic: self.topic_configs.pop(topic, None)
         self.replica_manager.fetcher_manager = ReplicaFetcherManager(
             FetcherConfig(
                 broker_id=config.broker_id,
