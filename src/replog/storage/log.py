@@ -527,9 +527,15 @@ class Log:
 
     # -- durability ------------------------------------------------------
     def flush(self) -> None:
-        """fsync every segment past the recovery point, then move it to the log end offset."""
+        """fsync every segment past the recovery point, then move it to the log end offset.
+
+        The segment holding the offset just below the recovery point is flushed too: a
+        roll since the last flush may have completed it (its final time index entry)
+        after its data was already covered by the recovery point.
+        """
         end = self.log_end_offset
-        for segment in self._segments[self._segment_index(self.recovery_point) :]:
+        first = self._segment_index(max(self.recovery_point - 1, self.log_start_offset, 0))
+        for segment in self._segments[first:]:
             segment.flush()
         if self._dir_dirty:
             self._dir_dirty = False  # before the fsync: a concurrent roll sets it again
