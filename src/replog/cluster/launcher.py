@@ -12,6 +12,7 @@ Used by ``replog cluster ...``, by the tests and by ``make demo``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -23,8 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kazoo.client import KazooClient
+from kio.schema.metadata.v8.request import MetadataRequest
 
 from replog.cluster.zookeeper import start_zookeeper, stop_zookeeper
+from replog.protocol.client import KafkaConnection
 
 STATE_FILE = "cluster.json"
 
@@ -264,7 +267,7 @@ class LocalCluster:
                     tail = _tail(self.broker_dir(broker_id) / "broker.log")
                     raise RuntimeError(f"broker {broker_id} exited during start-up:\n{tail}")
             registered = self.registered_brokers()
-            if set(broker_ids) <= registered and self.controller_id() is not None:
+            if set(broker_ids) <= registered and all(self._serving(b) for b in broker_ids):
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError(
@@ -272,6 +275,14 @@ class LocalCluster:
                     f"(or no controller) after {wait_s} s"
                 )
             time.sleep(0.1)
+
+    def _serving(self, broker_id: int) -> bool:
+        """The broker answers Metadata listing itself and a controller: registered with its
+        current session and told the cluster's state by the controller."""
+        try:
+            return asyncio.run(_knows_itself("127.0.0.1", self.port(broker_id), broker_id))
+        except (OSError, TimeoutError, ConnectionError):
+            return False
 
     def status(self) -> list[BrokerStatus]:
         try:
@@ -293,6 +304,22 @@ class LocalCluster:
                 )
             )
         return out
+
+
+async def _knows_itself(host: str, port: int, broker_id: int) -> bool:
+    conn = KafkaConnection(host, port, client_id="replog-launcher")
+    await conn.connect(timeout_s=2)
+    try:
+        request = MetadataRequest(
+            topics=(),
+            allow_auto_topic_creation=False,
+            include_cluster_authorized_operations=False,
+            include_topic_authorized_operations=False,
+        )
+        response = await conn.request(request, timeout_s=5)
+    finally:
+        await conn.close()
+    return response.controller_id >= 0 and any(b.node_id == broker_id for b in response.brokers)
 
 
 def _wait_dead(pid: int, timeout_s: float) -> bool:

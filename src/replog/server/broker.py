@@ -19,7 +19,7 @@ from typing import Any
 
 from replog.config import KafkaConfig
 from replog.controller.controller import KafkaController
-from replog.controller.zk_client import KafkaZkClient
+from replog.controller.zk_client import BrokerAlreadyRegisteredError, KafkaZkClient
 from replog.controller.zk_data import BrokerInfo
 from replog.protocol.apis import ApiKey
 from replog.replication.fetcher import FetcherConfig, ReplicaFetcherManager
@@ -140,7 +140,7 @@ class Broker:
             self.config.broker_id, advertised.host, port, rack=self.config.broker_rack or None
         )
         self._broker_info = info
-        self.broker_epoch = await asyncio.to_thread(self.zk.register_broker, info)
+        self.broker_epoch = await self._register(info)
         self.controller = KafkaController(
             self.config.broker_id, self.zk, self.config, register_broker=self._reregister
         )
@@ -159,9 +159,29 @@ class Broker:
         self._tasks.append(asyncio.create_task(self._isr_propagation_loop()))
         self._tasks.append(asyncio.create_task(self._high_watermark_checkpoint_loop()))
 
+    async def _register(self, info: BrokerInfo) -> int:
+        """Register in ``/brokers/ids``. After a kill -9 the previous process's znode lives
+        until ZooKeeper expires its session; wait for that rather than fail."""
+        deadline = time.monotonic() + 2 * self.config.zookeeper_session_timeout_ms / 1000
+        waiting_logged = False
+        while True:
+            try:
+                return await asyncio.to_thread(self.zk.register_broker, info)
+            except BrokerAlreadyRegisteredError:
+                if time.monotonic() > deadline:
+                    raise
+                if not waiting_logged:
+                    log.info(
+                        "broker %d is still registered by an earlier session; waiting for "
+                        "ZooKeeper to expire it",
+                        self.config.broker_id,
+                    )
+                    waiting_logged = True
+                await asyncio.sleep(0.2)
+
     async def _reregister(self) -> None:
         """A new ZooKeeper session lost our ephemeral registration: register again."""
-        self.broker_epoch = await asyncio.to_thread(self.zk.register_broker, self._broker_info)
+        self.broker_epoch = await self._register(self._broker_info)
         log.info(
             "broker %d registered again after a new ZooKeeper session (epoch %d)",
             self.config.broker_id,
