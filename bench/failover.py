@@ -1,0 +1,348 @@
+"""Broker and controller failover times at 10,000 partitions, one run (prints figures).
+
+    .venv/bin/python bench/failover.py [--partitions 10000] [--topics 10]
+                                       [--session-timeout-ms 6000] [--keep]
+
+3 brokers (``zookeeper.session.timeout.ms`` low so a killed broker's znode goes soon),
+``--partitions`` partitions with RF 3 spread over ``--topics`` topics, created in a few
+CreateTopics calls. Then:
+
+1. **Broker failure.** SIGKILL a broker that is not the controller. Time zero is the moment
+   its ``/brokers/ids/<id>`` znode disappears (a kazoo watch; that is when the session
+   expires). Measured: until every partition it led has another leader in ZooKeeper
+   (batched reads of the partition state znodes, polled; the resolution is one poll), and
+   until every LeaderAndIsr is acknowledged (the controller's log line, which also gives its
+   own ZooKeeper-write and acknowledgement times counted from the watch event).
+2. **Controller failover.** The killed broker is started again; then the controller is
+   killed. Time zero is the deletion of ``/controller``. Measured from the new controller's
+   log lines: elected, context loaded, failover done with every broker told (LeaderAndIsr
+   acknowledged), and the following broker-failure handling of the old controller.
+
+All figures are wall-clock seconds on this machine; nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from common import replog_cluster, say, work_dir
+
+from replog.cluster.launcher import LocalCluster
+
+LOG_LINE = re.compile(
+    r"^\[(?P<ts>[\d-]+ [\d:]+,\d+)\] (?P<level>\w+) (?P<logger>[\w.]+): (?P<msg>.*)$"
+)
+
+
+class LogTail:
+    """Lines of a broker log appended after construction, with their timestamps."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = path.stat().st_size if path.exists() else 0
+        self.partial = ""
+        self.pending: list[str] = []
+
+    def _read(self) -> None:
+        with open(self.path, errors="replace") as f:
+            f.seek(self.offset)
+            chunk = f.read()
+            self.offset = f.tell()
+        *lines, self.partial = (self.partial + chunk).split("\n")
+        self.pending.extend(lines)
+
+    def wait_for(self, pattern: str, timeout_s: float) -> tuple[float, re.Match[str]]:
+        """(time of the line, match) of the first new line whose message matches; lines
+        before it are consumed, lines after it stay for the next call."""
+        wanted = re.compile(pattern)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._read()
+            for i, line in enumerate(self.pending):
+                m = LOG_LINE.match(line)
+                found = wanted.search(m["msg"]) if m else None
+                if m and found:
+                    del self.pending[: i + 1]
+                    stamp = datetime.strptime(m["ts"], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+                    return stamp, found
+            self.pending.clear()
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"no log line matching {pattern!r} in {self.path} in {timeout_s} s"
+                )
+            time.sleep(0.05)
+
+
+def state_path(topic: str, partition: int) -> str:
+    return f"/brokers/topics/{topic}/partitions/{partition}/state"
+
+
+def read_leaders(zk: Any, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """Leader of each partition from its state znode: one batch of async reads (-1: none)."""
+    pending = [(tp, zk.get_async(state_path(*tp))) for tp in partitions]
+    out = {}
+    for tp, result in pending:
+        try:
+            data, _ = result.get(timeout=60)
+            out[tp] = int(json.loads(data)["leader"])
+        except Exception:  # not there yet
+            out[tp] = -1
+    return out
+
+
+def create_partitions(bootstrap: str, topics: list[str], per_topic: int) -> None:
+    """CreateTopics, two topics per request; a timed-out wait is fine (creation goes on)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for i in range(0, len(topics), 2):
+        batch = [NewTopic(t, per_topic, 3) for t in topics[i : i + 2]]
+        futures = admin.create_topics(batch, operation_timeout=60, request_timeout=120)
+        for name, future in futures.items():
+            try:
+                future.result(timeout=180)
+            except KafkaException as exc:
+                say(f"  CreateTopics({name}): {exc.args[0].str()} (waiting in ZooKeeper instead)")
+
+
+def wait_all_led(
+    zk: Any, partitions: list[tuple[str, int]], timeout_s: float
+) -> dict[tuple[str, int], int]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        leaders = read_leaders(zk, partitions)
+        missing = sum(1 for leader in leaders.values() if leader < 0)
+        if not missing:
+            return leaders
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{missing} partitions have no leader after {timeout_s} s")
+        time.sleep(1)
+
+
+class ZnodeGone:
+    """Records when a znode is deleted (kazoo DataWatch; called on kazoo's thread)."""
+
+    def __init__(self, zk: Any, path: str) -> None:
+        self.at: float | None = None
+        self.event = threading.Event()
+
+        def on_change(data: Any, stat: Any, event: Any) -> bool:
+            if event is not None and event.type == "DELETED":
+                self.at = time.time()
+                self.event.set()
+                return False
+            return True
+
+        zk.DataWatch(path, on_change)
+
+    def wait(self, timeout_s: float) -> float:
+        if not self.event.wait(timeout_s):
+            raise TimeoutError("znode still there")
+        assert self.at is not None
+        return self.at
+
+
+def broker_failure(
+    cluster: LocalCluster, zk: Any, leaders: dict[tuple[str, int], int]
+) -> dict[str, Any]:
+    controller = cluster.controller_id()
+    assert controller is not None
+    counts = {b: sum(1 for v in leaders.values() if v == b) for b in cluster.broker_ids}
+    victim = max((b for b in cluster.broker_ids if b != controller), key=lambda b: counts[b])
+    led = sorted(tp for tp, leader in leaders.items() if leader == victim)
+    say(f"broker failure: SIGKILL broker {victim} (leads {len(led)}; controller is {controller})")
+    tail = LogTail(cluster.broker_dir(controller) / "broker.log")
+    gone = ZnodeGone(zk, f"/brokers/ids/{victim}")
+    killed_at = time.time()
+    cluster.kill_broker(victim)
+    gone_at = gone.wait(120)
+    polls = 0
+    poll_s = 0.0
+    while True:
+        started = time.time()
+        now = read_leaders(zk, led)
+        polls += 1
+        poll_s = time.time() - started
+        if all(leader not in (victim, -1) for leader in now.values()):
+            moved_at = time.time()
+            break
+        if started - gone_at > 300:
+            raise TimeoutError("leaders did not move within 300 s")
+    line_at, m = tail.wait_for(
+        rf"broker failure of \[{victim}\]: (\d+) partitions re-elected, (\d+) offline, "
+        r"(\d+) partition states written, zk writes ([\d.]+) s, LeaderAndIsr acked ([\d.]+) s "
+        r"\((\d+) requests, (\d+) failed\)",
+        300,
+    )
+    return {
+        "victim": victim,
+        "controller": controller,
+        "led": len(led),
+        "session_expiry_s": gone_at - killed_at,
+        "leaders_in_zk_s": moved_at - gone_at,
+        "poll_s": poll_s,
+        "polls": polls,
+        "acked_line_s": line_at - gone_at,
+        "reelected": int(m[1]),
+        "offline": int(m[2]),
+        "states_written": int(m[3]),
+        "controller_zk_writes_s": float(m[4]),
+        "controller_acked_s": float(m[5]),
+        "requests": int(m[6]),
+        "failed": int(m[7]),
+    }
+
+
+def controller_failover(cluster: LocalCluster, zk: Any) -> dict[str, Any]:
+    old = cluster.controller_id()
+    assert old is not None
+    others = [b for b in cluster.broker_ids if b != old]
+    tails = {b: LogTail(cluster.broker_dir(b) / "broker.log") for b in others}
+    gone = ZnodeGone(zk, "/controller")
+    say(f"controller failover: SIGKILL controller broker {old}")
+    killed_at = time.time()
+    cluster.kill_broker(old)
+    gone_at = gone.wait(120)
+    deadline = time.monotonic() + 120
+    new = None
+    while new is None or new == old:
+        if time.monotonic() > deadline:
+            raise TimeoutError("no new controller")
+        time.sleep(0.05)
+        new = cluster.controller_id()
+    tail = tails[new]
+    elected_at, _ = tail.wait_for(r"elected controller at epoch (\d+)", 60)
+    loaded_at, loaded = tail.wait_for(
+        r"failover to broker \d+ at epoch \d+: (\d+) brokers, (\d+) topics, (\d+) partitions "
+        r"loaded in ([\d.]+) s",
+        300,
+    )
+    told_at, told = tail.wait_for(
+        r"failover to broker \d+ at epoch \d+: (\d+) partitions re-elected, .* LeaderAndIsr "
+        r"acked ([\d.]+) s \((\d+) requests, (\d+) failed\)",
+        300,
+    )
+    # The old controller's partitions are re-elected within the failover when its znode
+    # was gone by then, else by a broker-failure event right after.
+    old_line = None
+    if int(told[1]) == 0:
+        old_line = tail.wait_for(
+            rf"broker failure of \[{old}\]: (\d+) partitions re-elected, .*zk writes "
+            r"([\d.]+) s, LeaderAndIsr acked ([\d.]+) s",
+            300,
+        )
+    return {
+        "old": old,
+        "new": new,
+        "session_expiry_s": gone_at - killed_at,
+        "elected_s": elected_at - gone_at,
+        "loaded_s": loaded_at - gone_at,
+        "load_took_s": float(loaded[4]),
+        "partitions_loaded": int(loaded[3]),
+        "told_s": told_at - gone_at,
+        "failover_reelected": int(told[1]),
+        "failover_requests": int(told[3]),
+        "failover_failed": int(told[4]),
+        "old_led_moved_s": None if old_line is None else old_line[0] - gone_at,
+        "old_reelected": None if old_line is None else int(old_line[1][1]),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--partitions", type=int, default=10_000)
+    parser.add_argument("--topics", type=int, default=10)
+    parser.add_argument("--session-timeout-ms", type=int, default=6000)
+    parser.add_argument("--keep", action="store_true", help="keep bench/out/failover-*")
+    args = parser.parse_args()
+    from kazoo.client import KazooClient
+
+    per_topic = args.partitions // args.topics
+    topics = [f"failover-{i:02d}" for i in range(args.topics)]
+    overrides = {"zookeeper.session.timeout.ms": str(args.session_timeout_ms)}
+    with work_dir("failover", keep=args.keep) as out, replog_cluster(out, 3, overrides) as cluster:
+        zk = KazooClient(hosts=cluster.zookeeper_connect, timeout=30)
+        zk.start(timeout=30)
+        try:
+            say(
+                f"creating {per_topic * len(topics):,} partitions (RF 3) in {len(topics)} topics ..."
+            )
+            started = time.time()
+            create_partitions(cluster.bootstrap_servers(), topics, per_topic)
+            partitions = [(t, p) for t in topics for p in range(per_topic)]
+            leaders = wait_all_led(zk, partitions, 1800)
+            created_s = time.time() - started
+            say(f"  every partition has a leader after {created_s:.1f} s")
+            one = broker_failure(cluster, zk, leaders)
+            say(f"restarting broker {one['victim']} ...")
+            tail = LogTail(cluster.broker_dir(one["controller"]) / "broker.log")
+            restarted = time.time()
+            cluster.start_broker(one["victim"], wait=True, wait_s=300)
+            back_at, _ = tail.wait_for(rf"broker startup of \[{one['victim']}\]: .* acked", 600)
+            say(
+                f"  broker {one['victim']} back and told its roles after {back_at - restarted:.1f} s"
+            )
+            two = controller_failover(cluster, zk)
+        finally:
+            zk.stop()
+            zk.close()
+    report(per_topic * len(topics), args.session_timeout_ms, created_s, one, two)
+
+
+def row(label: str, seconds: float, note: str = "") -> None:
+    print(f"{label:<58}{seconds:8.2f} s  {note}".rstrip())
+
+
+def report(
+    n: int, session_ms: int, created_s: float, one: dict[str, Any], two: dict[str, Any]
+) -> None:
+    print(f"\nfailover at {n:,} partitions, RF 3, 3 brokers, session timeout {session_ms} ms")
+    row("topic creation (CreateTopics until every partition led)", created_s)
+    print(f"broker {one['victim']} killed (SIGKILL), leader of {one['led']:,} partitions:")
+    row("  kill -> its znode gone (session expiry)", one["session_expiry_s"])
+    print("  from the znode gone:")
+    row(
+        "    every partition it led has a new leader in ZooKeeper",
+        one["leaders_in_zk_s"],
+        f"(polled; one poll of {one['led']:,} state znodes takes {one['poll_s']:.2f} s)",
+    )
+    row("    every LeaderAndIsr acknowledged (controller log line)", one["acked_line_s"])
+    print(
+        f"  the controller's own figures from its watch event: states written "
+        f"{one['controller_zk_writes_s']:.2f} s, LeaderAndIsr acked "
+        f"{one['controller_acked_s']:.2f} s ({one['reelected']:,} re-elected, "
+        f"{one['states_written']:,} states written, {one['requests']} requests, "
+        f"{one['failed']} failed)"
+    )
+    print(f"controller broker {two['old']} killed (SIGKILL); broker {two['new']} took over:")
+    row("  kill -> /controller gone (session expiry)", two["session_expiry_s"])
+    print("  from /controller gone:")
+    row("    new controller elected (its log line)", two["elected_s"])
+    row(
+        f"    context loaded ({two['partitions_loaded']:,} partitions)",
+        two["loaded_s"],
+        f"(loading itself took {two['load_took_s']:.2f} s)",
+    )
+    row(
+        "    failover done, every broker told (LeaderAndIsr acked)",
+        two["told_s"],
+        f"({two['failover_reelected']:,} re-elected, {two['failover_requests']} requests, "
+        f"{two['failover_failed']} failed)",
+    )
+    if two["old_led_moved_s"] is not None:
+        row(
+            f"    old controller's {two['old_reelected']:,} partitions re-elected, acked",
+            two["old_led_moved_s"],
+        )
+
+
+if __name__ == "__main__":
+    main()
