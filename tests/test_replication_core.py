@@ -273,6 +273,24 @@ def test_follower_below_epoch_start_does_not_join():
     assert ls2.on_follower_fetch(3, 20, 1).isr_change is not None
 
 
+def test_expansion_carries_broker_epoch_and_ineligible_reverts_without_resigning():
+    ls = leader(isr=(1, 2), leo=4, hw=4)
+    ls.on_follower_fetch(2, 4, 0)
+    # offline / fenced / other broker epoch according to the metadata: no proposal at all
+    assert ls.on_follower_fetch(3, 4, 1, broker_epoch=41, isr_eligible=False).isr_change is None
+    p = ls.on_follower_fetch(3, 4, 2, broker_epoch=42).isr_change
+    assert p is not None and p.added == {3} and p.added_broker_epochs == ((3, 42),)
+    ls.on_isr_update_ineligible(p)  # ZooKeeper: 3 is not registered at broker epoch 42
+    assert ls.is_leading and ls.isr_state is IsrState.COMMITTED
+    assert ls.in_sync_replicas == (1, 2) and ls.maximal_in_sync_replicas == (1, 2)
+    with pytest.raises(ValueError):
+        ls.on_isr_update_ineligible(p)
+    p2 = ls.on_follower_fetch(3, 4, 3, broker_epoch=43).isr_change
+    assert p2 is not None and p2.added_broker_epochs == ((3, 43),)
+    ls.on_isr_update_result(p2, 8)
+    assert ls.in_sync_replicas == (1, 2, 3)
+
+
 def test_follower_that_lost_records_is_proposed_for_removal_at_once():
     ls = leader(leo=10)
     ls.on_follower_fetch(2, 10, 0)

@@ -8,10 +8,11 @@ leader-epoch truncation and with the old high-watermark truncation, plus the
 zombie leader of seed 000.
 
 Environment:
-  REPLOG_SIM_SEEDS=N     run N seeds per profile (default 4)
+  REPLOG_SIM_SEEDS=N     run N seeds per profile (default 5)
   REPLOG_SIM_SEED=S      run only seed S (replay a failure)
-  REPLOG_SIM_STEPS=K     steps per run (default 12000)
+  REPLOG_SIM_STEPS=K     steps per run (default 20000)
   REPLOG_SIM_PROFILE=P   run only profile P (flushed, lossy, five)
+  REPLOG_SIM_TRACE=all   keep the whole step trace for the failure report (default: last 600)
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ PROFILES: dict[str, SimConfig] = {
 def _seeds() -> list[int]:
     if "REPLOG_SIM_SEED" in os.environ:
         return [int(os.environ["REPLOG_SIM_SEED"])]
-    return list(range(int(os.environ.get("REPLOG_SIM_SEEDS", "4"))))
+    return list(range(int(os.environ.get("REPLOG_SIM_SEEDS", "5"))))
 
 
 def _profiles() -> list[str]:
@@ -47,11 +48,11 @@ def _profiles() -> list[str]:
     return [only] if only else list(PROFILES)
 
 
-STEPS = int(os.environ.get("REPLOG_SIM_STEPS", "12000"))
+STEPS = int(os.environ.get("REPLOG_SIM_STEPS", "20000"))
 
 
-def run_random(seed: int, config: SimConfig, steps: int = STEPS) -> World:
-    world = World(seed, config)
+def run_random(seed: int, config: SimConfig, steps: int = STEPS, label: str = "") -> World:
+    world = World(seed, config, label=label)
     try:
         world.start()
         world.run(steps)
@@ -68,7 +69,7 @@ def run_random(seed: int, config: SimConfig, steps: int = STEPS) -> World:
 @pytest.mark.parametrize("seed", _seeds())
 def test_random_simulation(profile: str, seed: int) -> None:
     config = PROFILES[profile]
-    world = run_random(seed, config)
+    world = run_random(seed, config, label=profile)
     print(f"profile={profile} seed={seed} {world.summary()}")
     # the run did something: records were committed and acknowledged through faults
     assert len(world.committed) > 50 and len(world.acked) > 50, world.summary()

@@ -26,6 +26,7 @@ drops, duplicates and reorders.
 
 from __future__ import annotations
 
+import os
 import random
 from collections import deque
 from dataclasses import dataclass, field
@@ -74,15 +75,24 @@ class SimInvariantViolation(AssertionError):
 
 
 class World:
-    def __init__(self, seed: int, config: SimConfig, *, collect_violations: bool = False) -> None:
+    def __init__(
+        self,
+        seed: int,
+        config: SimConfig,
+        *,
+        collect_violations: bool = False,
+        label: str = "",
+    ) -> None:
         self.seed = seed
+        self.label = label
         self.config = config
         self.rng = random.Random(seed)
         self.now = 0
         self.step_no = 0
         self.queue = EventQueue()
         self.network = Network(config.network, self.rng, self.queue)
-        self.trace_lines: deque[str] = deque(maxlen=600)
+        full = os.environ.get("REPLOG_SIM_TRACE") == "all"
+        self.trace_lines: deque[str] = deque(maxlen=None if full else 600)
         self.collect_violations = collect_violations
         self.violations: list[SimInvariantViolation] = []
         ids = tuple(range(1, config.replicas + 1))
@@ -135,7 +145,9 @@ class World:
         return (
             f"seed={self.seed} step={self.step_no} t={self.now}\n{self.describe()}\n"
             f"--- last {len(self.trace_lines)} trace lines ---\n{tail}\n"
-            f"replay with REPLOG_SIM_SEED={self.seed}"
+            f"replay with: REPLOG_SIM_SEED={self.seed}"
+            f"{' REPLOG_SIM_PROFILE=' + self.label if self.label else ''} REPLOG_SIM_TRACE=all "
+            f".venv/bin/python -m pytest tests/test_replication_simulation.py -k test_random_simulation"
         )
 
     # -- events ------------------------------------------------------------------------------
