@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
 from replog.cluster.launcher import LocalCluster
 
@@ -49,20 +50,24 @@ class ZkView:
 
     def partition_state(self, topic: str, partition: int) -> dict[str, Any] | None:
         path = f"/brokers/topics/{topic}/partitions/{partition}/state"
-        if not self.client.exists(path):
+        try:
+            data, stat = self.client.get(path)
+        except NoNodeError:
             return None
-        data, stat = self.client.get(path)
         state = json.loads(data)
         state["zk_version"] = stat.version
         return state
 
     def controller(self) -> tuple[int | None, int]:
-        controller = None
-        if self.client.exists("/controller"):
+        """(controller id or None, controller epoch or -1); znodes may vanish mid-read."""
+        try:
             controller = json.loads(self.client.get("/controller")[0])["brokerid"]
-        epoch = -1
-        if self.client.exists("/controller_epoch"):
+        except NoNodeError:
+            controller = None
+        try:
             epoch = int(self.client.get("/controller_epoch")[0])
+        except NoNodeError:
+            epoch = -1
         return controller, epoch
 
     def brokers(self) -> set[int]:
