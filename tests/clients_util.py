@@ -29,24 +29,12 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from cluster_util import wait_for
+
 T = TypeVar("T")
 
 KCAT = "/usr/bin/kcat"
 Header = tuple[str, bytes | None]
-
-
-def wait_for(
-    condition: Callable[[], T], timeout_s: float, what: str, interval_s: float = 0.05
-) -> T:
-    """Poll ``condition`` until it returns something truthy; fail naming ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(interval_s)
 
 
 @dataclass(frozen=True, slots=True)
