@@ -137,20 +137,24 @@ class Partition:
         return info
 
     def on_follower_fetch(
-        self, replica_id: int, fetch_offset: int, now_ms: int
+        self, replica_id: int, fetch_offset: int, now_ms: int, *, isr_eligible: bool = True
     ) -> IsrChangeProposal | None:
-        """Record a follower's fetch; returns an ISR expansion (or shrink) to write to ZooKeeper."""
+        """Record a follower's fetch; returns an ISR expansion (or shrink) to write to ZooKeeper.
+
+        ``isr_eligible`` is False when the controller does not count the follower as a
+        live broker: a late fetch from a crashed follower must not bring it back into
+        the ISR (KIP-903).
+        """
         leader = self.leader_state
-        if (
-            leader is None
-            or not leader.is_leading
-            or leader.follower_log_end_offset(replica_id) is None
-            and replica_id not in leader.assigned_replicas
-        ):
+        if leader is None or not leader.is_leading:
+            return None
+        if replica_id == self.local_broker_id or replica_id not in leader.assigned_replicas:
             return None
         if not 0 <= fetch_offset <= self.log.log_end_offset:
             return None
-        outcome = leader.on_follower_fetch(replica_id, fetch_offset, now_ms)
+        outcome = leader.on_follower_fetch(
+            replica_id, fetch_offset, now_ms, isr_eligible=isr_eligible
+        )
         if outcome.high_watermark_change is not None:
             self._on_high_watermark_maybe_changed()
         return outcome.isr_change

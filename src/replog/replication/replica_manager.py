@@ -88,6 +88,7 @@ class ReplicaManager:
         self.controller_epoch = -1
         self.fetcher_manager: ReplicaFetcherManager | None = None
         self.on_replica_deleted: Callable[[str], None] | None = None  # drops cached topic config
+        self.is_live_broker: Callable[[int], bool] = lambda _broker_id: True
         self.zk = zk
         self.isr_change_propagation = IsrChangePropagation.starting_at(now_ms())
         self._background: set[asyncio.Task[None]] = set()
@@ -203,7 +204,9 @@ class ReplicaManager:
     def on_follower_fetch(
         self, part: Partition, replica_id: int, fetch_offset: int, now: int
     ) -> None:
-        proposal = part.on_follower_fetch(replica_id, fetch_offset, now)
+        proposal = part.on_follower_fetch(
+            replica_id, fetch_offset, now, isr_eligible=self.is_live_broker(replica_id)
+        )
         if proposal is not None:
             self._submit_isr_change(part, proposal)
 

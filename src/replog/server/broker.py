@@ -59,6 +59,9 @@ class Broker:
             config, self.log_manager, self.log_config_for, self.zk
         )
         self.replica_manager.on_replica_deleted = lambda topic: self.topic_configs.pop(topic, None)
+        self.replica_manager.is_live_broker = lambda broker_id: (
+            broker_id in self.metadata_cache.brokers
+        )
         self.replica_manager.fetcher_manager = ReplicaFetcherManager(
             FetcherConfig(
                 broker_id=config.broker_id,
