@@ -297,7 +297,7 @@ def verify(
     lines = [
         f"records produced                {log.count:>10,}",
         f"acknowledged (acks=all)         {acked:>10,}   delivery errors {len(log.errors)}",
-        f"in topic {EVENTS} ({len(log_end)} partitions)   {in_log:>10,}",
+        f"{f'in topic {EVENTS} ({len(log_end)} partitions)':<32}{in_log:>10,}",
         f"consumed by the Spark query     {consumed:>10,}   in {len(batches)} micro-batches",
         f"lost                            {lost if lost is not None else '?':>10}",
         f"counted twice                   {twice if twice is not None else '?':>10}",
@@ -312,7 +312,7 @@ def verify(
             else ""
         )
         lines.append(
-            f"broker killed                   broker {timeline.killed_broker}{role}, leader of "
+            f"broker killed                   {timeline.killed_broker:>10}{role}, leader of "
             f"{len(timeline.killed_led)}/{timeline.total_partitions} partitions, "
             f"SIGKILL at t={timeline.kill_at - start:.1f}s{restarted}"
         )
@@ -328,6 +328,9 @@ def verify(
             f"     on every partition                            {_s(figures.first_ack_all_s)}",
         ]
     lines.append(f"chart                           {chart_path}")
+    lines.append(
+        f"page/minute counts              {chart_path.parent / 'page_views_per_minute.parquet'}"
+    )
     return Verdict(
         ok=not problems,
         lines=lines + [f"PROBLEM: {p}" for p in problems],
