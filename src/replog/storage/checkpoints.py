@@ -90,10 +90,10 @@ def read_checkpoint_lines(path: Path) -> list[list[str]] | None:
     return [line.split(" ") for line in entries]
 
 
-def write_checkpoint_lines(path: Path, entries: Iterable[str]) -> None:
+def write_checkpoint_lines(path: Path, entries: Iterable[str], *, durable: bool = True) -> None:
     body = list(entries)
     text = f"{CHECKPOINT_VERSION}\n{len(body)}\n" + "".join(f"{e}\n" for e in body)
-    atomic_write(path, text.encode("utf-8"))
+    atomic_write(path, text.encode("utf-8"), durable=durable)
 
 
 class OffsetCheckpointFile:

@@ -35,6 +35,7 @@ class LeaderEpochFileCache:
         self._name = topic_partition or self.path.parent.name
         self._epochs: list[int] = []
         self._offsets: list[int] = []
+        self._dirty = False  # written since the last fsync
         lines = read_checkpoint_lines(self.path)
         for fields in lines or ():
             if len(fields) != 2:
@@ -148,6 +149,26 @@ class LeaderEpochFileCache:
         self._flush()
 
     def _flush(self) -> None:
+        """Write the file (write, rename) without fsync; ``flush`` makes it durable.
+
+        As in Kafka since KAFKA-15046: an fsync per leadership change made a
+        LeaderAndIsr for thousands of partitions take tens of seconds. The rename
+        keeps the file whole; after a machine crash the loader truncates the cache
+        to the log end and the batches carry their epochs, so nothing depends on a
+        stale file.
+        """
+        self._write(durable=False)
+        self._dirty = True
+
+    def _write(self, *, durable: bool) -> None:
         write_checkpoint_lines(
-            self.path, (f"{e} {o}" for e, o in zip(self._epochs, self._offsets, strict=True))
+            self.path,
+            (f"{e} {o}" for e, o in zip(self._epochs, self._offsets, strict=True)),
+            durable=durable,
         )
+
+    def flush(self) -> None:
+        """fsync the checkpoint if it changed since the last flush (called by ``Log.flush``)."""
+        if self._dirty:
+            self._write(durable=True)
+            self._dirty = False

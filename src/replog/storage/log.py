@@ -540,6 +540,7 @@ class Log:
         if self._dir_dirty:
             self._dir_dirty = False  # before the fsync: a concurrent roll sets it again
             fsync_dir(self.dir)
+        self.leader_epoch_cache.flush()
         self.recovery_point = end
 
     def close(self) -> None:
