@@ -92,6 +92,8 @@ def test_assign_is_monotonic_and_persisted(tmp_path: Path) -> None:
     cache.assign(4, 8)  # the latest epoch moving its start earlier replaces it
     assert cache.entries() == [(1, 0), (4, 8)]
     path = tmp_path / "leader-epoch-checkpoint"
+    assert not path.exists()  # written at flush, not at every change
+    cache.flush()
     assert path.read_text() == "0\n2\n1 0\n4 8\n"
     assert LeaderEpochFileCache(path).entries() == [(1, 0), (4, 8)]
     with pytest.raises(ValueError):
@@ -127,6 +129,7 @@ def test_truncate_from_end_and_start(tmp_path: Path) -> None:
     assert cache.entries() == [(4, 20)]
     cache.truncate_from_start(25)
     assert cache.entries() == [(4, 25)]
+    cache.flush()
     reloaded = LeaderEpochFileCache(tmp_path / "leader-epoch-checkpoint")
     assert reloaded.entries() == [(4, 25)]
     reloaded.truncate_from_end(0)

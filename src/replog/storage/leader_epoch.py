@@ -149,15 +149,15 @@ class LeaderEpochFileCache:
         self._flush()
 
     def _flush(self) -> None:
-        """Write the file (write, rename) without fsync; ``flush`` makes it durable.
+        """Note a change; ``flush`` writes it (tmp, fsync, rename), at the latest with
+        the next ``Log.flush`` and always before the recovery point passes it.
 
-        As in Kafka since KAFKA-15046: an fsync per leadership change made a
-        LeaderAndIsr for thousands of partitions take tens of seconds. The rename
-        keeps the file whole; after a machine crash the loader truncates the cache
-        to the log end and the batches carry their epochs, so nothing depends on a
-        stale file.
+        Writing at every change made a LeaderAndIsr for thousands of partitions
+        spend most of its time creating files (Kafka moved this write off the
+        request path too, KAFKA-15046). A change lost in a crash is harmless: the
+        loader truncates the cache to the log end and rebuilds the entries past the
+        recovery point from the batches, which carry their leader epochs.
         """
-        self._write(durable=False)
         self._dirty = True
 
     def _write(self, *, durable: bool) -> None:
@@ -168,7 +168,7 @@ class LeaderEpochFileCache:
         )
 
     def flush(self) -> None:
-        """fsync the checkpoint if it changed since the last flush (called by ``Log.flush``)."""
+        """Write the checkpoint durably if it changed (called by ``Log.flush``)."""
         if self._dirty:
             self._write(durable=True)
             self._dirty = False

@@ -169,10 +169,12 @@ class LogManager:
         return sum(each.delete_old_segments(now_ms) for each in list(self._logs.values()))
 
     def flush_dirty_logs(self) -> None:
-        """fsync every log with data past its recovery point."""
+        """fsync every log with data past its recovery point, and changed epoch caches."""
         for each in self._logs.values():
             if each.recovery_point < each.log_end_offset:
                 each.flush()
+            else:
+                each.leader_epoch_cache.flush()
 
     def checkpoint(self) -> None:
         """Write the recovery point and log start offset checkpoints of every log dir."""
