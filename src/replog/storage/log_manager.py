@@ -129,10 +129,13 @@ class LogManager:
             return existing
         if not topic or partition < 0 or "/" in topic or " " in topic:
             raise ValueError(f"invalid topic partition {topic!r} {partition}")
-        counts = {d: 0 for d in self.log_dirs}
-        for d in self._dir_of.values():
-            counts[d] += 1
-        log_dir = min(self.log_dirs, key=lambda d: counts[d])
+        if len(self.log_dirs) == 1:
+            log_dir = self.log_dirs[0]
+        else:
+            counts = dict.fromkeys(self.log_dirs, 0)
+            for d in self._dir_of.values():
+                counts[d] += 1
+            log_dir = min(self.log_dirs, key=lambda d: counts[d])
         new_log = Log.open(
             log_dir / f"{topic}-{partition}",
             config,
