@@ -113,9 +113,10 @@ def producer(bootstrap: str, **extra: Any) -> Producer:
 
 
 def consume_all(
-    bootstrap: str, topic: str, partitions: int, expected: int, timeout_s: float = 60
+    bootstrap: str, topic: str, partitions: int, expected: int | None = None, timeout_s: float = 60
 ) -> list:
-    """Read ``expected`` records from the start of every partition with assign()."""
+    """Read from the start of every partition with assign(): ``expected`` records, or, with
+    ``expected=None``, everything below each partition's high watermark at the time of the call."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -125,6 +126,12 @@ def consume_all(
         }
     )
     try:
+        ends = {}
+        if expected is None:
+            for p in range(partitions):
+                _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+                ends[p] = high
+            expected = sum(ends.values())
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         out = []
         deadline = time.monotonic() + timeout_s

@@ -98,7 +98,7 @@ class ReplicaFetcher:
                 await self._truncate_round()
                 fetched = await self._fetch_round()
             except (ConnectionError, OSError, TimeoutError) as exc:
-                log.info("fetcher from broker %d: %s; backing off", self.source_broker, exc)
+                log.info("fetcher from broker %d: %r; backing off", self.source_broker, exc)
                 await asyncio.sleep(self.config.fetch_backoff_ms / 1000)
                 continue
             if not fetched:
