@@ -366,7 +366,7 @@ class ReplicaManager:
             if self.fetcher_manager is not None:
                 self.fetcher_manager.remove_partition(topic, partition)
             part.become_leader(state, now_ms(), self.config.replica_lag_time_max_ms)
-            log.info(
+            log.debug(
                 "%s-%d: leader at epoch %d, ISR %s, LEO %d",
                 topic,
                 partition,
@@ -379,7 +379,7 @@ class ReplicaManager:
             leader = live_leaders.get(state.leader)
             if self.fetcher_manager is not None:
                 self.fetcher_manager.add_partition(part, state.leader, leader)
-            log.info(
+            log.debug(
                 "%s-%d: follower of broker %d at epoch %d",
                 topic,
                 partition,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
@@ -90,6 +91,10 @@ class ControllerCommands:
         )
         rm = self.services.replica_manager
         me = self.services.config.broker_id
+        live_leaders = {
+            int(b.broker_id): (str(b.host_name), int(b.port)) for b in request.live_leaders
+        }
+        started = time.perf_counter()
         topics = []
         for topic_state in request.topic_states:
             topic = str(topic_state.topic_name)
@@ -109,10 +114,7 @@ class ControllerCommands:
                             controller_epoch=int(p.controller_epoch),
                         ),
                         is_new=bool(p.is_new),
-                        live_leaders={
-                            int(b.broker_id): (str(b.host_name), int(b.port))
-                            for b in request.live_leaders
-                        },
+                        live_leaders=live_leaders,
                     )
                     if me not in p.replicas:
                         code = ErrorCode.unknown_topic_or_partition
@@ -125,6 +127,15 @@ class ControllerCommands:
                 cs.LeaderAndIsrTopicError(
                     topic_id=topic_state.topic_id, partition_errors=tuple(errors)
                 )
+            )
+        if error == ErrorCode.none:
+            count = sum(len(t.partition_states) for t in request.topic_states)
+            log.info(
+                "LeaderAndIsr from controller %d (epoch %d): %d partitions applied in %.3f s",
+                request.controller_id,
+                request.controller_epoch,
+                count,
+                time.perf_counter() - started,
             )
         return cs.LeaderAndIsrResponse(error_code=error, topics=tuple(topics))
 
