@@ -66,6 +66,7 @@ class AdminManager:
         self.zk = zk
         self.metadata_cache = metadata_cache
         self.cluster_id: str | None = None
+        self._metadata_updated = asyncio.Event()
         self._rng = random.Random()
 
     def _plan(self, spec: TopicSpec) -> tuple[Outcome, dict[int, list[int]] | None, dict[str, str]]:
@@ -226,28 +227,23 @@ class AdminManager:
     async def _wait_until(self, predicate, timeout_ms: int) -> bool:
         deadline = time.monotonic() + timeout_ms / 1000
         while not predicate():
-            if time.monotonic() >= deadline:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 return False
-            await self.metadata_cache_changed()
+            await self.metadata_cache_changed(remaining)
         return True
 
-    async def metadata_cache_changed(self) -> None:
-        """Wait for the next UpdateMetadata (or 50 ms, whichever is first)."""
-        event = self._metadata_event()
+    async def metadata_cache_changed(self, timeout_s: float) -> None:
+        """Wait for the next UpdateMetadata, or ``timeout_s``, whichever is first."""
         try:
-            await asyncio.wait_for(event.wait(), 0.05)
+            await asyncio.wait_for(self._metadata_updated.wait(), timeout_s)
         except TimeoutError:
             pass
 
-    def _metadata_event(self) -> asyncio.Event:
-        if not hasattr(self, "_event"):
-            self._event = asyncio.Event()
-        return self._event
-
     def on_metadata_update(self) -> None:
-        event = self._metadata_event()
-        event.set()
-        self._event = asyncio.Event()
+        """Wake everyone waiting on the metadata cache; later waiters wait for the next one."""
+        self._metadata_updated.set()
+        self._metadata_updated = asyncio.Event()
 
     async def auto_create_topic(self, name: str) -> ErrorCode:
         spec = TopicSpec(

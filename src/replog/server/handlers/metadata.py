@@ -61,8 +61,11 @@ async def _await_first_update_metadata(services: BrokerServices) -> None:
     listener opening and the controller's first UpdateMetadata at start-up.
     """
     deadline = time.monotonic() + FIRST_UPDATE_METADATA_WAIT_MS / 1000
-    while services.metadata_cache.controller_id is None and time.monotonic() < deadline:
-        await services.admin.metadata_cache_changed()
+    while services.metadata_cache.controller_id is None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        await services.admin.metadata_cache_changed(remaining)
 
 
 async def handle_metadata(services: BrokerServices, ctx: RequestContext, request) -> object:
