@@ -7,6 +7,7 @@ StopReplica, UpdateMetadata) come from ``replog.protocol.controller_schemas``.
 from __future__ import annotations
 
 import enum
+import sys
 from dataclasses import fields
 from functools import cache
 from typing import Any
@@ -115,8 +116,6 @@ def make(cls: type[Any], **values: Any) -> Any:
 
 def nested(parent: type[Any], name: str) -> type[Any]:
     """The nested entity class called ``name`` in the module that defines ``parent``."""
-    import sys
-
     return getattr(sys.modules[parent.__module__], name)
 
 

@@ -11,7 +11,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from kio.schema.errors import ErrorCode
+
 from replog.replication.core import LeaderState
+from replog.replication.fetch_rules import validate_current_leader_epoch
 from replog.replication.isr import IsrChangeProposal
 from replog.replication.waiters import Waiters
 from replog.storage.log import AppendInfo, FetchDataInfo, Log, OffsetOutOfRange
@@ -24,14 +27,6 @@ class NotLeaderOrFollower(Exception):
 
 
 class NotEnoughReplicas(Exception):
-    pass
-
-
-class FencedLeaderEpoch(Exception):
-    pass
-
-
-class UnknownLeaderEpoch(Exception):
     pass
 
 
@@ -89,14 +84,11 @@ class Partition:
             return self.leader_state.in_sync_replicas
         return self.state.isr if self.state else ()
 
-    def check_leader_epoch(self, current_leader_epoch: int) -> None:
-        """KIP-320 fencing: -1 means the client does not know; otherwise it must match."""
-        if current_leader_epoch < 0 or self.state is None:
-            return
-        if current_leader_epoch < self.state.leader_epoch:
-            raise FencedLeaderEpoch()
-        if current_leader_epoch > self.state.leader_epoch:
-            raise UnknownLeaderEpoch()
+    def check_leader_epoch(self, current_leader_epoch: int) -> ErrorCode:
+        """KIP-320 fencing of a request's leader epoch (the core's rule)."""
+        if self.state is None:
+            return ErrorCode.none
+        return validate_current_leader_epoch(current_leader_epoch, self.state.leader_epoch)
 
     # -- reads ----------------------------------------------------------------
 

@@ -175,10 +175,9 @@ class ReplicaManager:
             return FetchResult(ErrorCode.unknown_topic_or_partition)
         if not part.is_leader:
             return FetchResult(ErrorCode.not_leader_or_follower)
-        try:
-            part.check_leader_epoch(request.current_leader_epoch)
-        except Exception as exc:
-            return FetchResult(error_code_for(exc))
+        fenced = part.check_leader_epoch(request.current_leader_epoch)
+        if fenced != ErrorCode.none:
+            return FetchResult(fenced)
         is_follower = replica_id >= 0
         if is_follower:
             self.on_follower_fetch(part, replica_id, request.fetch_offset, now)

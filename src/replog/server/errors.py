@@ -6,10 +6,8 @@ from kio.schema.errors import ErrorCode
 
 from replog.protocol.records import CorruptRecordBatch, InvalidRecordBatch
 from replog.replication.partition import (
-    FencedLeaderEpoch,
     NotEnoughReplicas,
     NotLeaderOrFollower,
-    UnknownLeaderEpoch,
 )
 from replog.storage.log import (
     InvalidProducerEpoch,
@@ -27,8 +25,6 @@ _CODES: list[tuple[type[BaseException], ErrorCode]] = [
     (OffsetOutOfRange, ErrorCode.offset_out_of_range),
     (NotLeaderOrFollower, ErrorCode.not_leader_or_follower),
     (NotEnoughReplicas, ErrorCode.not_enough_replicas),
-    (FencedLeaderEpoch, ErrorCode.fenced_leader_epoch),
-    (UnknownLeaderEpoch, ErrorCode.unknown_leader_epoch),
 ]
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from replog.protocol.apis import ApiKey, make, nested
-from replog.server.errors import error_code_for
 from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
 from replog.server.network import RequestContext
 
@@ -28,10 +27,9 @@ def _list_offset(services: BrokerServices, topic: str, part_req, replica_id: int
         return {**base, "error_code": code}
     if not partition.is_leader:
         return {**base, "error_code": ErrorCode.not_leader_or_follower}
-    try:
-        partition.check_leader_epoch(int(getattr(part_req, "current_leader_epoch", -1)))
-    except Exception as exc:
-        return {**base, "error_code": error_code_for(exc)}
+    fenced = partition.check_leader_epoch(int(getattr(part_req, "current_leader_epoch", -1)))
+    if fenced != ErrorCode.none:
+        return {**base, "error_code": fenced}
     ts = int(part_req.timestamp)
     log_ = partition.log
     # Consumers see only what is committed; a follower (replica_id >= 0) sees the log end.
@@ -90,15 +88,15 @@ async def handle_offset_for_leader_epoch(
                 answer["error_code"] = ErrorCode.unknown_topic_or_partition
             elif not partition.is_leader:
                 answer["error_code"] = ErrorCode.not_leader_or_follower
+            elif (
+                fenced := partition.check_leader_epoch(int(p.current_leader_epoch))
+            ) != ErrorCode.none:
+                answer["error_code"] = fenced
             else:
-                try:
-                    partition.check_leader_epoch(int(p.current_leader_epoch))
-                    epoch, end = partition.log.leader_epoch_cache.end_offset_for(
-                        int(p.leader_epoch), partition.log.log_end_offset
-                    )
-                    answer.update(error_code=ErrorCode.none, leader_epoch=epoch, end_offset=end)
-                except Exception as exc:
-                    answer["error_code"] = error_code_for(exc)
+                epoch, end = partition.log.leader_epoch_cache.end_offset_for(
+                    int(p.leader_epoch), partition.log.log_end_offset
+                )
+                answer.update(error_code=ErrorCode.none, leader_epoch=epoch, end_offset=end)
             parts.append(make(part_cls, **answer))
         topics.append(make(topic_cls, topic=topic.topic, partitions=tuple(parts)))
     return make(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
