@@ -27,12 +27,12 @@ from replog.controller.effects import (
 )
 from replog.controller.placement import BrokerMetadata, assign_replicas_to_brokers
 from replog.controller.states import PartitionState, ReplicaState
-from replog.controller.zk_data import BrokerInfo
 from replog.protocol.controller_schemas import (
     LeaderAndIsrRequest,
     StopReplicaRequest,
     UpdateMetadataRequest,
 )
+from replog.zk.data import BrokerInfo
 
 P = PartitionState
 R = ReplicaState

@@ -28,8 +28,10 @@ from replog.controller.controller import KafkaController
 from replog.controller.event_manager import ControllerEventManager, QueuedEvent
 from replog.controller.events import BrokerChange, ControlledShutdown, ControllerEvent, TopicChange
 from replog.controller.states import ReplicaState
-from replog.controller.zk_client import KafkaZkClient
-from replog.controller.zk_data import (
+from replog.protocol import controller_schemas as cs
+from replog.protocol import frames
+from replog.zk.client import KafkaZkClient
+from replog.zk.data import (
     BrokerInfo,
     LeaderAndIsr,
     LeaderIsrAndControllerEpoch,
@@ -38,8 +40,6 @@ from replog.controller.zk_data import (
     topic_config_path,
     topic_path,
 )
-from replog.protocol import controller_schemas as cs
-from replog.protocol import frames
 
 WAIT_S = 30.0  # upper bound for a condition; never reached when things work
 

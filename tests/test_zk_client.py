@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kazoo.client import KazooClient
 
-from replog.controller import zk_data as zd
-from replog.controller.zk_client import (
+from replog.zk import data as zd
+from replog.zk.client import (
     BrokerAlreadyRegisteredError,
     ControllerMovedError,
     KafkaZkClient,
@@ -22,7 +22,7 @@ from replog.controller.zk_client import (
     ZkSessionState,
     ZkWriteError,
 )
-from replog.controller.zk_data import (
+from replog.zk.data import (
     BrokerInfo,
     EndPoint,
     LeaderAndIsr,

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from replog.controller.request_batch import ControllerRequest
-from replog.controller.zk_data import BrokerInfo
 from replog.protocol.client import KafkaConnection
+from replog.zk.data import BrokerInfo
 
 log = logging.getLogger("replog.controller.channel")
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from replog.controller.states import PartitionState, ReplicaState
-from replog.controller.zk_data import (
+from replog.zk.data import (
     LEADER_DURING_DELETE,
     NO_LEADER,
     BrokerInfo,

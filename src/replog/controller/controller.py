@@ -34,15 +34,15 @@ from typing import Any
 from replog.config import KafkaConfig
 from replog.controller import controller_zk, decisions
 from replog.controller import events as ev
-from replog.controller import zk_data as zd
 from replog.controller.channel_manager import ControllerChannelManager
 from replog.controller.context import ControllerContext, TopicPartition
 from replog.controller.effects import ControllerDecision, DeleteTopic
 from replog.controller.effects import ControllerMovedError as DecisionControllerMovedError
 from replog.controller.event_manager import ControllerEventManager, QueuedEvent
-from replog.controller.zk_client import ControllerEpoch, ControllerMovedError, KafkaZkClient
-from replog.controller.zk_ops import WatchHandle, ZkSessionState
 from replog.protocol.controller_schemas import LeaderAndIsrRequest, StopReplicaRequest
+from replog.zk import data as zd
+from replog.zk.client import ControllerEpoch, ControllerMovedError, KafkaZkClient
+from replog.zk.ops import WatchHandle, ZkSessionState
 
 log = logging.getLogger("replog.controller")
 

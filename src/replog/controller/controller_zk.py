@@ -13,11 +13,11 @@ from collections.abc import Iterable
 
 from kazoo.exceptions import NoNodeError
 
-from replog.controller import zk_data as zd
 from replog.controller.context import ControllerContext, LeaderIsrAndControllerEpoch, TopicPartition
 from replog.controller.effects import ControllerDecision, CreatePartitionState, DeleteTopic
-from replog.controller.zk_client import ControllerEpoch, ControllerMovedError, KafkaZkClient
-from replog.controller.zk_ops import ZkWriteError, ZkWriteResult
+from replog.zk import data as zd
+from replog.zk.client import ControllerEpoch, ControllerMovedError, KafkaZkClient
+from replog.zk.ops import ZkWriteError, ZkWriteResult
 
 UNCLEAN_KEY = "unclean.leader.election.enable"
 

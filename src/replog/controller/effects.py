@@ -38,7 +38,7 @@ from replog.controller.context import (
     TopicPartition,
 )
 from replog.controller.request_batch import ControllerBrokerRequestBatch, ControllerRequest
-from replog.controller.zk_data import INITIAL_LEADER_EPOCH, INITIAL_PARTITION_ZK_VERSION
+from replog.zk.data import INITIAL_LEADER_EPOCH, INITIAL_PARTITION_ZK_VERSION
 
 log = logging.getLogger("replog.controller.state_change")
 

@@ -17,8 +17,6 @@ from pathlib import Path
 from kio.schema.errors import ErrorCode
 
 from replog.config import KafkaConfig
-from replog.controller.zk_client import KafkaZkClient
-from replog.controller.zk_data import LeaderAndIsr, LeaderIsrAndControllerEpoch
 from replog.replication.core import AcksAllStatus
 from replog.replication.fetcher import ReplicaFetcherManager
 from replog.replication.isr import IsrChangePropagation, IsrChangeProposal
@@ -32,6 +30,8 @@ from replog.server.errors import error_code_for
 from replog.storage.checkpoints import OffsetCheckpointFile
 from replog.storage.log_config import LogConfig
 from replog.storage.log_manager import LogManager
+from replog.zk.client import KafkaZkClient
+from replog.zk.data import LeaderAndIsr, LeaderIsrAndControllerEpoch
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ from replog.storage.log_config import TOPIC_CONFIG_KEYS, LogConfig
 
 if TYPE_CHECKING:
     from replog.config import KafkaConfig
-    from replog.controller.zk_client import KafkaZkClient
     from replog.server.metadata_cache import MetadataCache
+    from replog.zk.client import KafkaZkClient
 
 log = logging.getLogger(__name__)
 

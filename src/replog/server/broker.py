@@ -19,8 +19,6 @@ from typing import Any
 
 from replog.config import KafkaConfig
 from replog.controller.controller import KafkaController
-from replog.controller.zk_client import BrokerAlreadyRegisteredError, KafkaZkClient
-from replog.controller.zk_data import BrokerInfo
 from replog.protocol.apis import ApiKey
 from replog.replication.fetcher import FetcherConfig, ReplicaFetcherManager
 from replog.replication.replica_manager import ReplicaManager
@@ -34,6 +32,8 @@ from replog.server.network import KafkaServer
 from replog.server.producer_ids import ProducerIdManager
 from replog.storage.log_config import LogConfig
 from replog.storage.log_manager import LogManager
+from replog.zk.client import BrokerAlreadyRegisteredError, KafkaZkClient
+from replog.zk.data import BrokerInfo
 
 log = logging.getLogger(__name__)
 

@@ -46,14 +46,14 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotE
 from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import KazooRetry
 
-from replog.controller import zk_data as zd
-from replog.controller.zk_data import (
+from replog.zk import data as zd
+from replog.zk.data import (
     BrokerInfo,
     LeaderAndIsr,
     LeaderIsrAndControllerEpoch,
     TopicPartition,
 )
-from replog.controller.zk_ops import (
+from replog.zk.ops import (
     MultiRead,
     Op,
     SessionTracker,

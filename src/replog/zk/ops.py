@@ -1,6 +1,6 @@
 """Batched ZooKeeper operations over kazoo: multiRead, guarded multi transactions, retries.
 
-The plumbing under :class:`replog.controller.zk_client.KafkaZkClient`; it knows nothing of
+The plumbing under :class:`replog.zk.client.KafkaZkClient`; it knows nothing of
 Kafka's paths or formats.
 
 * Reads of many znodes use ZooKeeper's ``multiRead`` (opcode 22, ZooKeeper 3.6+), up to
