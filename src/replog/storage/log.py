@@ -34,6 +34,7 @@ from replog.protocol.records import (
 from replog.storage.checkpoints import fsync_dir
 from replog.storage.leader_epoch import LeaderEpochFileCache
 from replog.storage.log_config import LogConfig
+from replog.storage.log_loader import load_log, parse_topic_partition, rebuild_producer_state
 from replog.storage.producer_state import (
     InvalidProducerEpoch,
     OutOfOrderSequence,
@@ -87,14 +88,6 @@ class FetchDataInfo:
     first_offset: int  # base offset of the first batch returned (the requested offset if none)
 
 
-def parse_topic_partition(name: str) -> tuple[str, int]:
-    """``"my.topic-3"`` -> ``("my.topic", 3)``: split on the LAST ``-``."""
-    topic, sep, partition = name.rpartition("-")
-    if not sep or not topic or not partition.isdigit():
-        raise ValueError(f"directory name {name!r} is not <topic>-<partition>")
-    return topic, int(partition)
-
-
 class Log:
     """One partition's segments and state. Construct with ``Log.open``."""
 
@@ -133,16 +126,22 @@ class Log:
         clean_shutdown: bool,
     ) -> Log:
         """Load (or create) the log in ``dir``; unflushed segments are recovered unless clean."""
-        from replog.storage.log_loader import load_log
-
-        return load_log(
-            cls,
+        loaded = load_log(
             Path(dir),
             config,
             recovery_point=recovery_point,
             log_start_offset=log_start_offset,
             now_ms=now_ms,
             clean_shutdown=clean_shutdown,
+        )
+        return cls(
+            dir,
+            config,
+            loaded.segments,
+            log_start_offset=loaded.log_start_offset,
+            recovery_point=loaded.recovery_point,
+            leader_epoch_cache=loaded.leader_epoch_cache,
+            producer_state=loaded.producer_state,
         )
 
     # -- state -----------------------------------------------------------
@@ -446,9 +445,7 @@ class Log:
         log.info("%s: truncated fully, log starts at %d", self.name, offset)
 
     def _reload_producer_state(self) -> None:
-        from replog.storage.log_loader import rebuild_producer_state
-
-        rebuild_producer_state(self)
+        rebuild_producer_state(self.producer_state, self.dir, self._segments)
 
     # -- retention -------------------------------------------------------
     def maybe_increment_log_start_offset(self, offset: int) -> bool:

@@ -7,6 +7,10 @@ rescanned with CRC checks; the first bad or truncated batch ends the log:
 that segment is cut there, later segments are deleted, indexes are rebuilt
 and a warning says how many bytes were dropped.
 
+``load_log`` returns the pieces (``LoadedLog``) and ``Log.open`` builds the
+``Log`` from them, so this module sits below ``log.py`` and never imports it;
+``Log.truncate_to`` calls ``rebuild_producer_state`` from here.
+
 Concurrency: runs before the ``Log`` is shared; single-threaded.
 """
 
@@ -14,8 +18,8 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from replog.protocol.records import InvalidRecordBatch
 from replog.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
@@ -23,13 +27,29 @@ from replog.storage.log_config import LogConfig
 from replog.storage.producer_state import ProducerStateManager, list_snapshots
 from replog.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
 
-if TYPE_CHECKING:
-    from replog.storage.log import Log
-
 log = logging.getLogger(__name__)
 
 _SEGMENT_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex)$")
 _LEFTOVER_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
+
+
+@dataclass
+class LoadedLog:
+    """What ``load_log`` found: the pieces ``Log.open`` builds a ``Log`` from."""
+
+    segments: list[LogSegment]
+    log_start_offset: int
+    recovery_point: int
+    leader_epoch_cache: LeaderEpochFileCache
+    producer_state: ProducerStateManager
+
+
+def parse_topic_partition(name: str) -> tuple[str, int]:
+    """``"my.topic-3"`` -> ``("my.topic", 3)``: split on the LAST ``-``."""
+    topic, sep, partition = name.rpartition("-")
+    if not sep or not topic or not partition.isdigit():
+        raise ValueError(f"directory name {name!r} is not <topic>-<partition>")
+    return topic, int(partition)
 
 
 def _remove_leftovers(dir: Path) -> None:
@@ -68,7 +88,6 @@ def _load_segments(dir: Path, config: LogConfig, now_ms: int) -> list[LogSegment
 
 
 def load_log(
-    cls: type[Log],
     dir: Path,
     config: LogConfig,
     *,
@@ -76,9 +95,9 @@ def load_log(
     log_start_offset: int,
     now_ms: int,
     clean_shutdown: bool,
-) -> Log:
-    from replog.storage.log import parse_topic_partition
-
+) -> LoadedLog:
+    """Open (or create) ``dir``: segments, recovery past ``recovery_point`` unless clean,
+    the leader epoch cache and the producer state as of the log end."""
     topic, partition = parse_topic_partition(dir.name)
     name = f"{topic}-{partition}"
     dir.mkdir(parents=True, exist_ok=True)
@@ -132,17 +151,15 @@ def load_log(
     epoch_cache.truncate_from_end(log_end_offset)
     epoch_cache.truncate_from_start(log_start_offset)
 
-    result = cls(
-        dir,
-        config,
+    producer_state = ProducerStateManager(name)
+    rebuild_producer_state(producer_state, dir, segments)
+    return LoadedLog(
         segments,
         log_start_offset=log_start_offset,
         recovery_point=log_end_offset if clean_shutdown else min(recovery_point, log_end_offset),
         leader_epoch_cache=epoch_cache,
-        producer_state=ProducerStateManager(name),
+        producer_state=producer_state,
     )
-    rebuild_producer_state(result)
-    return result
 
 
 def _fresh_segment(dir: Path, base: int, config: LogConfig, now_ms: int) -> LogSegment:
@@ -200,14 +217,14 @@ def _recover(
     return recovered
 
 
-def rebuild_producer_state(log_: Log) -> None:
+def rebuild_producer_state(
+    state: ProducerStateManager, dir: Path, segments: list[LogSegment]
+) -> None:
     """Load the latest usable producer snapshot and replay batch headers up to the log end."""
-    state = log_.producer_state
-    segments = log_.segments
-    end = log_.log_end_offset
+    end = segments[-1].next_offset
     first_base = segments[0].base_offset
     start: int | None = None
-    for offset, path in reversed(list_snapshots(log_.dir)):
+    for offset, path in reversed(list_snapshots(dir)):
         if offset > end:
             path.unlink(missing_ok=True)
             continue
