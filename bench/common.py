@@ -229,3 +229,27 @@ def percentile(sorted_values: list[float], q: float) -> float:
         return float("nan")
     index = min(len(sorted_values) - 1, max(0, round(q * len(sorted_values) + 0.5) - 1))
     return sorted_values[index]
+
+
+def partition_leaders(bootstrap: str, topic: str, timeout_s: float = 10) -> dict[int, int]:
+    """Partition -> leader broker id, from a Metadata request (-1: no leader)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    meta = admin.list_topics(topic=topic, timeout=timeout_s).topics[topic]
+    return {p: m.leader for p, m in meta.partitions.items()}
+
+
+def latency_summary(values_ns: list[int]) -> dict[str, float | None]:
+    """p50, p99, p99.9 and max of nanosecond durations, in milliseconds (nearest rank);
+    None when there are no values."""
+    ordered = sorted(values_ns)
+    if not ordered:
+        return {"p50_ms": None, "p99_ms": None, "p999_ms": None, "max_ms": None, "count": 0}
+    return {
+        "p50_ms": percentile(ordered, 0.50) / 1e6,
+        "p99_ms": percentile(ordered, 0.99) / 1e6,
+        "p999_ms": percentile(ordered, 0.999) / 1e6,
+        "max_ms": ordered[-1] / 1e6,
+        "count": len(ordered),
+    }
