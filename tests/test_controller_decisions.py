@@ -33,6 +33,7 @@ from replog.protocol.controller_schemas import (
     UpdateMetadataRequest,
 )
 from replog.zk.data import BrokerInfo
+from replog.zk.fencing import ControllerMovedError
 
 P = PartitionState
 R = ReplicaState
@@ -393,8 +394,6 @@ def test_controller_failover_sends_full_state_and_cleans_offline_replicas() -> N
 
 
 def test_controller_failover_resigns_when_a_newer_controller_wrote() -> None:
-    from replog.controller.effects import ControllerMovedError
-
     old = cluster([1, 2], {"t": {0: [1, 2]}})
     ctx = ControllerContext(controller_id=2, controller_epoch=1)
     ctx.live_brokers = {2: broker(2)}

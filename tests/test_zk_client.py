@@ -16,7 +16,6 @@ from kazoo.client import KazooClient
 from replog.zk import data as zd
 from replog.zk.client import (
     BrokerAlreadyRegisteredError,
-    ControllerMovedError,
     KafkaZkClient,
     TopicExistsError,
     ZkSessionState,
@@ -28,6 +27,7 @@ from replog.zk.data import (
     LeaderAndIsr,
     LeaderIsrAndControllerEpoch,
 )
+from replog.zk.fencing import ControllerMovedError
 
 WAIT_S = 20  # upper bound when waiting for a callback; never reached when things work
 

@@ -37,11 +37,11 @@ from replog.controller import events as ev
 from replog.controller.channel_manager import ControllerChannelManager
 from replog.controller.context import ControllerContext, TopicPartition
 from replog.controller.effects import ControllerDecision, DeleteTopic
-from replog.controller.effects import ControllerMovedError as DecisionControllerMovedError
 from replog.controller.event_manager import ControllerEventManager, QueuedEvent
 from replog.protocol.controller_schemas import LeaderAndIsrRequest, StopReplicaRequest
 from replog.zk import data as zd
-from replog.zk.client import ControllerEpoch, ControllerMovedError, KafkaZkClient
+from replog.zk.client import KafkaZkClient
+from replog.zk.fencing import ControllerEpoch, ControllerMovedError
 from replog.zk.ops import WatchHandle, ZkSessionState
 
 log = logging.getLogger("replog.controller")
@@ -188,7 +188,7 @@ class KafkaController:
             return
         try:
             await handler(queued.event, queued)
-        except (ControllerMovedError, DecisionControllerMovedError) as exc:
+        except ControllerMovedError as exc:
             log.warning("broker %d: controller moved (%s): resigning", self.broker_id, exc)
             await self._maybe_resign()
 

@@ -16,7 +16,8 @@ from kazoo.exceptions import NoNodeError
 from replog.controller.context import ControllerContext, LeaderIsrAndControllerEpoch, TopicPartition
 from replog.controller.effects import ControllerDecision, CreatePartitionState, DeleteTopic
 from replog.zk import data as zd
-from replog.zk.client import ControllerEpoch, ControllerMovedError, KafkaZkClient
+from replog.zk.client import KafkaZkClient
+from replog.zk.fencing import ControllerEpoch, ControllerMovedError
 from replog.zk.ops import ZkWriteError, ZkWriteResult
 
 UNCLEAN_KEY = "unclean.leader.election.enable"

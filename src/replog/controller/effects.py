@@ -39,12 +39,9 @@ from replog.controller.context import (
 )
 from replog.controller.request_batch import ControllerBrokerRequestBatch, ControllerRequest
 from replog.zk.data import INITIAL_LEADER_EPOCH, INITIAL_PARTITION_ZK_VERSION
+from replog.zk.fencing import check_controller_epoch
 
 log = logging.getLogger("replog.controller.state_change")
-
-
-class ControllerMovedError(RuntimeError):
-    """A partition state was written by a newer controller: this one must resign."""
 
 
 class InvariantViolation(AssertionError):
@@ -141,8 +138,9 @@ class ControllerDecision:
         """New leader/ISR for an existing partition, one conditional write per decision.
 
         The leader epoch is the epoch in ZooKeeper (``base``) plus one, however many
-        times the partition changes within this decision. Raises ``ControllerMovedError``
-        if a newer controller wrote the partition (Kafka checks the same before writing).
+        times the partition changes within this decision. Raises
+        ``replog.zk.fencing.ControllerMovedError`` if a newer controller wrote the
+        partition (Kafka checks the same before writing).
         """
         _check_leader_in_isr(tp, leader, isr)
         pending = self._partition_writes.get(tp)
@@ -151,11 +149,7 @@ class ControllerDecision:
         before = self.base.partition_leadership.get(tp)
         if before is None:
             raise InvariantViolation(f"{tp}: no leadership to update")
-        if before.controller_epoch > self.context.controller_epoch:
-            raise ControllerMovedError(
-                f"{tp} was written by controller epoch {before.controller_epoch}, "
-                f"ours is {self.context.controller_epoch}"
-            )
+        check_controller_epoch(self.context.controller_epoch, before.controller_epoch, tp)
         old = before.leader_and_isr
         new = LeaderIsrAndControllerEpoch(
             LeaderAndIsr(leader, old.leader_epoch + 1, tuple(isr), old.zk_version + 1),

@@ -32,7 +32,7 @@ from replog.controller.context import (
     PartitionReplica,
     TopicPartition,
 )
-from replog.controller.effects import ControllerDecision, ControllerMovedError
+from replog.controller.effects import ControllerDecision
 from replog.controller.election import (
     ElectionResult,
     controlled_shutdown_leader,
@@ -46,6 +46,7 @@ from replog.controller.states import (
     check_partition_transition,
     check_replica_transition,
 )
+from replog.zk.fencing import check_controller_epoch
 
 __all__ = [
     "ControlledShutdownElection",
@@ -158,11 +159,7 @@ def _elect_leader(
         log.error("%s: no leader and ISR to elect from", tp)
         d.failed_elections.append(tp)
         return False
-    if current.controller_epoch > ctx.controller_epoch:
-        raise ControllerMovedError(
-            f"{tp} was written by controller epoch {current.controller_epoch}, "
-            f"ours is {ctx.controller_epoch}"
-        )
+    check_controller_epoch(ctx.controller_epoch, current.controller_epoch, tp)
     lai = current.leader_and_isr
     assignment = ctx.partition_assignments[tp[0]][tp[1]]
     result: ElectionResult | None

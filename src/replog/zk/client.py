@@ -39,7 +39,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
-from typing import NamedTuple
 
 from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
@@ -53,6 +52,7 @@ from replog.zk.data import (
     LeaderIsrAndControllerEpoch,
     TopicPartition,
 )
+from replog.zk.fencing import ControllerEpoch, ControllerMovedError
 from replog.zk.ops import (
     MultiRead,
     Op,
@@ -67,8 +67,6 @@ from replog.zk.ops import (
 
 __all__ = [
     "BrokerAlreadyRegisteredError",
-    "ControllerEpoch",
-    "ControllerMovedError",
     "KafkaZkClient",
     "TopicExistsError",
     "WatchHandle",
@@ -81,21 +79,12 @@ log = logging.getLogger(__name__)
 GET_DATA, GET_CHILDREN = MultiRead.GET_DATA, MultiRead.GET_CHILDREN
 
 
-class ControllerMovedError(Exception):
-    """Another broker is (or became) controller: this one must not act as controller."""
-
-
 class TopicExistsError(Exception):
     """``/brokers/topics/<topic>`` already exists."""
 
 
 class BrokerAlreadyRegisteredError(Exception):
     """``/brokers/ids/<id>`` is held by another ZooKeeper session."""
-
-
-class ControllerEpoch(NamedTuple):
-    epoch: int
-    zk_version: int  # pass as expected_controller_epoch_zk_version to batched writes
 
 
 class KafkaZkClient:
