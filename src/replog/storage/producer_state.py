@@ -3,10 +3,26 @@
 Kafka's ``ProducerStateManager`` in small: the leader checks each batch of a
 client append (``validate_client_batches``) before anything is written, and
 every appended batch, on leader, follower or during recovery, is applied with
-``update``. Snapshots (``<20-digit offset>.snapshot`` in the partition
-directory, Kafka's v1 binary format with a CRC32C) let a restart skip
-replaying the whole log; like Kafka's, they keep only the last batch of each
-producer.
+``update``, so a follower that becomes leader knows the batches its old leader
+appended. A retry of any of a producer's last ``NUM_BATCHES_TO_RETAIN`` batches
+is a duplicate (its original offsets are answered); an older one, or a gap, is
+OUT_OF_ORDER_SEQUENCE_NUMBER, as in Kafka (``ProducerAppendInfo.checkSequence``
+raises only OutOfOrderSequenceException; DUPLICATE_SEQUENCE_NUMBER is not sent).
+
+Snapshots (``<20-digit offset>.snapshot`` in the partition directory, CRC32C
+over the body) let a restart or a truncation skip replaying the whole log.
+Version 2, written here, keeps every retained batch of each producer, so
+duplicates are still recognised after a restart or a truncation that reloads
+a snapshot::
+
+    version int16 (2), crc uint32, producer count int32, then per producer
+      producer_id int64, producer_epoch int16, coordinator_epoch int32,
+      last_timestamp int64, current_txn_first_offset int64 (-1), batch count int16,
+      then per batch, oldest first:
+        last_sequence int32, last_offset int64, offset_delta int32, timestamp int64
+
+Version 1 (Kafka's own format: one fixed-size entry per producer holding its
+last batch only) is still read, so snapshots written before version 2 load.
 
 Concurrency: owned by its ``Log``; one task, no awaits inside.
 """
@@ -32,9 +48,19 @@ NO_PRODUCER_EPOCH = -1
 INT32_MAX = 0x7FFFFFFF
 SNAPSHOT_SUFFIX = ".snapshot"
 _SNAPSHOT_NAME = re.compile(r"^(\d{20})\.snapshot$")
-_SNAPSHOT_VERSION = 1
-_SNAPSHOT_HEADER = struct.Struct(">hI")  # version, crc (over the entries)
-_SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")
+_SNAPSHOT_VERSION = 2
+_SNAPSHOT_HEADER = struct.Struct(">hI")  # version, crc (over the body)
+_SNAPSHOT_COUNT = struct.Struct(">i")
+# v1 (Kafka): pid, epoch, last seq, last offset, offset delta, timestamp, coordinator epoch,
+# current txn first offset
+_V1_ENTRY = struct.Struct(">qhiqiqiq")
+# v2: pid, epoch, coordinator epoch, last timestamp, current txn first offset, batch count
+_V2_PRODUCER = struct.Struct(">qhiqqh")
+_V2_BATCH = struct.Struct(">iqiq")  # last seq, last offset, offset delta, timestamp
+
+
+class CorruptSnapshot(ValueError):
+    """A producer snapshot that fails its CRC, version or length checks."""
 
 
 class OutOfOrderSequence(Exception):
@@ -117,9 +143,17 @@ class ProducerStateManager:
         self.producers.clear()
         self.map_end_offset = offset
 
+    def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
+        """The producer's epoch and last batches (Kafka ``lastEntry``); None if unknown."""
+        return self.producers.get(producer_id)
+
     # -- leader checks ----------------------------------------------------
     def validate_client_batches(self, headers: list[BatchHeader]) -> BatchMetadata | None:
         """Check a client append; return the original metadata if it is a retried duplicate.
+
+        A duplicate is a batch whose epoch and sequence range match one of the
+        producer's retained (last five) batches; an older batch fails the
+        sequence check like a gap does (OutOfOrderSequence), as in Kafka.
 
         Raises InvalidProducerEpoch, OutOfOrderSequence or InvalidRecordBatch. Changes nothing.
         """
@@ -188,47 +222,90 @@ class ProducerStateManager:
 
     # -- snapshots -------------------------------------------------------
     def write_snapshot(self, dir: Path) -> Path:
-        """Write ``<map_end_offset>.snapshot`` atomically; returns its path."""
-        body = bytearray(struct.pack(">i", len(self.producers)))
-        for pid, entry in sorted(self.producers.items()):
-            last = entry.batches[-1] if entry.batches else None
-            body += _SNAPSHOT_ENTRY.pack(
-                pid,
-                entry.producer_epoch,
-                last.last_seq if last else NO_SEQUENCE,
-                last.last_offset if last else -1,
-                last.offset_delta if last else 0,
-                last.timestamp if last else entry.last_timestamp,
-                entry.coordinator_epoch,
-                -1,  # current transaction first offset: transactions are not supported
-            )
-        data = _SNAPSHOT_HEADER.pack(_SNAPSHOT_VERSION, crc32c(bytes(body))) + bytes(body)
+        """Write ``<map_end_offset>.snapshot`` (version 2) atomically; returns its path."""
         path = snapshot_path(dir, self.map_end_offset)
-        atomic_write(path, data, durable=False)  # CRC-checked on load
+        atomic_write(path, encode_snapshot(self.producers), durable=False)  # CRC-checked on load
         return path
 
     def load_snapshot(self, path: Path, offset: int) -> bool:
         """Replace the state with the snapshot at ``path``; False (state untouched) if it is corrupt."""
         try:
-            data = path.read_bytes()
-            version, crc = _SNAPSHOT_HEADER.unpack_from(data, 0)
-            body = data[_SNAPSHOT_HEADER.size :]
-            if version != _SNAPSHOT_VERSION or crc32c(body) != crc:
-                raise ValueError("bad version or CRC")
-            (count,) = struct.unpack_from(">i", body, 0)
-            if len(body) != 4 + count * _SNAPSHOT_ENTRY.size:
-                raise ValueError("bad length")
-        except (OSError, ValueError, struct.error) as exc:
+            producers = decode_snapshot(path.read_bytes())
+        except (OSError, CorruptSnapshot) as exc:
             log.warning("%s: ignoring corrupt producer snapshot %s: %s", self.name, path, exc)
             return False
-        producers: dict[int, ProducerStateEntry] = {}
-        for fields in _SNAPSHOT_ENTRY.iter_unpack(body[4:]):
-            pid, epoch, last_seq, last_offset, offset_delta, ts, coordinator_epoch, _ = fields
-            entry = ProducerStateEntry(pid, epoch, coordinator_epoch=coordinator_epoch)
-            entry.last_timestamp = ts
-            if last_offset >= 0 and last_seq >= 0:
-                entry.batches.append(BatchMetadata(last_seq, last_offset, offset_delta, ts))
-            producers[pid] = entry
         self.producers = producers
         self.map_end_offset = offset
         return True
+
+
+def encode_snapshot(producers: dict[int, ProducerStateEntry]) -> bytes:
+    """A version 2 snapshot of ``producers`` (header and body)."""
+    body = bytearray(_SNAPSHOT_COUNT.pack(len(producers)))
+    for pid, entry in sorted(producers.items()):
+        body += _V2_PRODUCER.pack(
+            pid,
+            entry.producer_epoch,
+            entry.coordinator_epoch,
+            entry.last_timestamp,
+            -1,  # current transaction first offset: transactions are not supported
+            len(entry.batches),
+        )
+        for meta in entry.batches:
+            body += _V2_BATCH.pack(
+                meta.last_seq, meta.last_offset, meta.offset_delta, meta.timestamp
+            )
+    return _SNAPSHOT_HEADER.pack(_SNAPSHOT_VERSION, crc32c(bytes(body))) + bytes(body)
+
+
+def decode_snapshot(data: bytes) -> dict[int, ProducerStateEntry]:
+    """Producer id -> entry from a version 1 or 2 snapshot; raises CorruptSnapshot."""
+    try:
+        version, crc = _SNAPSHOT_HEADER.unpack_from(data, 0)
+        body = memoryview(data)[_SNAPSHOT_HEADER.size :]
+        if crc32c(body) != crc:
+            raise CorruptSnapshot("bad CRC")
+        if version == 1:
+            return _decode_v1(body)
+        if version == 2:
+            return _decode_v2(body)
+        raise CorruptSnapshot(f"unknown version {version}")
+    except struct.error as exc:
+        raise CorruptSnapshot(f"truncated: {exc}") from None
+
+
+def _decode_v1(body: memoryview) -> dict[int, ProducerStateEntry]:
+    (count,) = _SNAPSHOT_COUNT.unpack_from(body, 0)
+    if len(body) != _SNAPSHOT_COUNT.size + count * _V1_ENTRY.size:
+        raise CorruptSnapshot("bad length")
+    producers: dict[int, ProducerStateEntry] = {}
+    for fields in _V1_ENTRY.iter_unpack(body[_SNAPSHOT_COUNT.size :]):
+        pid, epoch, last_seq, last_offset, offset_delta, ts, coordinator_epoch, _ = fields
+        entry = ProducerStateEntry(pid, epoch, coordinator_epoch=coordinator_epoch)
+        entry.last_timestamp = ts
+        if last_offset >= 0 and last_seq >= 0:
+            entry.batches.append(BatchMetadata(last_seq, last_offset, offset_delta, ts))
+        producers[pid] = entry
+    return producers
+
+
+def _decode_v2(body: memoryview) -> dict[int, ProducerStateEntry]:
+    (count,) = _SNAPSHOT_COUNT.unpack_from(body, 0)
+    if count < 0:
+        raise CorruptSnapshot(f"negative producer count {count}")
+    pos = _SNAPSHOT_COUNT.size
+    producers: dict[int, ProducerStateEntry] = {}
+    for _ in range(count):
+        pid, epoch, coordinator_epoch, ts, _txn, num_batches = _V2_PRODUCER.unpack_from(body, pos)
+        pos += _V2_PRODUCER.size
+        if not 0 <= num_batches <= NUM_BATCHES_TO_RETAIN:
+            raise CorruptSnapshot(f"producer {pid} has {num_batches} batches")
+        entry = ProducerStateEntry(pid, epoch, coordinator_epoch=coordinator_epoch)
+        entry.last_timestamp = ts
+        for _ in range(num_batches):
+            entry.batches.append(BatchMetadata(*_V2_BATCH.unpack_from(body, pos)))
+            pos += _V2_BATCH.size
+        producers[pid] = entry
+    if pos != len(body):
+        raise CorruptSnapshot("bad length")
+    return producers
