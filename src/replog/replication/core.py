@@ -98,11 +98,14 @@ class AcksAllStatus(enum.Enum):
     PENDING = "pending"
     SATISFIED = "satisfied"
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = "not_enough_replicas_after_append"
+    NOT_LEADER_OR_FOLLOWER = "not_leader_or_follower"  # the leadership it was appended in ended
 
     @property
     def error(self) -> ErrorCode | None:
         if self is AcksAllStatus.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
             return ErrorCode.not_enough_replicas_after_append
+        if self is AcksAllStatus.NOT_LEADER_OR_FOLLOWER:
+            return ErrorCode.not_leader_or_follower
         return None
 
 

@@ -26,6 +26,18 @@ READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 
 
+@dataclass(frozen=True, slots=True)
+class FetchPartitionRequest:
+    """One partition of a Fetch request, as a follower sends it and a leader reads it."""
+
+    topic: str
+    partition: int
+    fetch_offset: int
+    max_bytes: int
+    current_leader_epoch: int = NO_LEADER_EPOCH
+    log_start_offset: int = -1
+
+
 class FetchIsolation(enum.Enum):
     LOG_END = "log_end"  # follower fetch
     HIGH_WATERMARK = "high_watermark"  # consumer, read_uncommitted

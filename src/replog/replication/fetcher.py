@@ -23,12 +23,9 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from replog.replication.follower import FollowerPhase, FollowerState, RestartAt
-from replog.replication.leader_endpoint import (
-    FetchPartitionRequest,
-    LeaderEndpoint,
-    RemoteLeaderEndpoint,
-)
+from replog.replication.fetch_rules import FetchPartitionRequest
+from replog.replication.follower import EpochRequest, RestartAt
+from replog.replication.leader_endpoint import LeaderEndpoint, RemoteLeaderEndpoint
 from replog.replication.partition import Partition
 from replog.replication.truncation import EpochEndOffset, TruncationDecision
 from replog.storage.log import UnexpectedAppendOffset
@@ -55,9 +52,14 @@ class FetcherConfig:
 
 @dataclass
 class FollowedPartition:
+    """A partition this fetcher carries, for as long as its machine stays in ``term``."""
+
     partition: Partition
-    state: FollowerState
-    leader_epoch: int
+    term: int
+
+    @property
+    def current(self) -> bool:
+        return self.partition.machine.term == self.term
 
 
 class ReplicaFetcher:
@@ -105,43 +107,47 @@ class ReplicaFetcher:
                 # Every partition is fenced or waiting: back off instead of spinning.
                 await asyncio.sleep(self.config.fetch_backoff_ms / 1000)
 
+    def _still_followed(self, tp: TopicPartition, followed: FollowedPartition) -> bool:
+        return self.partitions.get(tp) is followed and followed.current
+
     async def _truncate_round(self) -> None:
         pending: dict[TopicPartition, FollowedPartition] = {}
         requests: dict[TopicPartition, tuple[int, int]] = {}
         for tp, followed in list(self.partitions.items()):
-            if followed.state.phase is not FollowerPhase.TRUNCATING:
+            machine = followed.partition.machine
+            if not followed.current or not machine.is_truncating:
                 continue
-            log_ = followed.partition.log
-            step = followed.state.next_truncation_step(log_.leader_epoch_cache.entries())
+            step = machine.next_truncation_step()
             if isinstance(step, TruncationDecision):
-                self._truncate(followed, step)
+                self._truncate(followed.partition, step)
                 continue
+            assert isinstance(step, EpochRequest)
             pending[tp] = followed
             requests[tp] = (step.current_leader_epoch, step.requested_epoch)
         if not requests:
             return
         answers = await self.endpoint.offsets_for_leader_epoch(requests)
         for tp, followed in pending.items():
-            if self.partitions.get(tp) is not followed:
+            if not self._still_followed(tp, followed):
                 continue  # removed or replaced while we waited
             answer = answers.get(tp)
-            if answer is None or answer.error != ErrorCode.none:
+            if answer is None:
+                continue
+            decision = followed.partition.machine.on_epoch_response(
+                answer.error, EpochEndOffset(answer.leader_epoch, answer.end_offset)
+            )
+            if decision is None:
                 log.info(
                     "%s-%d: OffsetsForLeaderEpoch from broker %d answered %s",
                     tp[0],
                     tp[1],
                     self.source_broker,
-                    answer.error.name if answer else "nothing",
+                    answer.error.name,
                 )
                 continue
-            entries = followed.partition.log.leader_epoch_cache.entries()
-            decision = followed.state.on_epoch_response(
-                entries, EpochEndOffset(answer.leader_epoch, answer.end_offset)
-            )
-            self._truncate(followed, decision)
+            self._truncate(followed.partition, decision)
 
-    def _truncate(self, followed: FollowedPartition, decision: TruncationDecision) -> None:
-        part = followed.partition
+    def _truncate(self, part: Partition, decision: TruncationDecision) -> None:
         before = part.log.log_end_offset
         part.log.truncate_to(decision.offset)
         after = part.log.log_end_offset
@@ -152,14 +158,15 @@ class ReplicaFetcher:
                 part.partition,
                 before,
                 after,
-                followed.leader_epoch,
+                part.leader_epoch,
             )
-        followed.state.on_truncated(decision, after)
-        part.truncate_high_watermark(after)
+        part.machine.on_truncated(decision)
 
     async def _fetch_round(self) -> bool:
         ready = {
-            tp: f for tp, f in self.partitions.items() if f.state.phase is FollowerPhase.FETCHING
+            tp: f
+            for tp, f in self.partitions.items()
+            if f.current and f.partition.machine.is_fetching
         }
         if not ready:
             return False
@@ -167,8 +174,8 @@ class ReplicaFetcher:
             FetchPartitionRequest(
                 topic=tp[0],
                 partition=tp[1],
-                fetch_offset=f.state.fetch_offset,
-                current_leader_epoch=f.leader_epoch,
+                fetch_offset=f.partition.machine.fetch_offset,
+                current_leader_epoch=f.partition.leader_epoch,
                 log_start_offset=f.partition.log.log_start_offset,
                 max_bytes=self.config.fetch_max_bytes,
             )
@@ -182,47 +189,37 @@ class ReplicaFetcher:
         )
         progressed = False
         for tp, followed in ready.items():
-            if (
-                self.partitions.get(tp) is not followed
-                or followed.state.phase is not FollowerPhase.FETCHING
-            ):
+            if not self._still_followed(tp, followed) or not followed.partition.machine.is_fetching:
                 continue
             result = results.get(tp)
             if result is None:
                 continue
             part = followed.partition
+            machine = part.machine
             if result.error == ErrorCode.none:
                 if result.records:
                     try:
                         part.log.append_as_follower(result.records, now_ms=now_ms())
                     except UnexpectedAppendOffset as exc:
                         log.warning("%s-%d: %s; truncating again", tp[0], tp[1], exc)
-                        followed.state = FollowerState(
-                            broker_id=self.config.broker_id,
-                            leader_id=self.source_broker,
-                            leader_epoch=followed.leader_epoch,
-                            log_end_offset=part.log.log_end_offset,
-                            high_watermark=part.high_watermark,
-                        )
+                        machine.on_append_mismatch()
                         continue
-                change = followed.state.on_fetch_response(
-                    part.log.log_end_offset, result.high_watermark
-                )
-                part.set_follower_high_watermark(followed.state.high_watermark, change is not None)
-                if result.log_start_offset > part.log.log_start_offset:
-                    part.log.maybe_increment_log_start_offset(
-                        min(result.log_start_offset, followed.state.high_watermark)
+                part.carry_out(
+                    machine.on_fetch_response(
+                        leader_high_watermark=result.high_watermark,
+                        leader_log_start_offset=result.log_start_offset,
                     )
+                )
                 progressed = True
             elif result.error == ErrorCode.offset_out_of_range:
-                effect = followed.state.on_offset_out_of_range(
+                # The leader's HW stands in for its log end (Fetch carries no LEO).
+                effect = machine.on_fetch_offset_out_of_range(
                     result.log_start_offset, result.high_watermark
                 )
                 if isinstance(effect, TruncationDecision):
-                    self._truncate(followed, effect)
+                    self._truncate(part, effect)
                 elif isinstance(effect, RestartAt):
                     part.log.truncate_fully_and_start_at(effect.offset)
-                    part.truncate_high_watermark(effect.offset)
                 progressed = True
             else:
                 log.debug(
@@ -260,7 +257,7 @@ class ReplicaFetcherManager:
     ) -> None:
         tp = (part.topic, part.partition)
         self.remove_partition(*tp)
-        if leader_address is None or part.state is None:
+        if leader_address is None or not part.machine.is_truncating:
             log.warning(
                 "%s-%d: leader %d has no known address; not fetching", tp[0], tp[1], leader_id
             )
@@ -273,14 +270,7 @@ class ReplicaFetcherManager:
             )
             self.fetchers[key] = fetcher
             fetcher.start()
-        state = FollowerState(
-            broker_id=self.config.broker_id,
-            leader_id=leader_id,
-            leader_epoch=part.state.leader_epoch,
-            log_end_offset=part.log.log_end_offset,
-            high_watermark=part.high_watermark,
-        )
-        fetcher.add(FollowedPartition(part, state, part.state.leader_epoch))
+        fetcher.add(FollowedPartition(part, part.machine.term))
         self._where[tp] = key
 
     def remove_partition(self, topic: str, partition: int) -> None:
@@ -293,9 +283,3 @@ class ReplicaFetcherManager:
             await fetcher.stop()
         self.fetchers.clear()
         self._where.clear()
-
-    async def remove_idle_fetchers(self) -> None:
-        for key, fetcher in list(self.fetchers.items()):
-            if not fetcher.partitions:
-                del self.fetchers[key]
-                await fetcher.stop()

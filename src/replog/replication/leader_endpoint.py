@@ -17,18 +17,9 @@ from kio.static.primitive import i32Timedelta
 
 from replog.protocol.apis import make
 from replog.protocol.client import KafkaConnection
+from replog.replication.fetch_rules import FetchPartitionRequest
 
 TopicPartition = tuple[str, int]
-
-
-@dataclass(frozen=True, slots=True)
-class FetchPartitionRequest:
-    topic: str
-    partition: int
-    fetch_offset: int
-    current_leader_epoch: int
-    log_start_offset: int
-    max_bytes: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,14 +17,18 @@ from pathlib import Path
 from kio.schema.errors import ErrorCode
 
 from replog.config import KafkaConfig
-from replog.replication.core import AcksAllStatus
+from replog.replication.core import AcksAllStatus, StopLeading
+from replog.replication.fetch_rules import READ_UNCOMMITTED, FetchPartitionRequest
 from replog.replication.fetcher import ReplicaFetcherManager
 from replog.replication.isr import IsrChangePropagation, IsrChangeProposal
-from replog.replication.partition import (
-    NotLeaderOrFollower,
-    Partition,
-    PartitionState,
+from replog.replication.machine import (
+    Action,
+    IsrCommitted,
+    PartitionLeadership,
+    StartFetching,
+    StopFetching,
 )
+from replog.replication.partition import Partition
 from replog.replication.waiters import wait_any
 from replog.server.errors import error_code_for
 from replog.storage.checkpoints import OffsetCheckpointFile
@@ -51,16 +55,7 @@ class ProduceResult:
     log_start_offset: int = -1
     error_message: str | None = None
     required_offset: int = -1  # HW that acks=all waits for
-
-
-@dataclass(slots=True)
-class FetchRequestPartition:
-    topic: str
-    partition: int
-    fetch_offset: int
-    max_bytes: int
-    current_leader_epoch: int = -1
-    log_start_offset: int = -1
+    term: int = -1  # the leadership the append was made in
 
 
 @dataclass(slots=True)
@@ -73,6 +68,13 @@ class FetchResult:
 
 
 class ReplicaManager:
+    """The broker's partitions; drives each one's ``PartitionMachine``.
+
+    Concurrency: event-loop only. Every role change, append and read runs to
+    its end without awaiting; the waits for acks=all and long-poll fetches, and
+    the ZooKeeper ISR writes, await and re-check the partition's ``term`` after.
+    """
+
     def __init__(
         self,
         config: KafkaConfig,
@@ -85,7 +87,6 @@ class ReplicaManager:
         self.log_manager = log_manager
         self.topic_config = topic_config
         self.partitions: dict[TopicPartition, Partition] = {}
-        self.controller_epoch = -1
         self.fetcher_manager: ReplicaFetcherManager | None = None
         self.on_replica_deleted: Callable[[str], None] | None = None  # drops cached topic config
         self.is_live_broker: Callable[[int], bool] = lambda _broker_id: True
@@ -93,6 +94,7 @@ class ReplicaManager:
         self.isr_change_propagation = IsrChangePropagation.starting_at(now_ms())
         self._background: set[asyncio.Task[None]] = set()
         self._hw_checkpoints: dict[object, dict[tuple[str, int], int]] = {}
+        self._leader_addresses: dict[int, tuple[str, int]] = {}
 
     def get_partition(self, topic: str, partition: int) -> Partition | None:
         return self.partitions.get((topic, partition))
@@ -103,15 +105,10 @@ class ReplicaManager:
         self, topic: str, partition: int, records: bytes, acks: int, now: int
     ) -> ProduceResult:
         part = self.partitions.get((topic, partition))
-        if part is None or not part.is_leader:
-            code = (
-                ErrorCode.not_leader_or_follower
-                if part is not None
-                else ErrorCode.unknown_topic_or_partition
-            )
-            return ProduceResult(code)
+        if part is None:
+            return ProduceResult(ErrorCode.unknown_topic_or_partition)
         try:
-            info = part.append_as_leader(bytearray(records), acks=acks, now_ms=now)
+            error, info = part.append_as_leader(bytearray(records), acks=acks, now_ms=now)
         except Exception as exc:
             code = error_code_for(exc)
             if code == ErrorCode.unknown_server_error:
@@ -119,12 +116,15 @@ class ReplicaManager:
             else:
                 log.info("append to %s-%d rejected: %s", topic, partition, exc)
             return ProduceResult(code, error_message=str(exc) or None)
+        if info is None:
+            return ProduceResult(error)
         return ProduceResult(
             ErrorCode.none,
             base_offset=info.first_offset,
             log_append_time=info.log_append_time,
             log_start_offset=part.log.log_start_offset,
             required_offset=info.last_offset + 1,
+            term=part.machine.term,
         )
 
     async def wait_for_acks_all(
@@ -142,72 +142,112 @@ class ReplicaManager:
                 if result.error != ErrorCode.none or result.required_offset < 0:
                     continue
                 part = self.partitions.get((topic, partition))
-                if part is None or part.leader_state is None or not part.is_leader:
-                    result.error = ErrorCode.not_leader_or_follower
-                    continue
-                status = part.leader_state.acks_all_status(result.required_offset)
+                status = (
+                    AcksAllStatus.NOT_LEADER_OR_FOLLOWER
+                    if part is None
+                    else part.machine.acks_all_status(result.required_offset, result.term)
+                )
                 if status is not AcksAllStatus.PENDING:
                     result.error = status.error or ErrorCode.none
                     result.required_offset = -1
                     continue
-                waiting.append((part, result.required_offset))
+                waiting.append((part, result.required_offset, result.term))
             if not waiting:
                 return
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                for (_, _), result in results.items():
+                for result in results.values():
                     if result.error == ErrorCode.none and result.required_offset >= 0:
                         result.error = ErrorCode.request_timed_out
                 return
             futures = [
-                part.waiters.add(lambda p=part, o=offset: p.high_watermark >= o or not p.is_leader)
-                for part, offset in waiting
+                part.waiters.add(
+                    lambda p=part, o=offset, t=term: p.high_watermark >= o or p.machine.term != t
+                )
+                for part, offset, term in waiting
             ]
             await wait_any(futures, remaining)
 
     # -- fetch ----------------------------------------------------------------
 
     def read_partition(
-        self, replica_id: int, request: FetchRequestPartition, budget: int, now: int
+        self,
+        replica_id: int,
+        request: FetchPartitionRequest,
+        budget: int,
+        now: int,
+        isolation_level: int = READ_UNCOMMITTED,
     ) -> FetchResult:
         part = self.partitions.get((request.topic, request.partition))
         if part is None:
             return FetchResult(ErrorCode.unknown_topic_or_partition)
-        if not part.is_leader:
-            return FetchResult(ErrorCode.not_leader_or_follower)
-        fenced = part.check_leader_epoch(request.current_leader_epoch)
-        if fenced != ErrorCode.none:
-            return FetchResult(fenced)
         is_follower = replica_id >= 0
-        if is_follower:
-            self.on_follower_fetch(part, replica_id, request.fetch_offset, now)
-        result = part.read(
+        decision = part.machine.on_fetch(
+            replica_id,
             request.fetch_offset,
-            min(request.max_bytes, budget) if budget > 0 else 0,
-            up_to_high_watermark=not is_follower,
+            request.current_leader_epoch,
+            now,
+            isolation_level=isolation_level,
+            isr_eligible=is_follower and self.is_live_broker(replica_id),
         )
-        if result.error is not None:
-            return FetchResult(
-                error_code_for(result.error),
-                high_watermark=result.high_watermark,
-                log_start_offset=result.log_start_offset,
-            )
+        if decision.actions:
+            self._carry_out(part, decision.actions)
+        if decision.error is not ErrorCode.none:
+            if decision.error is ErrorCode.offset_out_of_range:
+                return FetchResult(
+                    decision.error,
+                    high_watermark=decision.high_watermark,
+                    log_start_offset=part.log.log_start_offset,
+                )
+            return FetchResult(decision.error)
+        records = part.read(decision, min(request.max_bytes, budget) if budget > 0 else 0)
         return FetchResult(
             ErrorCode.none,
-            high_watermark=result.high_watermark,
-            log_start_offset=result.log_start_offset,
-            records=result.records,
-            last_stable_offset=result.high_watermark,
+            high_watermark=decision.high_watermark,
+            log_start_offset=part.log.log_start_offset,
+            records=records,
+            last_stable_offset=decision.high_watermark,
         )
 
-    def on_follower_fetch(
-        self, part: Partition, replica_id: int, fetch_offset: int, now: int
-    ) -> None:
-        proposal = part.on_follower_fetch(
-            replica_id, fetch_offset, now, isr_eligible=self.is_live_broker(replica_id)
-        )
-        if proposal is not None:
-            self._submit_isr_change(part, proposal)
+    def _carry_out(self, part: Partition, actions: tuple[Action, ...] | list[Action]) -> None:
+        """What a partition hands back: fetcher changes, ZooKeeper writes, notifications."""
+        for action in part.carry_out(actions):
+            if isinstance(action, IsrChangeProposal):
+                log.info(
+                    "%s-%d: %s ISR %s -> %s",
+                    part.topic,
+                    part.partition,
+                    "expanding" if action.added else "shrinking",
+                    list(action.current_isr),
+                    list(action.new_isr),
+                )
+                self._submit_isr_change(part, action)
+            elif isinstance(action, IsrCommitted):
+                log.info(
+                    "%s-%d: ISR is now %s",
+                    part.topic,
+                    part.partition,
+                    list(action.in_sync_replicas),
+                )
+                self.isr_change_propagation.record_isr_change(
+                    (part.topic, part.partition), now_ms()
+                )
+            elif isinstance(action, StopLeading):
+                log.warning(
+                    "%s-%d: %s; no longer acting as leader at epoch %d",
+                    part.topic,
+                    part.partition,
+                    action.reason,
+                    action.leader_epoch,
+                )
+            elif isinstance(action, StartFetching):
+                if self.fetcher_manager is not None:
+                    self.fetcher_manager.add_partition(
+                        part, action.leader_id, self._leader_addresses.get(action.leader_id)
+                    )
+            elif isinstance(action, StopFetching):
+                if self.fetcher_manager is not None:
+                    self.fetcher_manager.remove_partition(part.topic, part.partition)
 
     # -- ISR changes: conditional writes to the partition state znode ---------
 
@@ -228,7 +268,7 @@ class ReplicaManager:
             ),
             part.state.controller_epoch,
         )
-        leader_state = part.leader_state
+        term = part.machine.term
         while True:
             try:
                 version = await asyncio.to_thread(
@@ -244,20 +284,15 @@ class ReplicaManager:
                     "%s-%d: ISR update failed (%s); retrying", part.topic, part.partition, exc
                 )
                 await asyncio.sleep(self.config.replica_fetch_backoff_ms / 1000)
-                if part.leader_state is not leader_state:
+                if part.machine.term != term:
                     return
         if self.partitions.get((part.topic, part.partition)) is not part:
             return
-        if part.leader_state is not leader_state:
-            return
-        if part.on_isr_update_result(proposal, version) and version is not None:
-            self.isr_change_propagation.record_isr_change((part.topic, part.partition), now_ms())
+        self._carry_out(part, part.machine.on_isr_update_result(proposal, version))
 
     def maybe_shrink_isr(self, now: int) -> None:
         for part in list(self.partitions.values()):
-            if part.leader_state is None or not part.is_leader:
-                continue
-            proposal = part.leader_state.maybe_shrink_isr(now)
+            proposal = part.machine.maybe_shrink_isr(now)
             if proposal is not None:
                 log.info(
                     "%s-%d: shrinking ISR from %s to %s (not caught up within "
@@ -293,7 +328,8 @@ class ReplicaManager:
         max_wait_ms: int,
         min_bytes: int,
         max_bytes: int,
-        requests: list[FetchRequestPartition],
+        requests: list[FetchPartitionRequest],
+        isolation_level: int = READ_UNCOMMITTED,
     ) -> list[FetchResult]:
         deadline = time.monotonic() + max_wait_ms / 1000
         first = True
@@ -303,7 +339,9 @@ class ReplicaManager:
             results = []
             total = 0
             for req in requests:
-                result = self.read_partition(replica_id, req, budget if budget > 0 else 0, now)
+                result = self.read_partition(
+                    replica_id, req, budget if budget > 0 else 0, now, isolation_level
+                )
                 # KIP-74: the first partition with data may exceed the budget.
                 budget -= len(result.records)
                 total += len(result.records)
@@ -339,53 +377,37 @@ class ReplicaManager:
         self,
         topic: str,
         partition: int,
-        state: PartitionState,
+        state: PartitionLeadership,
         *,
-        is_new: bool,
         live_leaders: dict[int, tuple[str, int]],
     ) -> ErrorCode:
         """Apply one partition of a LeaderAndIsr request (Kafka ``becomeLeaderOrFollower``)."""
-        if self.broker_id not in state.replicas:
-            return ErrorCode.unknown_topic_or_partition
-        part = self.partitions.get((topic, partition))
-        if part is not None and part.state is not None:
-            if state.leader_epoch < part.state.leader_epoch:
-                log.warning(
-                    "%s-%d: ignoring LeaderAndIsr at leader epoch %d, current is %d",
-                    topic,
-                    partition,
-                    state.leader_epoch,
-                    part.state.leader_epoch,
-                )
-                return ErrorCode.stale_controller_epoch
-            if state.leader_epoch == part.state.leader_epoch:
-                return ErrorCode.none  # already applied (a resend after controller failover)
+        if not state.assigns(self.broker_id):
+            return ErrorCode.unknown_topic_or_partition  # before creating a log for it
+        self._leader_addresses = live_leaders  # StartFetching comes only from this request
         part = self._get_or_create_partition(topic, partition)
-        if state.leader == self.broker_id:
-            if self.fetcher_manager is not None:
-                self.fetcher_manager.remove_partition(topic, partition)
-            part.become_leader(state, now_ms(), self.config.replica_lag_time_max_ms)
-            log.debug(
-                "%s-%d: leader at epoch %d, ISR %s, LEO %d",
+        code, actions = part.machine.on_leader_and_isr(state, now_ms())
+        if code is ErrorCode.stale_controller_epoch:
+            log.warning(
+                "%s-%d: ignoring LeaderAndIsr at leader epoch %d, current is %d",
                 topic,
                 partition,
                 state.leader_epoch,
+                part.leader_epoch,
+            )
+        self._carry_out(part, actions)
+        if actions:
+            log.debug(
+                "%s-%d: %s at epoch %d (leader %d, ISR %s, LEO %d)",
+                topic,
+                partition,
+                part.machine.role.value,
+                state.leader_epoch,
+                state.leader,
                 list(state.isr),
                 part.log.log_end_offset,
             )
-        else:
-            part.become_follower(state)
-            leader = live_leaders.get(state.leader)
-            if self.fetcher_manager is not None:
-                self.fetcher_manager.add_partition(part, state.leader, leader)
-            log.debug(
-                "%s-%d: follower of broker %d at epoch %d",
-                topic,
-                partition,
-                state.leader,
-                state.leader_epoch,
-            )
-        return ErrorCode.none
+        return code
 
     def _get_or_create_partition(self, topic: str, partition: int) -> Partition:
         part = self.partitions.get((topic, partition))
@@ -393,9 +415,13 @@ class ReplicaManager:
             config = self.topic_config(topic)
             log_ = self.log_manager.get_or_create_log(topic, partition, config, now_ms())
             log_.update_config(config)  # a log loaded at start-up has the broker defaults
-            part = Partition(topic, partition, self.broker_id, log_)
-            part.restore_high_watermark(
-                self._restored_high_watermark(topic, partition, log_.dir.parent)
+            part = Partition(
+                topic,
+                partition,
+                self.broker_id,
+                log_,
+                high_watermark=self._restored_high_watermark(topic, partition, log_.dir.parent),
+                replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
             )
             self.partitions[(topic, partition)] = part
         return part
@@ -405,7 +431,7 @@ class ReplicaManager:
         if self.fetcher_manager is not None:
             self.fetcher_manager.remove_partition(topic, partition)
         if part is not None:
-            part.stop()
+            self._carry_out(part, part.machine.stop())
         if delete:
             self.log_manager.delete_log(topic, partition)
             if self.on_replica_deleted is not None:
@@ -423,9 +449,7 @@ class ReplicaManager:
 
 
 __all__ = [
-    "FetchRequestPartition",
     "FetchResult",
-    "NotLeaderOrFollower",
     "ProduceResult",
     "ReplicaManager",
 ]

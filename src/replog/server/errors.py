@@ -5,10 +5,6 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from replog.protocol.records import CorruptRecordBatch, InvalidRecordBatch
-from replog.replication.partition import (
-    NotEnoughReplicas,
-    NotLeaderOrFollower,
-)
 from replog.storage.log import (
     InvalidProducerEpoch,
     OffsetOutOfRange,
@@ -23,8 +19,6 @@ _CODES: list[tuple[type[BaseException], ErrorCode]] = [
     (OutOfOrderSequence, ErrorCode.out_of_order_sequence_number),
     (InvalidProducerEpoch, ErrorCode.invalid_producer_epoch),
     (OffsetOutOfRange, ErrorCode.offset_out_of_range),
-    (NotLeaderOrFollower, ErrorCode.not_leader_or_follower),
-    (NotEnoughReplicas, ErrorCode.not_enough_replicas),
 ]
 
 

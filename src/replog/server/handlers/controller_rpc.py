@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from replog.protocol import controller_schemas as cs
-from replog.replication.partition import PartitionState
+from replog.replication.machine import PartitionLeadership
 from replog.server.metadata_cache import BrokerEndpoint, PartitionInfo
 from replog.server.network import RequestContext
+from replog.zk.data import LEADER_DURING_DELETE
+from replog.zk.fencing import is_stale_broker_epoch, is_stale_controller_epoch
 
 if TYPE_CHECKING:
     from replog.server.handlers.context import BrokerServices
@@ -46,7 +48,7 @@ class ControllerCommands:
     async def _accept(
         self, controller_id: int, controller_epoch: int, broker_epoch: int
     ) -> ErrorCode:
-        if controller_epoch < self.controller_epoch:
+        if is_stale_controller_epoch(controller_epoch, self.controller_epoch):
             log.warning(
                 "rejecting a command from controller %d at epoch %d: epoch %d is current",
                 controller_id,
@@ -54,7 +56,7 @@ class ControllerCommands:
                 self.controller_epoch,
             )
             return ErrorCode.stale_controller_epoch
-        if broker_epoch >= 0 and broker_epoch < self.broker_epoch():
+        if is_stale_broker_epoch(broker_epoch, self.broker_epoch()):
             log.warning(
                 "rejecting a command for broker epoch %d (now %d)",
                 broker_epoch,
@@ -79,7 +81,7 @@ class ControllerCommands:
                 zk_epoch,
             )
             return ErrorCode.stale_controller_epoch
-        if controller_epoch > self.controller_epoch:
+        if is_stale_controller_epoch(self.controller_epoch, controller_epoch):
             log.info("controller %d at epoch %d is now in charge", controller_id, controller_epoch)
         self.controller_epoch = controller_epoch
         self.controller_id = controller_id
@@ -105,7 +107,7 @@ class ControllerCommands:
                     code = rm.become_leader_or_follower(
                         topic,
                         int(p.partition_index),
-                        PartitionState(
+                        PartitionLeadership(
                             leader=int(p.leader),
                             leader_epoch=int(p.leader_epoch),
                             isr=tuple(int(b) for b in p.isr),
@@ -113,7 +115,6 @@ class ControllerCommands:
                             zk_version=int(p.zk_version),
                             controller_epoch=int(p.controller_epoch),
                         ),
-                        is_new=bool(p.is_new),
                         live_leaders=live_leaders,
                     )
                     if me not in p.replicas:
@@ -203,8 +204,3 @@ class ControllerCommands:
         )
         self.services.admin.on_metadata_update()
         return cs.UpdateMetadataResponse(error_code=ErrorCode.none)
-
-
-# Kafka's LeaderAndIsr.LeaderDuringDelete: an UpdateMetadata partition state with this
-# leader tells brokers the topic is being deleted.
-LEADER_DURING_DELETE = -2

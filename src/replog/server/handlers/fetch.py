@@ -5,14 +5,14 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from replog.protocol.apis import ApiKey, make, nested
-from replog.replication.replica_manager import FetchRequestPartition
+from replog.replication.fetch_rules import FetchPartitionRequest
 from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
 from replog.server.network import RequestContext
 
 
 async def handle_fetch(services: BrokerServices, ctx: RequestContext, request) -> object:
     partitions = [
-        FetchRequestPartition(
+        FetchPartitionRequest(
             topic=str(topic.topic),
             partition=int(part.partition),
             fetch_offset=int(part.fetch_offset),
@@ -30,6 +30,7 @@ async def handle_fetch(services: BrokerServices, ctx: RequestContext, request) -
         int(request.min_bytes),
         max_bytes,
         partitions,
+        isolation_level=int(getattr(request, "isolation_level", 0)),
     )
     cls = response_class(ApiKey.FETCH, ctx.api_version)
     topic_cls = nested(cls, "FetchableTopicResponse")

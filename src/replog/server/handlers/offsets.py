@@ -86,17 +86,13 @@ async def handle_offset_for_leader_epoch(
             answer = {"partition": int(p.partition), "leader_epoch": -1, "end_offset": -1}
             if partition is None:
                 answer["error_code"] = ErrorCode.unknown_topic_or_partition
-            elif not partition.is_leader:
-                answer["error_code"] = ErrorCode.not_leader_or_follower
-            elif (
-                fenced := partition.check_leader_epoch(int(p.current_leader_epoch))
-            ) != ErrorCode.none:
-                answer["error_code"] = fenced
             else:
-                epoch, end = partition.log.leader_epoch_cache.end_offset_for(
-                    int(p.leader_epoch), partition.log.log_end_offset
+                error, end = partition.machine.answer_offsets_for_leader_epoch(
+                    int(p.current_leader_epoch), int(p.leader_epoch)
                 )
-                answer.update(error_code=ErrorCode.none, leader_epoch=epoch, end_offset=end)
+                answer["error_code"] = error
+                if error is ErrorCode.none:
+                    answer.update(leader_epoch=end.leader_epoch, end_offset=end.end_offset)
             parts.append(make(part_cls, **answer))
         topics.append(make(topic_cls, topic=topic.topic, partitions=tuple(parts)))
     return make(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))

@@ -1,0 +1,572 @@
+"""The replication state machine of one partition replica: events in, actions out.
+
+``PartitionMachine`` owns every replication rule of one partition on one
+broker, whatever its role (h11's ``Connection`` is the model): applying a
+LeaderAndIsr (leader epochs only increase; become leader, follower, or neither),
+the leader's high watermark and ISR (``LeaderState``), the follower's truncation
+and fetch position (``FollowerState``), KIP-320 leader-epoch validation of
+requests, what a fetch may read, min.insync.replicas before and after an
+append, when an ``acks=all`` produce is done and which leadership it is tied
+to, and the outcome of the conditional ISR write.
+
+It does no IO: no sockets, tasks, clocks or files. It reads the log's offsets
+and epoch cache through ``LogView`` (in-memory facts), takes the time as an
+argument, and returns actions for its driver to carry out: assign a leader
+epoch in the log's cache, start or stop fetching, truncate, write an ISR change
+to ZooKeeper, publish a new high watermark. The broker (``Partition``,
+``ReplicaManager``, the replica fetcher) and the simulator (``tests/sim``) are
+both drivers of this class; neither decides anything itself.
+
+Concurrency: owned by the event loop (the broker) or the simulated world; not
+safe across awaits. A driver that awaits between asking and acting re-checks
+``term``: it changes on every role change.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from kio.schema.errors import ErrorCode
+
+from replog.replication.core import (
+    AcksAllStatus,
+    HwChange,
+    LeaderState,
+    ReplicationInvariantError,
+    StopLeading,
+)
+from replog.replication.fetch_rules import (
+    READ_UNCOMMITTED,
+    FetchBounds,
+    fetch_bounds,
+    fetch_isolation,
+    validate_current_leader_epoch,
+)
+from replog.replication.follower import EpochRequest, FollowerPhase, FollowerState, RestartAt
+from replog.replication.isr import IsrChangeProposal
+from replog.replication.truncation import (
+    UNDEFINED_EPOCH_END_OFFSET,
+    EpochEndOffset,
+    TruncationDecision,
+    end_offset_for_epoch,
+    high_watermark_truncation,
+)
+
+NO_LEADER = -1
+
+
+class Role(enum.Enum):
+    NONE = "none"  # no leader, not yet told, stopped, or fenced after a rejected ISR write
+    LEADER = "leader"
+    FOLLOWER = "follower"
+
+
+class TruncationRule(enum.Enum):
+    """How a new follower finds where to truncate."""
+
+    LEADER_EPOCH = "leader_epoch"  # KIP-101 / KIP-279: what replog does
+    HIGH_WATERMARK = "high_watermark"  # the pre-KIP-101 rule; only to show it loses data
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLeadership:
+    """What the controller says about one partition (one partition of a LeaderAndIsr)."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
+    zk_version: int
+    controller_epoch: int
+
+    def assigns(self, broker_id: int) -> bool:
+        """Whether ``broker_id`` holds a replica of the partition."""
+        return broker_id in self.replicas
+
+
+class LogView(Protocol):
+    """The in-memory facts of the replica's log the rules need; the driver owns the log."""
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+    @property
+    def log_start_offset(self) -> int: ...
+
+    def epoch_entries(self) -> Sequence[tuple[int, int]]: ...
+
+
+# -- actions ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AssignLeaderEpoch:
+    """Record in the log's epoch cache that ``leader_epoch`` starts at ``start_offset``."""
+
+    leader_epoch: int
+    start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class RoleChange:
+    """The role changed: wake every waiter so it re-checks (its term is over)."""
+
+    role: Role
+    leader_epoch: int
+    term: int
+
+
+@dataclass(frozen=True, slots=True)
+class StartFetching:
+    """Follow ``leader_id`` at ``leader_epoch``: truncate first, then fetch."""
+
+    leader_id: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class StopFetching:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class IsrCommitted:
+    """ZooKeeper took the ISR change: announce it to the controller (isr_change_notification)."""
+
+    in_sync_replicas: tuple[int, ...]
+    zk_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class AdvanceLogStart:
+    """Follower: move the log start offset up to ``offset`` (the leader deleted below it)."""
+
+    offset: int
+
+
+Action = (
+    AssignLeaderEpoch
+    | RoleChange
+    | StartFetching
+    | StopFetching
+    | HwChange
+    | IsrChangeProposal
+    | IsrCommitted
+    | StopLeading
+    | AdvanceLogStart
+)
+
+
+@dataclass(frozen=True, slots=True)
+class FetchDecision:
+    """The answer to a fetch arriving at this replica.
+
+    On ``ErrorCode.none`` the driver reads ``[bounds.start_offset,
+    bounds.end_offset)`` (within its byte budget), carries out ``actions`` (a
+    new high watermark, an ISR change to write) and answers with
+    ``high_watermark``.
+    """
+
+    error: ErrorCode
+    bounds: FetchBounds | None = None
+    high_watermark: int = -1
+    actions: tuple[Action, ...] = ()
+    follower_lost_records: bool = False
+
+
+class PartitionMachine:
+    """Replication state of one partition on one broker. See the module docstring.
+
+    Concurrency: owned by one task (the broker's event loop or the simulator);
+    not safe across awaits. Invariants are checked after every event and raise
+    ``ReplicationInvariantError``.
+    """
+
+    def __init__(
+        self,
+        broker_id: int,
+        log: LogView,
+        *,
+        high_watermark: int,
+        replica_lag_time_max_ms: int,
+        min_insync_replicas: int,
+        truncation_rule: TruncationRule = TruncationRule.LEADER_EPOCH,
+    ) -> None:
+        self.broker_id = broker_id
+        self.log = log
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.min_insync_replicas = min_insync_replicas
+        self.truncation_rule = truncation_rule
+        self.state: PartitionLeadership | None = None
+        self.role = Role.NONE
+        self.term = 0
+        self.leader_state: LeaderState | None = None
+        self.follower_state: FollowerState | None = None
+        # A restart: the checkpointed HW, within what the log still holds.
+        self._high_watermark = min(max(high_watermark, log.log_start_offset), log.log_end_offset)
+
+    # -- queries ------------------------------------------------------------------------
+
+    @property
+    def leader_epoch(self) -> int:
+        """The latest leader epoch this replica was told of; -1 before the first LeaderAndIsr."""
+        return self.state.leader_epoch if self.state is not None else -1
+
+    @property
+    def leader_id(self) -> int:
+        return self.state.leader if self.state is not None else NO_LEADER
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_state is not None and self.leader_state.is_leading
+
+    @property
+    def high_watermark(self) -> int:
+        if self.leader_state is not None:
+            return self.leader_state.high_watermark
+        if self.follower_state is not None:
+            return self.follower_state.high_watermark
+        return self._high_watermark
+
+    @property
+    def in_sync_replicas(self) -> tuple[int, ...]:
+        if self.leader_state is not None:
+            return self.leader_state.in_sync_replicas
+        return self.state.isr if self.state is not None else ()
+
+    @property
+    def is_fetching(self) -> bool:
+        fs = self.follower_state
+        return fs is not None and fs.phase is FollowerPhase.FETCHING
+
+    @property
+    def is_truncating(self) -> bool:
+        fs = self.follower_state
+        return fs is not None and fs.phase is FollowerPhase.TRUNCATING
+
+    # -- the controller: LeaderAndIsr, StopReplica -----------------------------------------
+
+    def on_leader_and_isr(
+        self, state: PartitionLeadership, now_ms: int
+    ) -> tuple[ErrorCode, list[Action]]:
+        """Apply one partition of a LeaderAndIsr (Kafka ``becomeLeaderOrFollower``).
+
+        An older leader epoch is refused (STALE_CONTROLLER_EPOCH), the same one
+        is a resend and changes nothing; a newer one ends the current role.
+        """
+        if not state.assigns(self.broker_id):
+            return ErrorCode.unknown_topic_or_partition, []
+        if self.state is not None:
+            if state.leader_epoch < self.state.leader_epoch:
+                return ErrorCode.stale_controller_epoch, []
+            if state.leader_epoch == self.state.leader_epoch:
+                return ErrorCode.none, []
+        actions = self._end_role()
+        self.state = state
+        if state.leader == self.broker_id:
+            actions += self._become_leader(state, now_ms)
+        elif state.leader == NO_LEADER:
+            self.term += 1
+            actions.append(RoleChange(Role.NONE, state.leader_epoch, self.term))
+        else:
+            actions += self._become_follower(state)
+        self.check_invariants()
+        return ErrorCode.none, actions
+
+    def stop(self) -> list[Action]:
+        """StopReplica: no role any more; the high watermark is kept for the checkpoint."""
+        actions = self._end_role()
+        self.state = None
+        self.term += 1
+        actions.append(RoleChange(Role.NONE, -1, self.term))
+        return actions
+
+    def _end_role(self) -> list[Action]:
+        actions: list[Action] = []
+        ls, fs = self.leader_state, self.follower_state
+        if ls is not None:
+            self._high_watermark = ls.high_watermark
+            if ls.is_leading:
+                ls.resign("leadership ended")
+            self.leader_state = None
+        if fs is not None:
+            self._high_watermark = fs.high_watermark
+            self.follower_state = None
+            actions.append(StopFetching())
+        self.role = Role.NONE
+        return actions
+
+    def _become_leader(self, state: PartitionLeadership, now_ms: int) -> list[Action]:
+        leo = self.log.log_end_offset
+        before = self._high_watermark
+        self.leader_state = LeaderState(
+            broker_id=self.broker_id,
+            leader_epoch=state.leader_epoch,
+            assigned_replicas=state.replicas,
+            in_sync_replicas=state.isr,
+            log_end_offset=leo,
+            high_watermark=min(self._high_watermark, leo),
+            now_ms=now_ms,
+            replica_lag_time_max_ms=self.replica_lag_time_max_ms,
+            min_insync_replicas=self.min_insync_replicas,
+            partition_zk_version=state.zk_version,
+        )
+        self.role = Role.LEADER
+        self.term += 1
+        actions: list[Action] = [
+            AssignLeaderEpoch(state.leader_epoch, leo),
+            RoleChange(Role.LEADER, state.leader_epoch, self.term),
+        ]
+        if self.leader_state.high_watermark != before:
+            actions.append(HwChange(before, self.leader_state.high_watermark))
+        return actions
+
+    def _become_follower(self, state: PartitionLeadership) -> list[Action]:
+        self.follower_state = FollowerState(
+            broker_id=self.broker_id,
+            leader_id=state.leader,
+            leader_epoch=state.leader_epoch,
+            log_end_offset=self.log.log_end_offset,
+            high_watermark=self._high_watermark,
+        )
+        self.role = Role.FOLLOWER
+        self.term += 1
+        return [
+            RoleChange(Role.FOLLOWER, state.leader_epoch, self.term),
+            StartFetching(state.leader, state.leader_epoch),
+        ]
+
+    # -- requests answered as leader ----------------------------------------------------------
+
+    def validate_leader_request(self, current_leader_epoch: int) -> ErrorCode:
+        """NOT_LEADER_OR_FOLLOWER unless leading; then KIP-320 fencing of the request's epoch."""
+        ls = self.leader_state
+        if ls is None or not ls.is_leading:
+            return ErrorCode.not_leader_or_follower
+        return validate_current_leader_epoch(current_leader_epoch, ls.leader_epoch)
+
+    def on_fetch(
+        self,
+        replica_id: int,
+        fetch_offset: int,
+        current_leader_epoch: int,
+        now_ms: int,
+        *,
+        isolation_level: int = READ_UNCOMMITTED,
+        broker_epoch: int = -1,
+        isr_eligible: bool = True,
+    ) -> FetchDecision:
+        """A fetch from a follower (``replica_id >= 0``) or a consumer arrived.
+
+        ``isr_eligible`` is False when the controller does not count the follower
+        as a live broker: a late fetch from a crashed follower must not bring it
+        back into the ISR (KIP-903).
+        """
+        error = self.validate_leader_request(current_leader_epoch)
+        if error is not ErrorCode.none:
+            return FetchDecision(error)
+        ls = self.leader_state
+        assert ls is not None
+        bounds = fetch_bounds(
+            fetch_offset=fetch_offset,
+            log_start_offset=self.log.log_start_offset,
+            high_watermark=ls.high_watermark,
+            log_end_offset=self.log.log_end_offset,
+            isolation=fetch_isolation(replica_id, isolation_level),
+        )
+        if bounds.error is not ErrorCode.none:
+            return FetchDecision(bounds.error, high_watermark=ls.high_watermark)
+        actions: list[Action] = []
+        lost = False
+        if replica_id >= 0 and replica_id != self.broker_id and replica_id in ls.assigned_replicas:
+            outcome = ls.on_follower_fetch(
+                replica_id,
+                fetch_offset,
+                now_ms,
+                broker_epoch=broker_epoch,
+                isr_eligible=isr_eligible,
+            )
+            lost = outcome.follower_lost_records
+            if outcome.high_watermark_change is not None:
+                actions.append(outcome.high_watermark_change)
+            if outcome.isr_change is not None:
+                actions.append(outcome.isr_change)
+        return FetchDecision(
+            ErrorCode.none, bounds, ls.high_watermark, tuple(actions), follower_lost_records=lost
+        )
+
+    def answer_offsets_for_leader_epoch(
+        self, current_leader_epoch: int, requested_epoch: int
+    ) -> tuple[ErrorCode, EpochEndOffset]:
+        """OffsetsForLeaderEpoch: where ``requested_epoch`` ends in this leader's log."""
+        error = self.validate_leader_request(current_leader_epoch)
+        if error is not ErrorCode.none:
+            return error, UNDEFINED_EPOCH_END_OFFSET
+        answer = end_offset_for_epoch(
+            self.log.epoch_entries(), self.log.log_end_offset, requested_epoch
+        )
+        return ErrorCode.none, answer
+
+    # -- produce ------------------------------------------------------------------------------
+
+    def check_append(self, acks: int) -> ErrorCode:
+        """Before appending: leading, and for acks=all enough replicas in sync."""
+        ls = self.leader_state
+        if ls is None or not ls.is_leading:
+            return ErrorCode.not_leader_or_follower
+        if acks == -1 and ls.can_accept_acks_all() is not None:
+            return ErrorCode.not_enough_replicas
+        return ErrorCode.none
+
+    def on_local_append(self) -> HwChange | None:
+        """The driver appended to the log as leader (it grew to the view's log end offset)."""
+        ls = self.leader_state
+        if ls is None or not ls.is_leading:
+            raise ReplicationInvariantError(
+                f"broker {self.broker_id} appended as leader without leading"
+            )
+        return ls.on_local_append(self.log.log_end_offset)
+
+    def acks_all_status(self, required_offset: int, term: int) -> AcksAllStatus:
+        """Whether an acks=all append made in ``term`` (ending before ``required_offset``) is done.
+
+        Tied to the leadership it was appended in: once that ends (even if this
+        broker leads again later, its log may have been truncated and rewritten
+        meanwhile) the answer is NOT_LEADER_OR_FOLLOWER.
+        """
+        ls = self.leader_state
+        if term != self.term or ls is None or not ls.is_leading:
+            return AcksAllStatus.NOT_LEADER_OR_FOLLOWER
+        return ls.acks_all_status(required_offset)
+
+    # -- ISR changes ------------------------------------------------------------------------------
+
+    def maybe_shrink_isr(self, now_ms: int) -> IsrChangeProposal | None:
+        """Timer: propose dropping followers not caught up for ``replica.lag.time.max.ms``."""
+        ls = self.leader_state
+        if ls is None or not ls.is_leading:
+            return None
+        return ls.maybe_shrink_isr(now_ms)
+
+    def on_isr_update_result(
+        self, proposal: IsrChangeProposal, new_zk_version: int | None, *, ineligible: bool = False
+    ) -> list[Action]:
+        """ZooKeeper's answer to ``proposal``: the znode's new version, or None if refused.
+
+        ``ineligible`` means an added replica was not registered at the broker
+        epoch it fetched with (KIP-903): the expansion is dropped, leadership
+        stays. A refused write means a controller moved the partition on: this
+        replica stops leading until the next LeaderAndIsr. An answer for a
+        proposal that is no longer pending (an older leadership) is ignored.
+        """
+        ls = self.leader_state
+        if ls is None or not ls.is_leading or ls.pending_isr_change != proposal:
+            return []
+        if ineligible:
+            ls.on_isr_update_ineligible(proposal)
+            return []
+        outcome = ls.on_isr_update_result(proposal, new_zk_version)
+        if outcome.stop_leading is not None:
+            self._end_role()
+            self.term += 1
+            return [outcome.stop_leading, RoleChange(Role.NONE, self.leader_epoch, self.term)]
+        assert self.state is not None and new_zk_version is not None
+        self.state = PartitionLeadership(
+            leader=self.state.leader,
+            leader_epoch=self.state.leader_epoch,
+            isr=outcome.in_sync_replicas,
+            replicas=self.state.replicas,
+            zk_version=new_zk_version,
+            controller_epoch=self.state.controller_epoch,
+        )
+        actions: list[Action] = [IsrCommitted(outcome.in_sync_replicas, new_zk_version)]
+        if outcome.high_watermark_change is not None:
+            actions.append(outcome.high_watermark_change)
+        self.check_invariants()
+        return actions
+
+    # -- following ----------------------------------------------------------------------------------
+
+    def _follower(self) -> FollowerState:
+        fs = self.follower_state
+        if fs is None:
+            raise ReplicationInvariantError(f"broker {self.broker_id} is not following")
+        return fs
+
+    @property
+    def fetch_offset(self) -> int:
+        return self._follower().fetch_offset
+
+    def next_truncation_step(self) -> EpochRequest | TruncationDecision:
+        """Ask the leader where our latest epoch ends, or truncate now (no epochs known)."""
+        fs = self._follower()
+        if self.truncation_rule is TruncationRule.HIGH_WATERMARK:
+            return high_watermark_truncation(self.log.log_end_offset, fs.high_watermark)
+        return fs.next_truncation_step(self.log.epoch_entries())
+
+    def on_epoch_response(
+        self, error: ErrorCode, answer: EpochEndOffset
+    ) -> TruncationDecision | None:
+        """The leader's OffsetsForLeaderEpoch answer; None: ask again after a back-off."""
+        fs = self._follower()
+        if error is not ErrorCode.none or fs.phase is not FollowerPhase.TRUNCATING:
+            return None
+        return fs.on_epoch_response(self.log.epoch_entries(), answer)
+
+    def on_truncated(self, decision: TruncationDecision) -> None:
+        """The driver truncated the log as ``decision`` said; fetch next, or ask again."""
+        self._follower().on_truncated(decision, self.log.log_end_offset)
+
+    def on_append_mismatch(self) -> None:
+        """Fetched records did not start at our log end: find the divergence point again."""
+        fs = self._follower()
+        self.follower_state = FollowerState(
+            broker_id=self.broker_id,
+            leader_id=fs.leader_id,
+            leader_epoch=fs.leader_epoch,
+            log_end_offset=self.log.log_end_offset,
+            high_watermark=fs.high_watermark,
+        )
+
+    def on_fetch_response(
+        self, *, leader_high_watermark: int, leader_log_start_offset: int
+    ) -> list[Action]:
+        """Fetched records were appended by the driver (the log grew to the view's end)."""
+        fs = self._follower()
+        actions: list[Action] = []
+        change = fs.on_fetch_response(self.log.log_end_offset, leader_high_watermark)
+        if change is not None:
+            actions.append(change)
+        start = min(leader_log_start_offset, fs.high_watermark)
+        if start > self.log.log_start_offset:
+            actions.append(AdvanceLogStart(start))
+        return actions
+
+    def on_fetch_offset_out_of_range(
+        self, leader_log_start_offset: int, leader_log_end_offset: int
+    ) -> TruncationDecision | RestartAt | None:
+        """The leader answered OFFSET_OUT_OF_RANGE (Kafka ``fetchOffsetAndTruncate``)."""
+        return self._follower().on_offset_out_of_range(
+            leader_log_start_offset, leader_log_end_offset
+        )
+
+    # -- invariants ------------------------------------------------------------------------------------
+
+    def check_invariants(self) -> None:
+        def fail(msg: str) -> None:
+            raise ReplicationInvariantError(f"replica on broker {self.broker_id}: {msg}")
+
+        hw, leo = self.high_watermark, self.log.log_end_offset
+        if hw > leo and self.role is Role.LEADER:
+            fail(f"high watermark {hw} above log end offset {leo}")
+        if (self.role is Role.LEADER) != (self.leader_state is not None):
+            fail(f"role {self.role.name} with leader state {self.leader_state}")
+        if (self.role is Role.FOLLOWER) != (self.follower_state is not None):
+            fail(f"role {self.role.name} with follower state {self.follower_state}")
+        if self.leader_state is not None:
+            if self.state is None or self.leader_state.leader_epoch != self.state.leader_epoch:
+                fail("leading at an epoch the controller did not give")
+            self.leader_state.check_invariants()
