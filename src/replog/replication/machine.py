@@ -473,16 +473,16 @@ class PartitionMachine:
             self._end_role()
             self.term += 1
             return [outcome.stop_leading, RoleChange(Role.NONE, self.leader_epoch, self.term)]
-        assert self.state is not None and new_zk_version is not None
+        assert self.state is not None
         self.state = PartitionLeadership(
             leader=self.state.leader,
             leader_epoch=self.state.leader_epoch,
             isr=outcome.in_sync_replicas,
             replicas=self.state.replicas,
-            zk_version=new_zk_version,
+            zk_version=ls.partition_zk_version,
             controller_epoch=self.state.controller_epoch,
         )
-        actions: list[Action] = [IsrCommitted(outcome.in_sync_replicas, new_zk_version)]
+        actions: list[Action] = [IsrCommitted(outcome.in_sync_replicas, ls.partition_zk_version)]
         if outcome.high_watermark_change is not None:
             actions.append(outcome.high_watermark_change)
         self.check_invariants()
