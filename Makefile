@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: demo test lint bench clean venv system-deps
+.PHONY: demo test lint bench sim clean venv system-deps
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,13 @@ demo: $(STAMP)
 test: $(STAMP) system-deps
 	$(VENV)/bin/ruff check src tests bench
 	$(PY) -m pytest -q
+
+# Random replication-simulation seeds for SIM_SECONDS (per profile); failures print
+# their seed and a one-line replay command. `make test` runs only a fixed short set.
+SIM_SECONDS ?= 600
+SIM_PROFILE ?=
+sim: $(STAMP)
+	PYTHONPATH=tests $(PY) -m sim.run --seconds $(SIM_SECONDS) $(if $(SIM_PROFILE),--profile $(SIM_PROFILE))
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench
