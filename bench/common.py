@@ -13,6 +13,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -106,11 +107,12 @@ def tansu(log_path: Path | None = None) -> Iterator[str]:
 
 
 def quiet_logger(path: Path) -> Any:
-    """A logger for librdkafka's own lines (connection refused and the like), to a file."""
+    """A logger for librdkafka's own lines (connection refused and the like; its ``debug``
+    lines when that is configured), to a file."""
     import logging
 
     logger = logging.getLogger(f"bench.clients.{path.name}")
-    logger.setLevel(logging.INFO)
+    logger.setLevel(logging.DEBUG)
     logger.propagate = False
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
@@ -253,3 +255,26 @@ def latency_summary(values_ns: list[int]) -> dict[str, float | None]:
         "max_ms": ordered[-1] / 1e6,
         "count": len(ordered),
     }
+
+
+class ZnodeGone:
+    """Records when a znode is deleted (kazoo DataWatch; called on kazoo's thread)."""
+
+    def __init__(self, zk: Any, path: str) -> None:
+        self.at: float | None = None
+        self.event = threading.Event()
+
+        def on_change(data: Any, stat: Any, event: Any) -> bool:
+            if event is not None and event.type == "DELETED":
+                self.at = time.time()
+                self.event.set()
+                return False
+            return True
+
+        zk.DataWatch(path, on_change)
+
+    def wait(self, timeout_s: float) -> float:
+        if not self.event.wait(timeout_s):
+            raise TimeoutError("znode still there")
+        assert self.at is not None
+        return self.at

@@ -26,13 +26,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import threading
 import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from common import replog_cluster, say, work_dir
+from common import ZnodeGone, replog_cluster, say, work_dir
 
 from replog.cluster.launcher import LocalCluster
 
@@ -125,29 +124,6 @@ def wait_all_led(
         if time.monotonic() > deadline:
             raise TimeoutError(f"{missing} partitions have no leader after {timeout_s} s")
         time.sleep(1)
-
-
-class ZnodeGone:
-    """Records when a znode is deleted (kazoo DataWatch; called on kazoo's thread)."""
-
-    def __init__(self, zk: Any, path: str) -> None:
-        self.at: float | None = None
-        self.event = threading.Event()
-
-        def on_change(data: Any, stat: Any, event: Any) -> bool:
-            if event is not None and event.type == "DELETED":
-                self.at = time.time()
-                self.event.set()
-                return False
-            return True
-
-        zk.DataWatch(path, on_change)
-
-    def wait(self, timeout_s: float) -> float:
-        if not self.event.wait(timeout_s):
-            raise TimeoutError("znode still there")
-        assert self.at is not None
-        return self.at
 
 
 def broker_failure(
