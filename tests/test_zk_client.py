@@ -27,7 +27,13 @@ from replog.zk.data import (
     LeaderAndIsr,
     LeaderIsrAndControllerEpoch,
 )
-from replog.zk.fencing import ControllerMovedError
+from replog.zk.fencing import (
+    UNKNOWN_BROKER_EPOCH,
+    ControllerMovedError,
+    check_controller_epoch,
+    is_stale_broker_epoch,
+    is_stale_controller_epoch,
+)
 
 WAIT_S = 20  # upper bound when waiting for a callback; never reached when things work
 
@@ -188,6 +194,26 @@ def test_decoders_read_what_kafka_writes() -> None:
     assert zd.decode_controller_epoch(b"12") == 12
     with pytest.raises(zd.ZkDataError):
         zd.decode_partition_state(b"not json", 0)
+
+
+# --- fencing rules -----------------------------------------------------------------------
+
+
+def test_controller_epoch_rule_fences_older_controllers_only() -> None:
+    assert is_stale_controller_epoch(3, 4)
+    assert not is_stale_controller_epoch(4, 4)
+    assert not is_stale_controller_epoch(5, 4)
+    check_controller_epoch(4, 4, "t-0")  # same controller
+    check_controller_epoch(4, 3, "t-0")  # written by an older one
+    with pytest.raises(ControllerMovedError, match="t-0 was written by controller epoch 5"):
+        check_controller_epoch(4, 5, "t-0")
+
+
+def test_broker_epoch_rule_ignores_unknown_epochs() -> None:
+    assert is_stale_broker_epoch(10, 11)
+    assert not is_stale_broker_epoch(11, 11)
+    assert not is_stale_broker_epoch(12, 11)
+    assert not is_stale_broker_epoch(UNKNOWN_BROKER_EPOCH, 11)
 
 
 # --- connection, chroot, brokers ----------------------------------------------------------

@@ -34,6 +34,7 @@ from replog.controller.state_machines import (
     trigger_online_partition_state_change,
 )
 from replog.controller.states import PartitionState, ReplicaState
+from replog.zk.fencing import is_stale_broker_epoch
 
 log = logging.getLogger("replog.controller")
 
@@ -302,8 +303,7 @@ def on_controlled_shutdown(
     ctx = d.context
     if broker_id not in ctx.live_brokers:
         return d, ControlledShutdownResult(BROKER_NOT_AVAILABLE, ())
-    current_epoch = ctx.broker_epoch(broker_id)
-    if broker_epoch != -1 and broker_epoch < current_epoch:
+    if is_stale_broker_epoch(broker_epoch, ctx.broker_epoch(broker_id)):
         return d, ControlledShutdownResult(STALE_BROKER_EPOCH, ())
     ctx.shutting_down_broker_ids.add(broker_id)
     led: list[TopicPartition] = []
