@@ -263,6 +263,18 @@ def test_broker_change_without_changes_is_empty() -> None:
     assert not d.zk_writes and not d.requests()
 
 
+def test_broker_changes_classify_by_broker_epoch() -> None:
+    ctx = cluster([1, 2, 3], {"t": {0: [1, 2, 3]}})  # every broker at epoch 100
+    assert not decisions.broker_changes(ctx, dict(ctx.live_brokers))
+    registered = {1: broker(1, epoch=500), 2: broker(2, epoch=99), 4: broker(4)}
+    changes = decisions.broker_changes(ctx, registered)
+    # 2's registration is not newer than the known one: unchanged, not bounced.
+    assert (changes.dead, changes.new, changes.bounced) == ((3,), (4,), (1,))
+    assert changes.describe() == "broker change: failed [3], started [4], restarted [1]"
+    only_dead = decisions.broker_changes(ctx, {1: broker(1), 2: broker(2)})
+    assert only_dead.describe() == "broker failure of [3]"
+
+
 @st.composite
 def clusters(draw: st.DrawFn) -> tuple[ControllerContext, list[int]]:
     n = draw(st.integers(2, 6))

@@ -29,6 +29,7 @@ from replog.zk.data import (
     LeaderAndIsr,
     LeaderIsrAndControllerEpoch,
 )
+from replog.zk.fencing import UNKNOWN_BROKER_EPOCH
 
 __all__ = [
     "EPOCH_DURING_DELETE",
@@ -131,7 +132,7 @@ class ControllerContext:
     def broker_epoch(self, broker_id: int) -> int:
         info = self.live_brokers.get(broker_id)
         if info is None or info.epoch is None:
-            return -1
+            return UNKNOWN_BROKER_EPOCH
         return info.epoch
 
     def is_replica_online(self, broker_id: int, include_shutting_down: bool = False) -> bool:

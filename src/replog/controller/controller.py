@@ -480,26 +480,15 @@ class KafkaController:
         if self.context is None:
             return
         registered = await asyncio.to_thread(self.zk.get_all_brokers)
-        known = self.context.live_brokers
-        dead = sorted(b for b in known if b not in registered)
-        new = sorted(b for b in registered if b not in known)
-        bounced = sorted(
-            b for b in registered if b in known and registered[b].epoch != known[b].epoch
-        )
-        if not (dead or new or bounced):
+        changes = decisions.broker_changes(self.context, registered)
+        if not changes:
             return
-        if dead and not (new or bounced):
-            what = f"broker failure of {dead}"
-        elif new and not (dead or bounced):
-            what = f"broker startup of {new}"
-        else:
-            what = f"broker change: failed {dead}, started {new}, restarted {bounced}"
         applied = await self._apply(
             partial(decisions.on_broker_change, registered=registered),
             _rerun_failure,
             q.enqueue_time_s,
         )
-        self._report(what, applied)
+        self._report(changes.describe(), applied)
 
     async def _process_topic_change(self, _e: ev.TopicChange, q: QueuedEvent) -> None:
         if self.context is None:

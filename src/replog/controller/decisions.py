@@ -34,7 +34,7 @@ from replog.controller.state_machines import (
     trigger_online_partition_state_change,
 )
 from replog.controller.states import PartitionState, ReplicaState
-from replog.zk.fencing import is_stale_broker_epoch
+from replog.zk.fencing import UNKNOWN_BROKER_EPOCH, is_stale_broker_epoch
 
 log = logging.getLogger("replog.controller")
 
@@ -94,24 +94,65 @@ def on_controller_failover(context: ControllerContext) -> ControllerDecision:
     return d
 
 
+@dataclass(frozen=True, slots=True)
+class BrokerChanges:
+    """How ``/brokers/ids`` differs from the live brokers the controller knows."""
+
+    dead: tuple[int, ...]
+    """Known brokers no longer registered."""
+    new: tuple[int, ...]
+    """Registered brokers the controller does not know."""
+    bounced: tuple[int, ...]
+    """Known brokers registered again with a newer broker epoch (restarted meanwhile)."""
+
+    def __bool__(self) -> bool:
+        return bool(self.dead or self.new or self.bounced)
+
+    def describe(self) -> str:
+        if self.dead and not (self.new or self.bounced):
+            return f"broker failure of {list(self.dead)}"
+        if self.new and not (self.dead or self.bounced):
+            return f"broker startup of {list(self.new)}"
+        return (
+            f"broker change: failed {list(self.dead)}, started {list(self.new)}, "
+            f"restarted {list(self.bounced)}"
+        )
+
+
+def broker_changes(
+    context: ControllerContext, registered: Mapping[int, BrokerInfo]
+) -> BrokerChanges:
+    """Kafka ``processBrokerChange``'s classification of ``registered`` (every broker now
+    under ``/brokers/ids``, with its epoch) against ``context.live_brokers``. A broker
+    whose registration is not newer than the known one is unchanged."""
+    known = context.live_brokers
+    return BrokerChanges(
+        dead=tuple(sorted(b for b in known if b not in registered)),
+        new=tuple(sorted(b for b in registered if b not in known)),
+        bounced=tuple(
+            sorted(
+                b
+                for b in registered
+                if b in known and _epoch(registered[b]) > context.broker_epoch(b)
+            )
+        ),
+    )
+
+
 def on_broker_change(
     context: ControllerContext, registered: Mapping[int, BrokerInfo]
 ) -> ControllerDecision:
     """Kafka ``processBrokerChange``: ``registered`` is every broker now under
-    ``/brokers/ids`` (with its epoch). Dead brokers are handled first, then bounced
-    brokers (a new epoch under the same id: a failure and a startup), then new ones.
+    ``/brokers/ids`` (with its epoch), classified by ``broker_changes``. Dead brokers
+    are handled first, then bounced brokers (a failure and a startup), then new ones.
     """
     d = ControllerDecision(context)
-    known = context.live_brokers
-    new = sorted(b for b in registered if b not in known)
-    dead = sorted(b for b in known if b not in registered)
-    bounced = sorted(
-        b for b in registered if b in known and _epoch(registered[b]) > _epoch(known[b])
-    )
-    if dead or bounced:
-        _broker_failure(d, [*dead, *bounced])
-    if new or bounced:
-        _broker_startup(d, [registered[b] for b in sorted([*new, *bounced])])
+    changes = broker_changes(context, registered)
+    if changes.dead or changes.bounced:
+        _broker_failure(d, [*changes.dead, *changes.bounced])
+    if changes.new or changes.bounced:
+        started = sorted([*changes.new, *changes.bounced])
+        _broker_startup(d, [registered[b] for b in started])
     return d
 
 
@@ -141,7 +182,7 @@ def on_broker_failure(
 
 
 def _epoch(info: BrokerInfo) -> int:
-    return -1 if info.epoch is None else info.epoch
+    return UNKNOWN_BROKER_EPOCH if info.epoch is None else info.epoch
 
 
 def _broker_startup(d: ControllerDecision, new_brokers: Sequence[BrokerInfo]) -> None:
