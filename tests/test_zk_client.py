@@ -537,7 +537,10 @@ def test_topic_deletion_markers(zk: KafkaZkClient, raw: KazooClient) -> None:
     assert (
         raw.exists("/config/topics/gone") is None and raw.exists("/config/topics/kept") is not None
     )
-    zk.delete_topic_znodes("gone")  # already gone: no error
+    zk.delete_topic_znodes("gone", epoch_version)  # already gone: no error
+    with pytest.raises(TypeError):  # the fence is required: no unguarded controller write
+        zk.remove_deletion_marker("kept", None)  # type: ignore[arg-type]
+    assert zk.get_topics_marked_for_deletion() == set() and zk.topic_exists("kept")
     zk.create_topic("gone", {0: [2]}, {})  # the name can be reused
     assert zk.get_topic_assignment("gone") == {0: [2]}
 

@@ -524,12 +524,10 @@ class KafkaZkClient:
     def get_topics_marked_for_deletion(self) -> set[str]:
         return set(self._ops.call(self._zk.get_children, zd.DELETE_TOPICS_PATH))
 
-    def delete_topic_znodes(
-        self, topic: str, expected_controller_epoch_zk_version: int | None = None
-    ) -> None:
+    def delete_topic_znodes(self, topic: str, expected_controller_epoch_zk_version: int) -> None:
         """Delete ``/brokers/topics/<t>`` recursively and ``/config/topics/<t>``.
 
-        Deletes leaves first, in batched transactions (with the epoch check if given).
+        Deletes leaves first, in batched transactions guarded by the epoch check.
         Raises :class:`ControllerMovedError` if the epoch check fails.
         """
         for root in (zd.topic_path(topic), zd.topic_config_path(topic)):
@@ -546,9 +544,8 @@ class KafkaZkClient:
             else:
                 raise NotEmptyError(f"{root} keeps getting new children")
 
-    def remove_deletion_marker(
-        self, topic: str, expected_controller_epoch_zk_version: int | None = None
-    ) -> None:
+    def remove_deletion_marker(self, topic: str, expected_controller_epoch_zk_version: int) -> None:
+        """Delete ``/admin/delete_topics/<t>``, guarded by the epoch check."""
         path = zd.delete_topic_path(topic)
         result = self._ops.write_batched(
             [(path, ("delete", path, b"", -1))], _epoch_check(expected_controller_epoch_zk_version)
@@ -580,8 +577,9 @@ class KafkaZkClient:
         return changed
 
     def delete_isr_change_notifications(
-        self, names: Iterable[str], expected_controller_epoch_zk_version: int | None = None
+        self, names: Iterable[str], expected_controller_epoch_zk_version: int
     ) -> None:
+        """Delete the named ISR change notifications, guarded by the epoch check."""
         paths = [zd.isr_change_path(name) for name in names]
         results = self._ops.write_batched(
             [(p, ("delete", p, b"", -1)) for p in paths],
@@ -628,10 +626,15 @@ class KafkaZkClient:
         self._sessions.listeners.remove(callback)
 
 
-def _epoch_check(expected_controller_epoch_zk_version: int | None) -> tuple[str, int] | None:
-    """The guard of controller writes: ``/controller_epoch`` still at the expected version."""
-    if expected_controller_epoch_zk_version is None:
-        return None
+def _epoch_check(expected_controller_epoch_zk_version: int) -> tuple[str, int]:
+    """The guard of every controller write: ``/controller_epoch`` still at the version
+    this controller's election left it at. Required: there is no unfenced controller
+    write (STYLE.md, "Fencing as a type")."""
+    if not isinstance(expected_controller_epoch_zk_version, int):
+        raise TypeError(
+            f"controller writes need the controller epoch's zk version, not "
+            f"{expected_controller_epoch_zk_version!r}"
+        )
     return (zd.CONTROLLER_EPOCH_PATH, expected_controller_epoch_zk_version)
 
 

@@ -7,10 +7,11 @@ Kafka's paths or formats.
   :data:`BATCH_OPS` per request: 10,000 state znodes read in ~50 ms here, against ~2.3 s
   for 10,000 pipelined ``get_async`` calls (kazoo's per-request cost dominates). On a server
   without ``multiRead`` it falls back to pipelined ``get_async``.
-* Writes go in ``multi`` transactions of up to :data:`BATCH_OPS` ops, each optionally led by
-  a version ``check`` of one znode (Kafka's controller epoch zkVersion check on
+* Writes go in ``multi`` transactions of up to :data:`BATCH_OPS` ops, each led by a version
+  ``check`` of one znode (Kafka's controller epoch zkVersion check on
   ``/controller_epoch``): a stale controller's transaction fails as a whole, nothing of it
-  is written.
+  is written. The check is a required argument; ``None`` says explicitly that a write is
+  unguarded, which no controller write is (``KafkaZkClient`` always passes the epoch).
 
 Concurrency: blocking; call from worker threads (kazoo is thread-safe), never from the
 event loop and never from a kazoo callback. Watch and session callbacks run on kazoo's
