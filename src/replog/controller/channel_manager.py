@@ -159,10 +159,6 @@ class ControllerChannelManager:
     def broker_ids(self) -> set[int]:
         return set(self._channels)
 
-    def broker_info(self, broker_id: int) -> BrokerInfo | None:
-        channel = self._channels.get(broker_id)
-        return channel.info if channel is not None else None
-
     def add_broker(self, info: BrokerInfo) -> None:
         """Open a queue for ``info``; a registration with another epoch or endpoint
         (a restarted broker) replaces the old queue and connection."""

@@ -220,12 +220,6 @@ class ControllerContext:
     def replicas_in_state(self, topic: str, state: ReplicaState) -> list[PartitionReplica]:
         return [r for r in self.replicas_for_topic(topic) if self.replica_state(r) is state]
 
-    def are_all_replicas_in_state(self, topic: str, state: ReplicaState) -> bool:
-        return all(self.replica_state(r) is state for r in self.replicas_for_topic(topic))
-
-    def is_any_replica_in_state(self, topic: str, state: ReplicaState) -> bool:
-        return any(self.replica_state(r) is state for r in self.replicas_for_topic(topic))
-
     def partitions_with_offline_leader(self) -> list[TopicPartition]:
         """Partitions, of topics not being deleted, whose leader is not online."""
         online = self.live_broker_ids

@@ -197,9 +197,6 @@ class ControllerDecision:
     def has_pending_write(self, tp: TopicPartition) -> bool:
         return tp in self._partition_writes
 
-    def pending_partitions(self) -> Iterable[TopicPartition]:
-        return self._partition_writes.keys()
-
 
 def _check_leader_in_isr(tp: TopicPartition, leader: int, isr: Sequence[int]) -> None:
     if not isr:

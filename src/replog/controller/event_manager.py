@@ -65,8 +65,6 @@ class ControllerEventManager:
         """The event being processed (Kafka ``ControllerState``), None while idle."""
         self.processed: Counter[str] = Counter()
         """Number of events processed, by event class name."""
-        self.last_queue_time_s = 0.0
-        """How long the last event waited in the queue."""
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -163,7 +161,6 @@ class ControllerEventManager:
             if isinstance(event, ShutdownEventThread):
                 log.debug("%s: shutting down", self.name)
                 return
-            self.last_queue_time_s = time.monotonic() - queued.enqueue_time_s
             self.current_event = event
             try:
                 await self._process(queued)

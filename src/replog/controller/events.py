@@ -37,10 +37,8 @@ class Reelect:
 
 @dataclass(frozen=True, slots=True)
 class Expire:
-    """Kafka ``Expire`` -> ``processExpire``: the ZooKeeper session expired; resign and
-    re-register on the new session (``session_id`` is the expired one, for logs)."""
-
-    session_id: int | None = None
+    """Kafka ``Expire`` -> ``processExpire``: the ZooKeeper session expired; resign at
+    once (``RegisterBrokerAndReelect`` follows on the new session)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,25 +54,9 @@ class BrokerChange:
 
 
 @dataclass(frozen=True, slots=True)
-class BrokerModifications:
-    """Kafka ``BrokerModifications`` -> ``processBrokerModification``: a live broker's
-    registration data changed (endpoints, rack)."""
-
-    broker_id: int
-
-
-@dataclass(frozen=True, slots=True)
 class TopicChange:
     """Kafka ``TopicChange`` -> ``processTopicChange``: children of ``/brokers/topics``
     changed. Decision: ``decisions.on_new_topics`` for topics not yet known."""
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionModifications:
-    """Kafka ``PartitionModifications`` -> ``processPartitionModifications``: a topic's
-    assignment znode changed (partitions added)."""
-
-    topic: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,13 +93,6 @@ class ControlledShutdown:
 
 
 @dataclass(frozen=True, slots=True)
-class PartitionReassignment:
-    """Kafka ``ZkPartitionReassignment`` -> ``processZkPartitionReassignment``:
-    ``/admin/reassign_partitions`` was created. Not implemented yet: the controller
-    logs and deletes the znode."""
-
-
-@dataclass(frozen=True, slots=True)
 class ReplicaLeaderElection:
     """Kafka ``ReplicaLeaderElection`` -> ``processReplicaLeaderElection`` (preferred
     election only). Decision: ``decisions.on_preferred_replica_election``."""
@@ -139,14 +114,11 @@ ControllerEvent = (
     | Expire
     | RegisterBrokerAndReelect
     | BrokerChange
-    | BrokerModifications
     | TopicChange
-    | PartitionModifications
     | TopicDeletion
     | TopicDeletionStopReplicaResponseReceived
     | IsrChangeNotification
     | ControlledShutdown
-    | PartitionReassignment
     | ReplicaLeaderElection
     | ShutdownEventThread
 )

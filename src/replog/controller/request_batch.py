@@ -2,7 +2,8 @@
 
 Kafka ``AbstractControllerBrokerRequestBatch``: while the state machines work, they
 note which broker must hear about which partition (``add_leader_and_isr``,
-``add_stop_replica``, ``add_update_metadata``); ``build`` then turns the notes into the
+``add_stop_replica``, ``add_update_metadata_to_all_live``,
+``add_update_metadata_all_partitions``); ``build`` then turns the notes into the
 LeaderAndIsr / UpdateMetadata / StopReplica schema objects of
 ``replog.protocol.controller_schemas``, one of each kind at most per broker, in that
 order (Kafka sends LeaderAndIsr before UpdateMetadata before StopReplica).
@@ -58,7 +59,6 @@ class ControllerBrokerRequestBatch:
     """broker -> partition -> is_new."""
     stop_replica: dict[int, dict[TopicPartition, tuple[bool, int]]] = field(default_factory=dict)
     """broker -> partition -> (delete_partition, leader_epoch)."""
-    update_metadata_brokers: set[int] = field(default_factory=set)
     update_metadata_to_all_live: bool = False
     """UpdateMetadata goes to every broker live at ``build`` time (set by LeaderAndIsr)."""
     update_metadata_partitions: dict[TopicPartition, None] = field(default_factory=dict)
@@ -70,17 +70,12 @@ class ControllerBrokerRequestBatch:
         return not (
             self.leader_and_isr
             or self.stop_replica
-            or self.update_metadata_brokers
             or self.update_metadata_to_all_live
             or self.update_metadata_all_partitions
         )
 
     def add_leader_and_isr(
-        self,
-        context: ControllerContext,
-        broker_ids: Iterable[int],
-        tp: TopicPartition,
-        is_new: bool = False,
+        self, broker_ids: Iterable[int], tp: TopicPartition, is_new: bool = False
     ) -> None:
         for broker in broker_ids:
             if broker < 0:
@@ -111,13 +106,6 @@ class ControllerBrokerRequestBatch:
             already_delete = per_broker.get(tp, (False, 0))[0]
             per_broker[tp] = (already_delete or delete_partition, leader_epoch)
 
-    def add_update_metadata(
-        self, broker_ids: Iterable[int], partitions: Iterable[TopicPartition] = ()
-    ) -> None:
-        self.update_metadata_brokers.update(b for b in broker_ids if b >= 0)
-        for tp in partitions:
-            self.update_metadata_partitions[tp] = None
-
     def add_update_metadata_to_all_live(self, partitions: Iterable[TopicPartition] = ()) -> None:
         """UpdateMetadata to every broker live when the requests are built."""
         self.update_metadata_to_all_live = True
@@ -139,7 +127,7 @@ class ControllerBrokerRequestBatch:
                 request = self._leader_and_isr_request(context, broker, partitions, states)
                 if request is not None:
                     out.setdefault(broker, []).append(request)
-        metadata_brokers = self.update_metadata_brokers | self.update_metadata_all_partitions
+        metadata_brokers = set(self.update_metadata_all_partitions)
         if self.update_metadata_to_all_live:
             metadata_brokers |= live.keys()
         if metadata_brokers:

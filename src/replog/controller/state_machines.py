@@ -146,7 +146,7 @@ def _initialize_leader_and_isr(d: ControllerDecision, tp: TopicPartition, online
         d.failed_elections.append(tp)
         return False
     d.create_leadership(tp, live[0], live)
-    d.batch.add_leader_and_isr(ctx, live, tp, is_new=True)
+    d.batch.add_leader_and_isr(live, tp, is_new=True)
     return True
 
 
@@ -195,7 +195,7 @@ def _elect_leader(
         )
         d.unclean_elections.append(tp)
     d.set_leadership(tp, result.leader, result.isr)
-    d.batch.add_leader_and_isr(ctx, assignment, tp)
+    d.batch.add_leader_and_isr(assignment, tp)
     return True
 
 
@@ -239,11 +239,11 @@ def replica_state_change(
         if target is ReplicaState.NewReplica:
             state = ctx.partition_leadership.get(tp)
             if state is not None and state.leader_and_isr.leader != broker:
-                d.batch.add_leader_and_isr(ctx, (broker,), tp, is_new=True)
+                d.batch.add_leader_and_isr((broker,), tp, is_new=True)
         elif target is ReplicaState.OnlineReplica:
             if current is not ReplicaState.NewReplica and tp in ctx.partition_leadership:
                 if tp[0] not in ctx.topics_to_be_deleted:
-                    d.batch.add_leader_and_isr(ctx, (broker,), tp)
+                    d.batch.add_leader_and_isr((broker,), tp)
         elif target is ReplicaState.ReplicaDeletionStarted:
             d.batch.add_stop_replica(ctx, (broker,), tp, delete_partition=True)
         if target is ReplicaState.NonExistentReplica:
@@ -279,6 +279,6 @@ def _replicas_offline(d: ControllerDecision, replicas: list[PartitionReplica]) -
         if changed is not None:
             d.set_leadership(tp, changed[0], changed[1])
             recipients = [r for r in assignments[tp[0]][tp[1]] if r not in removed]
-            batch.add_leader_and_isr(ctx, recipients, tp)
+            batch.add_leader_and_isr(recipients, tp)
         else:
             batch.add_update_metadata_to_all_live((tp,))

@@ -86,14 +86,6 @@ class IllegalStateTransition(RuntimeError):
         self.target = target
 
 
-def is_valid_partition_transition(current: PartitionState, target: PartitionState) -> bool:
-    return current in PARTITION_VALID_PREVIOUS_STATES[target]
-
-
-def is_valid_replica_transition(current: ReplicaState, target: ReplicaState) -> bool:
-    return current in REPLICA_VALID_PREVIOUS_STATES[target]
-
-
 def check_partition_transition(
     partition: Hashable, current: PartitionState, target: PartitionState
 ) -> None:
