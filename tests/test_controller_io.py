@@ -94,9 +94,7 @@ class BrokerPeer:
                 self.received.append(request.body)
                 answer = _answer(request.body)
                 writer.write(
-                    frames.encode_response(
-                        request.api_key, request.api_version, request.correlation_id, answer
-                    )
+                    frames.encode_response(request.api_key, request.correlation_id, answer)
                 )
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):

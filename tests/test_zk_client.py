@@ -281,7 +281,7 @@ def test_session_expiry_drops_ephemerals_and_signals_new_session(
     events: queue.Queue[ZkSessionState] = queue.Queue()
     client.add_session_listener(events.put)
     client.register_broker(BrokerInfo.plaintext(5, "127.0.0.1", 9092))
-    assert client.try_register_controller(5, timestamp_ms=1)
+    assert client.register_controller_and_increment_epoch(5, timestamp_ms=1).epoch == 1
     seen: queue.Queue[list[str]] = queue.Queue()
     client.watch_children(zd.BROKER_IDS_PATH, seen.put)
     assert seen.get(timeout=WAIT_S) == ["5"]
@@ -301,7 +301,7 @@ def test_session_expiry_drops_ephemerals_and_signals_new_session(
     observer.register_broker(BrokerInfo.plaintext(6, "127.0.0.1", 9093))
     wait_for(seen, lambda ids: ids == ["5", "6"])
     # Re-running the election on the new session works too.
-    assert client.register_controller_and_increment_epoch(5, 2).epoch == 1
+    assert client.register_controller_and_increment_epoch(5, 2).epoch == 2
 
 
 # --- controller election ----------------------------------------------------------------
@@ -350,17 +350,18 @@ def test_controller_race_has_one_winner_and_epochs_increase(
 
     # Registered earlier by this session: the combined call just bumps the epoch.
     assert contenders[successor].register_controller_and_increment_epoch(successor, 2001).epoch == 3
-    # The two-step API: register, then bump the epoch while holding /controller.
+    # Another broker takes over; the old controller can neither register nor bump.
     contenders[successor].delete_controller(successor)
     other = contenders[
         (successor + 1) % 4 if (successor + 1) % 4 != winner else (successor + 2) % 4
     ]
-    assert other.try_register_controller(77, timestamp_ms=3000)
-    assert not contenders[successor].try_register_controller(successor, timestamp_ms=3001)
+    assert other.register_controller_and_increment_epoch(77, 3000).epoch == 4
+    with pytest.raises(ControllerMovedError):
+        contenders[successor].register_controller_and_increment_epoch(successor, 3001)
     with pytest.raises(ControllerMovedError):
         contenders[successor].increment_controller_epoch()
-    assert other.increment_controller_epoch().epoch == 4
-    assert other.get_controller_epoch().epoch == 4
+    assert other.increment_controller_epoch().epoch == 5
+    assert other.get_controller_epoch().epoch == 5
 
 
 # --- topics and partition state -----------------------------------------------------------

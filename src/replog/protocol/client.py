@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 from typing import Any
 
-from replog.protocol import apis, frames
+from replog.protocol import frames
 
 
 class ConnectionClosed(ConnectionError):
@@ -105,7 +105,3 @@ class KafkaConnection:
             self._writer.close()
             with contextlib.suppress(Exception):
                 await self._writer.wait_closed()
-
-
-def request_class(api_key: int, version: int) -> type[Any]:
-    return apis.request_schema(api_key, version)

@@ -74,8 +74,8 @@ def decode_request(frame: bytes) -> Request:
     return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame))
 
 
-def encode_response(api_key: int, api_version: int, correlation_id: int, body: Any) -> bytes:
-    """Size-prefixed response frame."""
+def encode_response(api_key: int, correlation_id: int, body: Any) -> bytes:
+    """Size-prefixed response frame; the header version follows the body's schema."""
     buf = io.BytesIO()
     buf.write(b"\0\0\0\0")
     flexible = type(body).__flexible__

@@ -66,6 +66,3 @@ class MetadataCache:
 
     def partition(self, topic: str, partition: int) -> PartitionInfo | None:
         return self.partitions.get(topic, {}).get(partition)
-
-    def alive_broker_ids(self) -> list[int]:
-        return sorted(self.brokers)

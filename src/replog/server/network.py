@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +33,6 @@ class RequestContext:
     correlation_id: int
     client_id: str | None
     peer: str
-    received_ms: int
 
 
 Handler = Callable[[RequestContext, Any], Awaitable[Any]]
@@ -92,7 +90,7 @@ class KafkaServer:
         pending: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(
             MAX_IN_FLIGHT_PER_CONNECTION
         )
-        writer_task = asyncio.create_task(self._write_responses(pending, writer, peer))
+        writer_task = asyncio.create_task(self._write_responses(pending, writer))
         try:
             await self._read_requests(reader, pending, peer)
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -160,7 +158,6 @@ class KafkaServer:
                 correlation_id=request.correlation_id,
                 client_id=request.client_id,
                 peer=peer,
-                received_ms=int(time.time() * 1000),
             )
             await pending.put(asyncio.create_task(self._handle(handler, context, request.body)))
 
@@ -177,15 +174,12 @@ class KafkaServer:
             raise
         if response is None:
             return None
-        return frames.encode_response(
-            context.api_key, context.api_version, context.correlation_id, response
-        )
+        return frames.encode_response(context.api_key, context.correlation_id, response)
 
     async def _write_responses(
         self,
         pending: asyncio.Queue[asyncio.Task[bytes | None] | None],
         writer: asyncio.StreamWriter,
-        peer: str,
     ) -> None:
         while True:
             item = await pending.get()

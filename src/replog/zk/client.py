@@ -259,20 +259,6 @@ class KafkaZkClient:
                 raise ControllerMovedError("/controller_epoch vanished while read") from None
             return current
 
-    def try_register_controller(self, broker_id: int, timestamp_ms: int) -> bool:
-        """Create ephemeral ``/controller``; False if another session holds it.
-
-        Prefer :meth:`register_controller_and_increment_epoch`, which also bumps the epoch
-        in the same transaction.
-        """
-        try:
-            self._checked_ephemeral_create(
-                zd.CONTROLLER_PATH, zd.encode_controller(broker_id, timestamp_ms)
-            )
-        except NodeExistsError:
-            return False
-        return True
-
     def increment_controller_epoch(self, max_attempts: int = 10) -> ControllerEpoch:
         """Bump ``/controller_epoch`` while this session holds ``/controller``.
 

@@ -39,11 +39,9 @@ TopicPartition = tuple[str, int]
 
 CONTROLLER_PATH = "/controller"
 CONTROLLER_EPOCH_PATH = "/controller_epoch"
-BROKERS_PATH = "/brokers"
 BROKER_IDS_PATH = "/brokers/ids"
 BROKER_SEQID_PATH = "/brokers/seqid"
 TOPICS_PATH = "/brokers/topics"
-ADMIN_PATH = "/admin"
 DELETE_TOPICS_PATH = "/admin/delete_topics"
 CONFIG_PATH = "/config"
 CONFIG_CHANGES_PATH = "/config/changes"
@@ -76,7 +74,6 @@ NO_LEADER = -1
 LEADER_DURING_DELETE = -2
 INITIAL_LEADER_EPOCH = 0
 INITIAL_PARTITION_ZK_VERSION = 0
-MATCH_ANY_VERSION = -1
 
 BROKER_INFO_VERSION = 5
 TOPIC_ASSIGNMENT_VERSION = 3

@@ -27,7 +27,6 @@ class BrokerServices:
     metadata_cache: MetadataCache
     admin: AdminManager
     producer_ids: ProducerIdManager
-    controller_rpc: Any = None  # handles LeaderAndIsr / StopReplica / UpdateMetadata
 
 
 def response_class(api_key: int, version: int) -> type[Any]:

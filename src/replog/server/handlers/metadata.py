@@ -49,7 +49,7 @@ def unsupported_version_response(exc: UnsupportedVersion) -> bytes | None:
         return None
     log.info("ApiVersions v%d is not supported; answering with v0", exc.api_version)
     body = _api_versions_body(0, ErrorCode.unsupported_version)
-    return encode_response(ApiKey.API_VERSIONS, 0, exc.correlation_id, body)
+    return encode_response(ApiKey.API_VERSIONS, exc.correlation_id, body)
 
 
 async def _await_first_update_metadata(services: BrokerServices) -> None:
