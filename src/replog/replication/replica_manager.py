@@ -17,6 +17,7 @@ from pathlib import Path
 from kio.schema.errors import ErrorCode
 
 from replog.config import KafkaConfig
+from replog.protocol.errors import error_code_for
 from replog.replication.core import AcksAllStatus, StopLeading
 from replog.replication.fetch_rules import READ_UNCOMMITTED, FetchPartitionRequest
 from replog.replication.fetcher import ReplicaFetcherManager
@@ -30,7 +31,6 @@ from replog.replication.machine import (
 )
 from replog.replication.partition import Partition
 from replog.replication.waiters import wait_any
-from replog.server.errors import error_code_for
 from replog.storage.checkpoints import OffsetCheckpointFile
 from replog.storage.log_config import LogConfig
 from replog.storage.log_manager import LogManager

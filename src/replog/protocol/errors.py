@@ -1,16 +1,20 @@
-"""Mapping from replog's exceptions to Kafka error codes."""
+"""Kafka error codes for replog's exceptions.
+
+Errors that several layers raise live at the bottom, beside the error codes: the
+record-batch errors of ``protocol.records`` and the log's errors of ``storage``. Any
+layer that answers a client (the replica manager, the request handlers) turns one into
+its code with :func:`error_code_for`.
+"""
 
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
 from replog.protocol.records import CorruptRecordBatch, InvalidRecordBatch
-from replog.storage.log import (
-    InvalidProducerEpoch,
-    OffsetOutOfRange,
-    OutOfOrderSequence,
-    RecordTooLarge,
-)
+from replog.storage.log import OffsetOutOfRange, RecordTooLarge
+from replog.storage.producer_state import InvalidProducerEpoch, OutOfOrderSequence
+
+__all__ = ["error_code_for"]
 
 _CODES: list[tuple[type[BaseException], ErrorCode]] = [
     (CorruptRecordBatch, ErrorCode.corrupt_message),
@@ -23,6 +27,7 @@ _CODES: list[tuple[type[BaseException], ErrorCode]] = [
 
 
 def error_code_for(exc: BaseException) -> ErrorCode:
+    """The Kafka error code for ``exc``; UNKNOWN_SERVER_ERROR for anything unexpected."""
     for cls, code in _CODES:
         if isinstance(exc, cls):
             return code
