@@ -356,6 +356,7 @@ def analyse(
         "consumer_errors": received["error_count"],
         "consumer_error_sample": received["errors"],
         "acknowledged_never_consumed": lost,
+        "load_average_1min": os.getloadavg()[0],
     }
 
 
@@ -389,7 +390,8 @@ def report(result: dict[str, Any], args: argparse.Namespace) -> None:
     print(
         f"records: {result['sent']:,} sent, {result['acknowledged']:,} acknowledged, "
         f"{result['producer_errors']} failed, {result['received']:,} consumed; acknowledged "
-        f"but never consumed: {result['acknowledged_never_consumed']}"
+        f"but never consumed: {result['acknowledged_never_consumed']}; load average "
+        f"{result['load_average_1min']:.1f}"
     )
 
 

@@ -27,8 +27,9 @@ Both processes run on this machine, so ``time.time_ns()`` is one clock. Records 
 the first ``--warm-up`` seconds are not counted; the next ``--seconds`` are. Reported per
 case: p50, p99, p99.9 and max of end-to-end (receive - send) and of the ack latency (ack -
 send), the rate achieved (records sent in the measured window over its length), the
-largest lag behind the send schedule, and records not received. The send time is the
-actual ``produce()`` time; when the producer falls behind its schedule the figures leave
+largest lag behind the send schedule, records not received, and the machine's 1-minute
+load average at the end of the case (other work on the machine moves these figures). The
+send time is the actual ``produce()`` time; when the producer falls behind its schedule the figures leave
 that wait out, so the lag is printed, and the JSON also has end-to-end from the scheduled
 time. Prints a table, then one JSON line.
 
@@ -379,6 +380,7 @@ def summarize(
         "producer_error_sample": sent["errors"],
         "consumer_errors": received["errors"],
         "leaders": {str(p): b for p, b in sorted(leaders.items())},
+        "load_average_1min": os.getloadavg()[0],
         "e2e": latency_summary(e2e),
         "ack": latency_summary(acks),
         "e2e_from_schedule": latency_summary(e2e_sched),
@@ -393,7 +395,7 @@ def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     head = (
         f"{'case':<22}{'target':>7}{'achieved':>9}  "
         f"{'e2e p50':>8}{'p99':>8}{'p99.9':>8}{'max':>8}  "
-        f"{'ack p50':>8}{'p99':>8}{'p99.9':>8}{'max':>8}  {'sched lag':>9}{'lost':>6}"
+        f"{'ack p50':>8}{'p99':>8}{'p99.9':>8}{'max':>8}  {'sched lag':>9}{'lost':>6}{'load':>6}"
     )
     print(head)
     print(f"{'':<22}{'MB/s':>7}{'MB/s':>9}  {'ms':>8}{'':>24}  {'ms':>8}{'':>24}  {'max ms':>9}")
