@@ -15,12 +15,20 @@ from kio.schema.errors import ErrorCode
 from replog.replication.core import (
     AcksAllStatus,
     HwChange,
+    LeaderState,
     ReplicationInvariantError,
     StopLeading,
 )
-from replog.replication.fetch_rules import READ_COMMITTED, FetchBounds
-from replog.replication.follower import EpochRequest, RestartAt
-from replog.replication.isr import IsrChangeProposal, IsrState
+from replog.replication.fetch_rules import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    FetchBounds,
+    FetchIsolation,
+    fetch_bounds,
+    fetch_isolation,
+)
+from replog.replication.follower import EpochRequest, FollowerState, RestartAt
+from replog.replication.isr import IsrChangeProposal, IsrState, isr_expiration_interval_ms
 from replog.replication.machine import (
     NO_LEADER,
     AdvanceLogStart,
@@ -40,6 +48,7 @@ from replog.replication.truncation import (
     EpochEndOffset,
     TruncationDecision,
     assign_epoch,
+    truncation_offset,
 )
 
 LAG = 1_000
@@ -346,6 +355,7 @@ def test_follower_fetches_move_the_hw_once_every_isr_member_reported() -> None:
     d = m.on_fetch(3, 7, 5, 1)
     assert d.actions == (HwChange(4, 7),) and d.high_watermark == 7
     assert m.high_watermark == 7
+    assert m.on_fetch(3, 7, 5, 2).actions == ()  # the same offsets again: no change
 
 
 def test_isr_expands_when_the_follower_reaches_the_hw_and_the_epoch_start() -> None:
@@ -356,7 +366,9 @@ def test_isr_expands_when_the_follower_reaches_the_hw_and_the_epoch_start() -> N
     d = m.on_fetch(3, 10, 5, 2, broker_epoch=77)
     (proposal,) = d.actions
     assert isinstance(proposal, IsrChangeProposal)
+    assert (proposal.leader_id, proposal.leader_epoch) == (1, 5)
     assert proposal.kind is IsrState.PENDING_EXPAND_ISR and proposal.new_isr == (1, 2, 3)
+    assert proposal.current_isr == (1, 2)
     assert proposal.added_broker_epochs == ((3, 77),) and proposal.partition_zk_version == 10
     assert m.in_sync_replicas == (1, 2)  # committed only once ZooKeeper says so
 
@@ -376,6 +388,7 @@ def test_committed_expansion_updates_isr_version_and_state() -> None:
     assert m.is_leader and m.in_sync_replicas == (1, 2, 3)
     assert m.state == lai(1, 5, isr=(1, 2, 3), zk_version=11)
     assert m.leader_state.partition_zk_version == 11 and m.leader_state.pending_isr_change is None
+    assert m.maybe_shrink_isr(1) is None  # the new member is in sync, not suspect
 
 
 def test_committed_shrink_can_move_the_hw() -> None:
@@ -763,3 +776,178 @@ def test_invariants_check_the_leader_state_too() -> None:
     m.leader_state._followers[3].log_end_offset = 5  # the HW (10) is above an ISR member
     with pytest.raises(ReplicationInvariantError):
         m.check_invariants()
+
+
+# -- the parts the machine is made of: LeaderState, FollowerState, pure rules ----------------------
+
+
+def leader_state(*, isr=(1, 2, 3), leo=10, hw=10, now=0, epoch=5, **kw) -> LeaderState:
+    args = dict(
+        broker_id=1,
+        leader_epoch=epoch,
+        assigned_replicas=(1, 2, 3),
+        in_sync_replicas=isr,
+        log_end_offset=leo,
+        high_watermark=hw,
+        now_ms=now,
+        replica_lag_time_max_ms=LAG,
+        min_insync_replicas=2,
+        partition_zk_version=10,
+    )
+    args.update(kw)
+    return LeaderState(**args)
+
+
+def test_leader_state_accepts_the_smallest_valid_settings_and_refuses_each_invalid_one() -> None:
+    ls = leader_state(epoch=0, replica_lag_time_max_ms=1, min_insync_replicas=1)
+    assert ls.leader_epoch == 0 and ls.is_leading
+    for bad in (
+        dict(epoch=-1),
+        dict(replica_lag_time_max_ms=0),
+        dict(min_insync_replicas=0),
+    ):
+        with pytest.raises(ValueError):
+            leader_state(**bad)
+
+
+def test_isr_members_count_as_caught_up_when_leadership_starts_others_never() -> None:
+    ls = leader_state(isr=(1, 2), now=5_000)
+    assert ls.follower_last_caught_up_time_ms(2) == 5_000
+    assert ls.follower_last_caught_up_time_ms(3) == 0
+    # so an ISR member that never fetches is dropped one lag time after the leadership began
+    assert ls.maybe_shrink_isr(5_000 + LAG) is None
+    proposal = ls.maybe_shrink_isr(5_000 + LAG + 1)
+    assert proposal is not None and proposal.new_isr == (1,)
+
+
+def test_a_fetch_at_the_leaders_log_end_is_caught_up_at_that_moment() -> None:
+    ls = leader_state(isr=(1, 2), leo=10, hw=10, now=0)
+    ls.on_follower_fetch(2, 10, now_ms=5_000)
+    assert ls.follower_last_caught_up_time_ms(2) == 5_000
+    ls.on_local_append(20)
+    assert ls.maybe_shrink_isr(5_000 + LAG) is None
+    assert ls.maybe_shrink_isr(5_000 + LAG + 1) is not None
+
+
+def test_an_append_of_nothing_is_not_a_log_moving_back() -> None:
+    ls = leader_state(leo=10, hw=10)
+    assert ls.on_local_append(10) is None
+    with pytest.raises(ReplicationInvariantError):
+        ls.on_local_append(9)
+
+
+def test_isr_write_must_move_the_znode_version_forward() -> None:
+    ls = leader_state(isr=(1, 2))
+    outcome = ls.on_follower_fetch(3, 10, now_ms=1)
+    proposal = outcome.isr_change
+    assert proposal is not None
+    with pytest.raises(ValueError):
+        ls.on_isr_update_result(proposal, 10)  # the version it was proposed at
+    assert ls.on_isr_update_result(proposal, 11).in_sync_replicas == (1, 2, 3)
+
+
+def test_committing_one_removal_keeps_the_other_followers_that_lost_records() -> None:
+    ls = leader_state(leo=10, hw=4)
+    ls.on_follower_fetch(2, 8, now_ms=0)
+    ls.on_follower_fetch(3, 8, now_ms=0)
+    assert ls.high_watermark == 8
+    first = ls.on_follower_fetch(2, 2, now_ms=1)  # 2 restarted without its tail
+    assert first.follower_lost_records and first.isr_change.new_isr == (1, 3)
+    second = ls.on_follower_fetch(3, 2, now_ms=1)  # so did 3, while 2's removal is pending
+    assert second.follower_lost_records and second.isr_change is None
+    ls.on_isr_update_result(first.isr_change, 11)
+    proposal = ls.maybe_shrink_isr(2)  # 3 is still known to have lost records
+    assert proposal is not None and proposal.new_isr == (1,)
+
+
+def test_a_follower_that_lost_records_rejoins_clean_after_an_ineligible_expansion() -> None:
+    ls = leader_state(isr=(1, 2), leo=10, hw=4)
+    ls.on_follower_fetch(2, 10, now_ms=0)
+    assert ls.high_watermark == 10
+    expansion = ls.on_follower_fetch(3, 10, now_ms=0).isr_change
+    assert expansion is not None
+    assert ls.on_follower_fetch(3, 5, now_ms=1).follower_lost_records  # pending member lost some
+    ls.on_isr_update_ineligible(expansion)
+    again = ls.on_follower_fetch(3, 10, now_ms=2).isr_change
+    assert again is not None and again.new_isr == (1, 2, 3)
+    ls.on_isr_update_result(again, 11)
+    assert ls.maybe_shrink_isr(3) is None  # it caught up: no longer counted as having lost records
+
+
+def test_resign_answers_stop_leading_and_drops_a_pending_change() -> None:
+    ls = leader_state(isr=(1, 2))
+    assert ls.on_follower_fetch(3, 10, now_ms=1).isr_change is not None
+    stop = ls.resign("a newer leader epoch")
+    assert stop == StopLeading(5, 10, "a newer leader epoch")
+    assert not ls.is_leading and ls.pending_isr_change is None
+    assert ls.in_sync_replicas == (1, 2) and ls.isr_state is IsrState.COMMITTED
+
+
+def test_rejected_isr_write_outcome() -> None:
+    ls = leader_state(isr=(1, 2))
+    proposal = ls.on_follower_fetch(3, 10, now_ms=1).isr_change
+    outcome = ls.on_isr_update_result(proposal, None)
+    assert outcome.committed is False and outcome.in_sync_replicas == (1, 2)
+    assert outcome.stop_leading is not None and outcome.stop_leading.partition_zk_version == 10
+    assert not ls.is_leading and ls.pending_isr_change is None
+
+
+def test_isr_expiration_runs_at_half_the_lag_time() -> None:
+    assert isr_expiration_interval_ms(1_000) == 500
+    assert isr_expiration_interval_ms(3) == 1
+    assert isr_expiration_interval_ms(2) == 1
+    assert isr_expiration_interval_ms(1) == 1
+
+
+def test_broker_zero_is_a_follower_not_a_consumer() -> None:
+    assert fetch_isolation(0, READ_UNCOMMITTED) is FetchIsolation.LOG_END
+    assert fetch_isolation(0, READ_COMMITTED) is FetchIsolation.LOG_END
+    m, _ = make(broker_id=1, leo=10, hw=4)
+    m.on_leader_and_isr(lai(1, 5, isr=(0, 1), replicas=(0, 1)), 0)
+    d = m.on_fetch(0, 6, 5, 0)
+    assert d.bounds == FetchBounds(ErrorCode.none, 6, 10)  # to the log end, past the HW
+    assert d.actions == (HwChange(4, 6),)  # and it counts as the follower it is
+
+
+def test_fetch_out_of_range_reads_nothing() -> None:
+    for offset in (1, 11):
+        bounds = fetch_bounds(
+            fetch_offset=offset,
+            log_start_offset=2,
+            high_watermark=5,
+            log_end_offset=10,
+            isolation=FetchIsolation.LOG_END,
+        )
+        assert bounds == FetchBounds(ErrorCode.offset_out_of_range, offset, offset)
+
+
+def test_follower_state_refuses_negative_offsets() -> None:
+    for leo, hw in ((-1, 0), (0, -1)):
+        with pytest.raises(ValueError):
+            FollowerState(
+                broker_id=1, leader_id=2, leader_epoch=5, log_end_offset=leo, high_watermark=hw
+            )
+
+
+def test_truncating_to_zero_leaves_an_empty_log() -> None:
+    m, log = following(leo=10, hw=0, epochs=())
+    decision = m.next_truncation_step()
+    assert decision == TruncationDecision(0, True)
+    log.log_end_offset = 1
+    with pytest.raises(ReplicationInvariantError):
+        m.on_truncated(decision)
+    log.log_end_offset = 0
+    m.on_truncated(decision)
+    assert m.fetch_offset == 0
+
+
+def test_truncation_with_no_local_epoch_trusts_the_leaders_offset_within_the_log() -> None:
+    # the epoch cache is empty by the time the answer comes back
+    assert truncation_offset((), 10, 4, EpochEndOffset(3, 7)) == TruncationDecision(7, True)
+    assert truncation_offset((), 10, 4, EpochEndOffset(3, 12)) == TruncationDecision(10, True)
+
+
+def test_truncation_never_goes_past_the_local_log_end() -> None:
+    # an epoch cache that runs ahead of the log (its tail was lost, the cache not yet cut)
+    entries = ((1, 0), (3, 12))
+    assert truncation_offset(entries, 10, 4, EpochEndOffset(1, 15)) == TruncationDecision(10, True)
