@@ -233,13 +233,19 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[index]
 
 
-def partition_leaders(bootstrap: str, topic: str, timeout_s: float = 10) -> dict[int, int]:
-    """Partition -> leader broker id, from a Metadata request (-1: no leader)."""
+def partition_leaders(bootstrap: str, topic: str, timeout_s: float = 30) -> dict[int, int]:
+    """Partition -> leader broker id, from Metadata requests until every partition has one
+    (a broker the controller has not told about the topic yet answers without it)."""
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    meta = admin.list_topics(topic=topic, timeout=timeout_s).topics[topic]
-    return {p: m.leader for p, m in meta.partitions.items()}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        meta = admin.list_topics(topic=topic, timeout=10).topics.get(topic)
+        leaders = {} if meta is None else {p: m.leader for p, m in meta.partitions.items()}
+        if (leaders and min(leaders.values()) >= 0) or time.monotonic() > deadline:
+            return leaders
+        time.sleep(0.1)
 
 
 def latency_summary(values_ns: list[int]) -> dict[str, float | None]:

@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/failover_kill.py [--kills 5] [--partitions 3] [--rate 3000]
                                             [--session-timeout-ms 6000]
-                                            [--retry-backoff-max-ms MS] [--keep]
+                                            [--retry-backoff-max-ms MS] [--client-debug CONTEXTS]
+                                            [--broker-override KEY=VALUE ...] [--keep]
 
 3 brokers (a LocalCluster, ``zookeeper.session.timeout.ms`` as given), one topic of
 ``--partitions`` partitions, RF 3, ``min.insync.replicas=2``. Two client processes run
@@ -29,8 +30,9 @@ a znode's deletion. Measured, for the partition it led:
 * **first consume**: the first such record returned to the consumer;
 
 and, for context, when the victim's ``/brokers/ids`` znode went (session expiry) and when
-ZooKeeper first named a new leader (kazoo watches), and the last partition to acknowledge a
-post-kill record (partitions the victim only followed wait for the ISR shrink too). Every
+ZooKeeper first named a new leader (kazoo watches), the last partition to acknowledge a
+post-kill record ("all acked"), and the last of the partitions the victim only followed
+("followed": their acks=all produces wait for the controller to drop it from the ISR). Every
 acknowledged record must be consumed: the count of acknowledged records never consumed is
 printed. The victim is restarted and back in every ISR before the next kill. Prints each
 kill, the medians, and one JSON line. Nothing is asserted.
@@ -328,6 +330,10 @@ def analyse(
         kill["first_consume_s"] = first_after(r_send, r_recv, r_part, p, k)
         every = [first_after(a_send, a_ack, a_part, q, k) for q in range(partitions)]
         kill["every_partition_ack_s"] = None if None in every else max(every)
+        followed = [every[q] for q in range(partitions) if q not in kill["led"]]
+        kill["followed_partitions_ack_s"] = (
+            None if not followed or None in followed else max(followed)
+        )
     consumed = set(zip(r_part, r_send, strict=True))
     lost = sum(1 for key in zip(a_part, a_send, strict=True) if key not in consumed)
 
@@ -345,6 +351,7 @@ def analyse(
                 "first_ack_s",
                 "first_consume_s",
                 "every_partition_ack_s",
+                "followed_partitions_ack_s",
             )
         },
         "sent": produced["sent"],
@@ -368,7 +375,8 @@ def report(result: dict[str, Any], args: argparse.Namespace) -> None:
     )
     print(
         f"{'kill':<6}{'victim':>7}{'part':>6}  {'znode gone':>11}{'zk leader':>10}"
-        f"{'first ack':>10}{'first read':>11}{'all acked':>10}   (seconds after SIGKILL)"
+        f"{'first ack':>10}{'first read':>11}{'all acked':>10}{'followed':>10}"
+        "   (seconds after SIGKILL)"
     )
 
     def s(v: float | None) -> str:
@@ -379,13 +387,14 @@ def report(result: dict[str, Any], args: argparse.Namespace) -> None:
         print(
             f"{i + 1:<6}{k['victim']:>7}{k['partition']:>6}  {s(k['znode_gone_s']):>11}"
             f"{s(k['new_leader_in_zk_s']):>10}{s(k['first_ack_s']):>10}"
-            f"{s(k['first_consume_s']):>11}{s(k['every_partition_ack_s']):>10}{note}"
+            f"{s(k['first_consume_s']):>11}{s(k['every_partition_ack_s']):>10}"
+            f"{s(k['followed_partitions_ack_s']):>10}{note}"
         )
     m = result["median"]
     print(
         f"{'median':<19}  {s(m['znode_gone_s']):>11}{s(m['new_leader_in_zk_s']):>10}"
         f"{s(m['first_ack_s']):>10}{s(m['first_consume_s']):>11}"
-        f"{s(m['every_partition_ack_s']):>10}"
+        f"{s(m['every_partition_ack_s']):>10}{s(m['followed_partitions_ack_s']):>10}"
     )
     print(
         f"records: {result['sent']:,} sent, {result['acknowledged']:,} acknowledged, "
@@ -413,6 +422,13 @@ def main() -> None:
         help="librdkafka debug contexts (e.g. metadata,topic,broker), logged to "
         "producer.log / consumer.log in the work directory (with --keep)",
     )
+    parser.add_argument(
+        "--broker-override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="broker configuration for the experiment (e.g. replica.fetch.backoff.ms=50)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep bench/out/failover-kill-*")
     args = parser.parse_args()
     client_config: dict[str, Any] = {}
@@ -424,6 +440,7 @@ def main() -> None:
     from kazoo.client import KazooClient
 
     overrides = {"zookeeper.session.timeout.ms": str(args.session_timeout_ms)}
+    overrides.update(kv.split("=", 1) for kv in args.broker_override)
     ctx = mp.get_context("spawn")
     acked = ctx.RawArray("q", args.partitions)
     consumed = ctx.RawArray("q", args.partitions)

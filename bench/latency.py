@@ -407,6 +407,7 @@ def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
             + "  "
             + "".join(_ms(a[k]) for k in ("p50_ms", "p99_ms", "p999_ms", "max_ms"))
             + f"  {r['max_schedule_lag_ms']:>9.1f}{r['not_received']:>6}"
+            + f"{r['load_average_1min']:>6.1f}"
         )
 
 
