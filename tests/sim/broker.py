@@ -173,6 +173,7 @@ class SimBroker:
         )
         self.controller_epoch = -1
         self.pending_acks: list[PendingAck] = []
+        self.timers_term = -1  # the leadership the ISR timers run for
         self.outstanding: tuple[str, int] | None = None
         self.next_corr = 0
         self.last_corr_from: dict[tuple[int, int], int] = {}
@@ -280,6 +281,8 @@ class SimBroker:
                         f"leader at epoch {action.leader_epoch} leo={self.log.log_end_offset} "
                         f"hw={m.high_watermark} isr={list(m.in_sync_replicas)}"
                     )
+                if action.role is MachineRole.LEADER and action.term != self.timers_term:
+                    self.timers_term = action.term
                     interval = isr_expiration_interval_ms(cfg.replica_lag_time_max_ms)
                     self._arm(interval, "isr_expiration", action.term)
                     self._arm(

@@ -261,13 +261,16 @@ class PartitionMachine:
             return ErrorCode.unknown_topic_or_partition, []
         if self.state is not None:
             if state.leader_epoch < self.state.leader_epoch:
-                return ErrorCode.stale_controller_epoch, []
+                return ErrorCode.stale_controller_epoch, []  # Kafka's answer to an old epoch
             if state.leader_epoch == self.state.leader_epoch:
-                return ErrorCode.none, []
+                return ErrorCode.none, []  # a resend (controller failover): already applied
+        # Still the leader at a newer epoch (the controller shrank the ISR, say): the log
+        # was not truncated in between, so produces waiting on acks=all keep their term.
+        continuing = self.is_leader and state.leader == self.broker_id
         actions = self._end_role()
         self.state = state
         if state.leader == self.broker_id:
-            actions += self._become_leader(state, now_ms)
+            actions += self._become_leader(state, now_ms, continuing=continuing)
         elif state.leader == NO_LEADER:
             self.term += 1
             actions.append(RoleChange(Role.NONE, state.leader_epoch, self.term))
@@ -299,7 +302,9 @@ class PartitionMachine:
         self.role = Role.NONE
         return actions
 
-    def _become_leader(self, state: PartitionLeadership, now_ms: int) -> list[Action]:
+    def _become_leader(
+        self, state: PartitionLeadership, now_ms: int, *, continuing: bool
+    ) -> list[Action]:
         leo = self.log.log_end_offset
         before = self._high_watermark
         self.leader_state = LeaderState(
@@ -315,7 +320,8 @@ class PartitionMachine:
             partition_zk_version=state.zk_version,
         )
         self.role = Role.LEADER
-        self.term += 1
+        if not continuing:
+            self.term += 1
         actions: list[Action] = [
             AssignLeaderEpoch(state.leader_epoch, leo),
             RoleChange(Role.LEADER, state.leader_epoch, self.term),
@@ -435,7 +441,9 @@ class PartitionMachine:
 
         Tied to the leadership it was appended in: once that ends (even if this
         broker leads again later, its log may have been truncated and rewritten
-        meanwhile) the answer is NOT_LEADER_OR_FOLLOWER.
+        meanwhile) the answer is NOT_LEADER_OR_FOLLOWER. A newer leader epoch
+        that keeps this broker leading continues the term, as Kafka's delayed
+        produce survives it.
         """
         ls = self.leader_state
         if term != self.term or ls is None or not ls.is_leading:
