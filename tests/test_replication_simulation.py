@@ -1,46 +1,57 @@
-"""Deterministic simulation of replication (FoundationDB / TigerBeetle VOPR style).
+"""Deterministic simulation of replication and the controller (FoundationDB / TigerBeetle VOPR style).
 
-Random runs: a few seeds per fault profile, thousands of steps each, invariants
-after every step (see ``tests/sim/world.py``), then every fault healed and the
-replicas required to converge to identical logs holding every acknowledged
-record. Scripted runs: the two failure cases of seed 003 (KIP-101), with
-leader-epoch truncation and with the old high-watermark truncation, plus the
-zombie leader of seed 000.
+The simulator drives the shipped code: the replication core in the brokers, the
+controller's decisions (``replog.controller.decisions``, applied as
+``KafkaController`` applies them) over an in-memory ZooKeeper; it replaces only
+the world (network, disks, clocks, ZooKeeper sessions, faults).
+
+Random runs: a fixed short set of seeds per fault profile, thousands of steps
+each, invariants after every step (see ``tests/sim/world.py``), then every fault
+healed and the cluster required to converge within a bounded simulated time
+(liveness) to identical logs holding every acknowledged record. Regressions:
+every seed in ``tests/sim/regressions.py``. Planted bugs, in a replication rule
+or in the controller, must make a seed fail. Scripted runs: the two failure
+cases of seed 003 (KIP-101), with leader-epoch truncation and with the old
+high-watermark truncation, the zombie leader of seed 000, and one scenario per
+world fault (controller failover, one-way link, broker cut from ZooKeeper).
+
+Longer searches: ``PYTHONPATH=tests .venv/bin/python -m sim.run --seconds 600``.
 
 Environment:
-  REPLOG_SIM_SEEDS=N     run N seeds per profile (default 5)
+  REPLOG_SIM_SEEDS=N     run seeds 0..N-1 per profile instead of the fixed set
   REPLOG_SIM_SEED=S      run only seed S (replay a failure)
   REPLOG_SIM_STEPS=K     steps per run (default 20000)
-  REPLOG_SIM_PROFILE=P   run only profile P (flushed, lossy, five)
+  REPLOG_SIM_PROFILE=P   run only profile P (flushed, lossy, five, control)
   REPLOG_SIM_TRACE=all   keep the whole step trace for the failure report (default: last 600)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
 
+from replog.controller import controller_zk, state_machines
+from replog.controller.election import ElectionResult
 from replog.replication.core import LeaderState
 from replog.replication.follower import FollowerPhase
 from sim.broker import TruncationRule
-from sim.network import NetworkConfig
-from sim.world import SimConfig, SimInvariantViolation, World
+from sim.network import ControllerWork, NetworkConfig
+from sim.regressions import REGRESSIONS, Regression
+from sim.run import DEFAULT_STEPS, PROFILES, run_random
+from sim.world import PROBE, SimConfig, SimInvariantViolation, World
 
-PROFILES: dict[str, SimConfig] = {
-    # every append reaches the disk; crashes keep whole logs
-    "flushed": SimConfig(flush_on_append=True, lossy_crashes=False),
-    # appends are flushed every ~1.5 s; crashes may lose the unflushed tail
-    "lossy": SimConfig(flush_on_append=False, lossy_crashes=True),
-    # five replicas, min.insync.replicas=3, lossy
-    "five": SimConfig(replicas=5, min_insync_replicas=3, flush_on_append=False),
-}
+# Seeds for make test: a fixed short set (about 1 s of wall time per run).
+FIXED_SEEDS = (0, 1, 2)
 
 
 def _seeds() -> list[int]:
     if "REPLOG_SIM_SEED" in os.environ:
         return [int(os.environ["REPLOG_SIM_SEED"])]
-    return list(range(int(os.environ.get("REPLOG_SIM_SEEDS", "5"))))
+    if "REPLOG_SIM_SEEDS" in os.environ:
+        return list(range(int(os.environ["REPLOG_SIM_SEEDS"])))
+    return list(FIXED_SEEDS)
 
 
 def _profiles() -> list[str]:
@@ -48,35 +59,33 @@ def _profiles() -> list[str]:
     return [only] if only else list(PROFILES)
 
 
-STEPS = int(os.environ.get("REPLOG_SIM_STEPS", "20000"))
-
-
-def run_random(seed: int, config: SimConfig, steps: int = STEPS, label: str = "") -> World:
-    world = World(seed, config, label=label)
-    try:
-        world.start()
-        world.run(steps)
-        world.heal_and_converge()
-        world.check_acked_everywhere()
-    except SimInvariantViolation:
-        raise
-    except Exception as exc:  # a core assertion or a glue error: still print the replay
-        raise AssertionError(f"{type(exc).__name__}: {exc}\n{world.failure_report()}") from exc
-    return world
+STEPS = int(os.environ.get("REPLOG_SIM_STEPS", str(DEFAULT_STEPS)))
 
 
 @pytest.mark.parametrize("profile", _profiles())
 @pytest.mark.parametrize("seed", _seeds())
 def test_random_simulation(profile: str, seed: int) -> None:
-    config = PROFILES[profile]
-    world = run_random(seed, config, label=profile)
+    world = run_random(seed, PROFILES[profile], STEPS, label=profile)
     print(f"profile={profile} seed={seed} {world.summary()}")
     # the run did something: records were committed and acknowledged through faults
     assert len(world.committed) > 50 and len(world.acked) > 50, world.summary()
     assert world.stats.get("crash", 0) + world.stats.get("crash_lossy", 0) > 0
+    assert world.stats.get("controller_elected", 0) > 1, "no controller failover happened"
     assert world.controller.state.leader_epoch > 1
     leader_log = world.brokers[world.controller.state.leader].log.records
     assert all(b.log.records == leader_log for b in world.brokers.values())
+    assert leader_log[-1].payload == PROBE  # liveness: a produce after heal was acknowledged
+
+
+@pytest.mark.parametrize(
+    "regression", REGRESSIONS, ids=[f"{r.profile}-{r.seed}" for r in REGRESSIONS]
+)
+def test_regression_seed(regression: Regression, request) -> None:
+    """Each seed that found a bug still runs clean (an open bug is a strict xfail)."""
+    if regression.open_bug is not None:
+        request.applymarker(pytest.mark.xfail(reason=f"open: {regression.open_bug}", strict=True))
+    config = dataclasses.replace(PROFILES[regression.profile], tolerated=regression.tolerate)
+    run_random(regression.seed, config, regression.steps, label=regression.profile)
 
 
 def test_random_simulation_is_deterministic() -> None:
@@ -97,11 +106,13 @@ def test_random_simulation_catches_high_watermark_truncation() -> None:
     assert kinds <= {"hw_above_isr_leo", "committed_lost", "committed_changed"}
 
 
-def _first_violation(seeds: range, steps: int = 6000) -> SimInvariantViolation | None:
+def _first_violation(
+    seeds: range, steps: int = 6000, profile: str = "lossy"
+) -> SimInvariantViolation | AssertionError | None:
     for seed in seeds:
         try:
-            run_random(seed, PROFILES["lossy"], steps=steps)
-        except SimInvariantViolation as exc:
+            run_random(seed, PROFILES[profile], steps=steps)
+        except AssertionError as exc:
             return exc
     return None
 
@@ -117,7 +128,7 @@ def test_simulation_catches_a_leader_that_ignores_rejected_isr_writes(monkeypatc
 
     monkeypatch.setattr(LeaderState, "on_isr_update_result", apply_anyway)
     found = _first_violation(range(12))
-    assert found is not None
+    assert isinstance(found, SimInvariantViolation)
     assert found.kind in {"committed_lost", "committed_changed", "hw_above_isr_leo"}
 
 
@@ -135,7 +146,38 @@ def test_simulation_catches_hw_advanced_before_every_isr_follower_reported(monke
 
     monkeypatch.setattr(LeaderState, "_maybe_increment_high_watermark", skip_unknown)
     found = _first_violation(range(6), steps=3000)
-    assert found is not None and found.kind in {"hw_above_isr_leo", "committed_lost"}
+    assert isinstance(found, SimInvariantViolation)
+    assert found.kind in {"hw_above_isr_leo", "committed_lost"}
+
+
+def test_simulation_catches_a_controller_electing_outside_the_isr(monkeypatch) -> None:
+    """A bug planted in the controller's election (first live replica, in sync or not)."""
+
+    def any_live_replica(assignment, isr, live, unclean_allowed):
+        for replica in assignment:
+            if replica in live:
+                return ElectionResult(replica, (replica,), was_unclean=replica not in isr)
+        return None
+
+    monkeypatch.setattr(state_machines, "offline_partition_leader", any_live_replica)
+    found = _first_violation(range(6), steps=6000)
+    assert isinstance(found, SimInvariantViolation), found
+    assert found.kind in {"committed_lost", "committed_changed", "hw_beyond_commit"}
+
+
+def test_simulation_catches_a_controller_whose_writes_are_not_fenced(monkeypatch) -> None:
+    """A bug planted in the controller's IO: writes guarded by ZooKeeper's current
+    ``/controller_epoch`` version instead of the one the controller was elected at."""
+    original = controller_zk.write_decision
+
+    def unfenced(zk, d):
+        d.context.controller_epoch_zk_version = zk.controller_epoch_version
+        return original(zk, d)
+
+    monkeypatch.setattr(controller_zk, "write_decision", unfenced)
+    found = _first_violation(range(6), steps=6000, profile="control")
+    assert isinstance(found, SimInvariantViolation), found
+    assert found.kind == "unfenced_write"
 
 
 # -- scripted scenarios (seed 003 / KIP-101) -------------------------------------------------
@@ -206,7 +248,7 @@ def test_seed_003_scenario_1_leader_epoch_truncation_keeps_committed_records() -
     world = scenario_1(TruncationRule.LEADER_EPOCH)
     world.heal_and_converge()
     world.check_acked_everywhere()
-    assert payloads(world, 1) == payloads(world, 2) == ["m0", "m1", "m2"]
+    assert payloads(world, 1) == payloads(world, 2) == ["m0", "m1", "m2", PROBE]
     assert world.violations == []
 
 
@@ -217,7 +259,7 @@ def test_seed_003_scenario_1_high_watermark_truncation_loses_a_committed_record(
     assert "committed_lost" in kinds
     # m1 was acknowledged to the producer, and no replica has it any more
     assert "m1" in world.acked_payloads
-    assert payloads(world, 1) == payloads(world, 2) == ["m0", "m2"]
+    assert payloads(world, 1) == payloads(world, 2) == ["m0", "m2", PROBE]
 
 
 def scenario_2(rule: TruncationRule) -> World:
@@ -232,7 +274,8 @@ def scenario_2(rule: TruncationRule) -> World:
     a.log.hw_checkpoint = a.high_watermark  # A's checkpoint says 2
     world.crash(1)
     world.crash(2)
-    assert world.controller.state.leader == -1 and world.controller.state.isr == (2,)
+    # the controller ran on A: nobody is left to act, ZooKeeper still names A
+    assert world.controller.state.leader == 1 and world.controller.state.isr == (1, 2)
     world.restart(2)  # B first: the only ISR member, so it leads
     world.run_until(lambda: b.is_acting_leader)
     commit(world, 2, "m2")
@@ -244,7 +287,7 @@ def test_seed_003_scenario_2_leader_epoch_truncation_keeps_replicas_identical() 
     world = scenario_2(TruncationRule.LEADER_EPOCH)
     world.heal_and_converge()
     world.check_acked_everywhere()
-    assert payloads(world, 1) == payloads(world, 2) == ["m0", "m1", "m2"]
+    assert payloads(world, 1) == payloads(world, 2) == ["m0", "m1", "m2", PROBE]
     assert world.violations == []
 
 
@@ -279,7 +322,7 @@ def power_failure(rule: TruncationRule) -> World:
 def test_seed_003_power_failure_leader_epoch_truncation_converges() -> None:
     world = power_failure(TruncationRule.LEADER_EPOCH)
     world.heal_and_converge()
-    assert payloads(world, 1) == payloads(world, 2) == ["n0"]
+    assert payloads(world, 1) == payloads(world, 2) == ["n0", PROBE]
     assert world.violations == []
 
 
@@ -308,4 +351,108 @@ def test_seed_000_zombie_leader_cannot_commit_and_steps_down() -> None:
     assert "z1" in payloads(world, 1) and "z1" not in world.acked_payloads
     world.heal_and_converge()
     world.check_acked_everywhere()
-    assert payloads(world, 1) == payloads(world, 2) == payloads(world, 3) == ["m0", "m1"]
+    assert payloads(world, 1) == payloads(world, 2) == payloads(world, 3) == ["m0", "m1", PROBE]
+
+
+# -- scripted world faults -------------------------------------------------------------------
+
+
+def three_replicas(**overrides) -> World:
+    """Three replicas, min.insync.replicas=2, b1 leads and hosts the controller; m0 committed."""
+    world = scripted(TruncationRule.LEADER_EPOCH, replicas=3, min_insync_replicas=2, **overrides)
+    commit(world, 1, "m0")
+    world.run_until(lambda: all(b.high_watermark == 1 for b in world.brokers.values()))
+    return world
+
+
+def test_controller_failover_fences_the_old_controllers_writes() -> None:
+    """The controller's session expires while it handles a broker change: another broker
+    takes over (a new controller epoch) before the old one writes; its write fails on
+    ``/controller_epoch``'s version and it resigns."""
+    world = three_replicas()
+    old = world.controller.controllers[1]
+    assert old.is_active and world.controller.controller_epoch == 1
+    world.controller.zk.expire_session(1)  # the old controller has not noticed yet
+    world.brokers[1].session_expired = True
+    world.run_until(lambda: world.controller.active is not None)
+    new = world.controller.active
+    assert new.broker_id != 1 and world.controller.controller_epoch == 2
+    assert world.controller.state.leader != 1  # the new controller moved leadership off b1
+    epoch_before = world.controller.state.leader_epoch
+    # the broker change the old controller was in the middle of: b1 is gone, re-elect
+    world.controller.run(ControllerWork(1, old.generation, "broker_change"))
+    assert not old.is_active and world.stats.get("controller_fenced") == 1
+    assert world.controller.state.leader_epoch == epoch_before
+    world.heal_and_converge()
+    world.check_acked_everywhere()
+
+
+def test_one_way_partition_from_the_leader_shrinks_the_isr_then_heals() -> None:
+    """b1 -> b3 is cut, b3 -> b1 is not: b3's fetches reach the leader, the answers do
+    not. b3 falls behind and leaves the ISR; acks=all goes on with b1 and b2."""
+    world = three_replicas()
+    world.cut_link(1, 3, 30_000, both_ways=False)
+    for i in range(5):
+        commit(world, 1, f"p{i}")
+    world.run_until(lambda: 3 not in world.controller.state.isr, max_events=50_000)
+    assert world.brokers[3].log.log_end_offset == 1
+    world.heal_and_converge()
+    world.check_acked_everywhere()
+    assert payloads(world, 3)[-1] == PROBE
+
+
+def test_leader_cut_from_zookeeper_keeps_serving_until_its_session_expires() -> None:
+    """The leader loses ZooKeeper but not its followers: its ISR write waits; after the
+    session timeout the controller moves leadership; on reconnection the held write is
+    refused and the old leader stops leading. No acknowledged record is lost."""
+    world = three_replicas()
+    world.cut_from_zookeeper(1, 10_000)
+    world.crash(3)  # the controller (on b1) cannot hear of it
+    world.produce(1, "z1")  # b3 falls behind: the leader shrinks the ISR, the write waits
+    world.run_until(lambda: world.controller.held_writes, max_events=50_000)
+    assert world.brokers[1].is_acting_leader  # still serving fetches meanwhile
+    world.run_until(lambda: world.controller.state.leader == 2, max_events=50_000)
+    world.run_until(lambda: not world.brokers[1].is_acting_leader, max_events=50_000)
+    assert not world.controller.held_writes
+    world.heal_and_converge()
+    world.check_acked_everywhere()
+
+
+def test_clock_jump_fires_a_brokers_timers_early() -> None:
+    world = three_replicas()
+    world.jump_clock(2, 5_000)
+    assert world.stats["clock_jump"] == 1 and world.local_now(2) == world.now + 5_000
+    world.heal_and_converge()
+
+
+# -- open bugs, scripted (see sim/regressions.py) ---------------------------------------------
+
+
+def isr_expanded_behind_the_controllers_back(**overrides) -> World:
+    """b3 fails and comes back; b1 adds it to the ISR again. ISR change notifications
+    wait out a 5 s blackout, so the controller still believes the ISR is [1, 2]."""
+    world = three_replicas(**overrides)
+    world.crash(3)
+    world.run_until(lambda: world.controller.state.isr == (1, 2))
+    world.restart(3)
+    world.run_until(lambda: sorted(world.controller.state.isr) == [1, 2, 3])
+    known = world.controller.active.context.partition_leadership
+    assert sorted(next(iter(known.values())).leader_and_isr.isr) == [1, 2]
+    return world
+
+
+@pytest.mark.xfail(strict=True, raises=SimInvariantViolation, reason="open: see regressions.py")
+def test_controller_takes_a_failed_broker_out_of_an_isr_it_has_not_heard_of() -> None:
+    world = isr_expanded_behind_the_controllers_back(tolerated=frozenset())
+    world.crash(3)
+    world.run_until(lambda: 3 not in world.controller.active.context.live_brokers)
+    assert 3 not in world.controller.state.isr
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="open: see regressions.py")
+def test_a_bounced_broker_gets_leader_and_isr_after_a_version_conflict() -> None:
+    world = isr_expanded_behind_the_controllers_back()
+    b2 = world.brokers[2]
+    world.crash(2)
+    world.restart(2)  # one broker change: b2 bounced; the partition write loses the race
+    world.run_until(lambda: b2.known_leader_epoch >= 0, deadline_ms=world.now + 30_000)

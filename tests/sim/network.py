@@ -1,16 +1,22 @@
 """Virtual clock, event queue and a fake network for the replication simulation.
 
-The network delays every message, and (when configured) drops, duplicates and
-reorders them and takes links down. Controller traffic (LeaderAndIsr, answers
-to ZooKeeper writes) goes over ``send_reliable``: in order per destination and
-never lost while the destination lives, like Kafka's ControllerChannelManager
-retrying on its own connection.
+Peer traffic (``send``: fetches, OffsetsForLeaderEpoch, produce) is delayed by a
+random time, so messages overtake each other (reordering); when configured it
+is also dropped, duplicated, or held up by a latency spike, and it is lost on a
+link that is cut. Links are one-way: ``cut_link(a, b)`` stops a -> b only
+(an asymmetric partition); cut both directions for a full one.
+
+Controller and ZooKeeper traffic (LeaderAndIsr, answers to ZooKeeper writes)
+goes over ``send_reliable``: in order per connection and never lost while the
+destination lives, like Kafka's ControllerChannelManager retrying on its own
+connection. A cut link holds it until the link heals.
 """
 
 from __future__ import annotations
 
 import heapq
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,13 +34,18 @@ class Record:
 
 @dataclass(frozen=True, slots=True)
 class ZkPartitionState:
-    """``/brokers/topics/t/partitions/0/state`` plus its znode version."""
+    """``/brokers/topics/t/partitions/0/state`` plus its znode version and the assignment.
+
+    What one partition of a LeaderAndIsr request carries; ``controller_epoch`` is
+    the epoch of the controller that wrote the state.
+    """
 
     leader: int
     leader_epoch: int
     isr: tuple[int, ...]
     zk_version: int
     assigned: tuple[int, ...]
+    controller_epoch: int = 0
 
 
 # -- messages ------------------------------------------------------------------------
@@ -96,6 +107,7 @@ class LeaderAndIsr:
     dst: int
     state: ZkPartitionState
     broker_epoch: int  # the registration the controller is talking to
+    controller_epoch: int = 0  # the sender's epoch (a broker refuses an older one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +126,7 @@ class IsrUpdateResult:
 @dataclass(frozen=True, slots=True)
 class Deliver:
     message: Any
+    sender_incarnation: int | None = None  # which process of the sender sent it
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +146,19 @@ class WorldEvent:
     token: Any = None
 
 
+@dataclass(frozen=True, slots=True)
+class ControllerWork:
+    """One event for the controller of ``broker`` (Kafka's ``ControllerEvent``s): a
+    ZooKeeper watch fired (``reelect``, ``broker_change``, ``isr_change``) or the
+    session ended (``expire``). ``generation`` is the broker's ZooKeeper session as
+    the controller knows it: an event queued before the broker learned that its
+    session expired is dropped (Kafka's ``Expire`` clears the queue)."""
+
+    broker: int
+    generation: int
+    kind: str
+
+
 class EventQueue:
     """Events ordered by (time, insertion order): deterministic for a given seed."""
 
@@ -147,6 +173,23 @@ class EventQueue:
     def pop(self) -> tuple[int, Any]:
         at, _, event = heapq.heappop(self._heap)
         return at, event
+
+    def peek_time(self) -> int | None:
+        return self._heap[0][0] if self._heap else None
+
+    def advance_timers(self, broker: int, now_ms: int, jump_ms: int) -> int:
+        """``broker``'s clock jumped ``jump_ms`` forward: its timers fire that much sooner
+        (never before ``now_ms``). Returns how many timers moved."""
+        moved = 0
+        heap = []
+        for at, seq, event in self._heap:
+            if isinstance(event, Timer) and event.broker == broker and at > now_ms:
+                at = max(now_ms, at - jump_ms)
+                moved += 1
+            heap.append((at, seq, event))
+        heapq.heapify(heap)
+        self._heap = heap
+        return moved
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -182,9 +225,13 @@ class Network:
     config: NetworkConfig
     rng: random.Random
     queue: EventQueue
-    links_down: dict[frozenset[int], int] = field(default_factory=dict)  # link -> heals at
+    links_down: dict[tuple[int, int], int] = field(default_factory=dict)  # (src, dst) -> heals at
     channel_extra_delay_ms: dict[tuple[str, int], int] = field(default_factory=dict)
     _reliable_tail: dict[tuple[str, int], int] = field(default_factory=dict)
+    # The world's ZooKeeper connection per broker: returns True when it took the
+    # message (an answer to a write that cannot reach ZooKeeper yet).
+    zookeeper_gate: Callable[[int, Any], bool] | None = None
+    incarnation_of: Callable[[int], int | None] = lambda _broker: None
     sent: int = 0
     dropped: int = 0
     duplicated: int = 0
@@ -195,9 +242,17 @@ class Network:
             return self.rng.randint(c.max_delay_ms, c.spike_max_ms)
         return self.rng.randint(c.min_delay_ms, c.max_delay_ms)
 
-    def link_is_down(self, a: int, b: int, now_ms: int) -> bool:
-        heal = self.links_down.get(frozenset((a, b)))
-        return heal is not None and now_ms < heal
+    def cut_link(self, src: int, dst: int, until_ms: int) -> None:
+        """Messages from ``src`` to ``dst`` are lost (reliable ones held) until ``until_ms``."""
+        key = (src, dst)
+        self.links_down[key] = max(until_ms, self.links_down.get(key, 0))
+
+    def link_heals_at(self, src: int, dst: int, now_ms: int) -> int | None:
+        heal = self.links_down.get((src, dst))
+        return heal if heal is not None and now_ms < heal else None
+
+    def link_is_down(self, src: int, dst: int, now_ms: int) -> bool:
+        return self.link_heals_at(src, dst, now_ms) is not None
 
     def send(self, now_ms: int, src: int, dst: int, message: Any) -> None:
         """Peer traffic: may be delayed, dropped, duplicated, reordered."""
@@ -208,23 +263,38 @@ class Network:
         if self.config.drop_probability and self.rng.random() < self.config.drop_probability:
             self.dropped += 1
             return
-        self.queue.push(now_ms + self._delay(), Deliver(message))
+        deliver = Deliver(message, self.incarnation_of(src))
+        self.queue.push(now_ms + self._delay(), deliver)
         if (
             self.config.duplicate_probability
             and self.rng.random() < self.config.duplicate_probability
         ):
             self.duplicated += 1
-            self.queue.push(now_ms + self._delay(), Deliver(message))
+            self.queue.push(now_ms + self._delay(), deliver)
 
-    def send_reliable(self, now_ms: int, dst: int, message: Any, *, channel: str) -> None:
+    def send_reliable(
+        self, now_ms: int, dst: int, message: Any, *, channel: str, src: int | None = None
+    ) -> None:
         """Controller or ZooKeeper traffic: delayed, but in order per channel and never lost.
 
-        ``channel`` separates the controller's connection to a broker from the
-        broker's own ZooKeeper session: an answer to a ZooKeeper write can
-        overtake a LeaderAndIsr the controller sent earlier.
+        ``channel`` names the connection: each controller's connection to a broker
+        (``controller:<broker>:<epoch>``), the broker's own ZooKeeper session
+        (``zookeeper``). An answer to a ZooKeeper write can overtake a LeaderAndIsr
+        the controller sent earlier, and a new controller's request can overtake an
+        old one's. Extra delays in ``channel_extra_delay_ms`` are keyed by the
+        channel's kind (the part before the first ``:``). With ``src`` given, a cut
+        ``src -> dst`` link holds the message until it heals (the sender retries).
         """
+        if channel == "zookeeper" and self.zookeeper_gate and self.zookeeper_gate(dst, message):
+            return
         key = (channel, dst)
-        delay = self._delay() + self.channel_extra_delay_ms.get(key, 0)
-        at = max(now_ms + delay, self._reliable_tail.get(key, 0))
+        kind = channel.split(":", 1)[0]
+        start = now_ms
+        if src is not None:
+            heal = self.link_heals_at(src, dst, now_ms)
+            if heal is not None:
+                start = heal
+        delay = self._delay() + self.channel_extra_delay_ms.get((kind, dst), 0)
+        at = max(start + delay, self._reliable_tail.get(key, 0))
         self._reliable_tail[key] = at
         self.queue.push(at, Deliver(message))

@@ -1,0 +1,81 @@
+"""Every seed that found a bug, kept: ``tests/test_replication_simulation.py`` runs them all.
+
+Add an entry when ``python -m sim.run`` (or a test) finds a bug: the seed, the
+profile and the steps it needs, and one line on what broke and why. An entry
+whose bug is still open names it in ``open_bug``: its test is an xfail(strict),
+so the fix shows up as XPASS and fails until the entry is marked fixed (then the
+seed guards against the bug coming back). While a bug is open, the random runs
+tolerate (count, do not raise) the invariant it breaks, listed in
+``OPEN_BUG_KINDS``, so that they keep looking for other bugs; take the kind out
+when the fix lands.
+
+A seed replays the world and the code it was found with; once either changes,
+it may no longer reach its bug (an open bug's entry then XPASSes: look again
+before calling it fixed). ``scripted`` names a test in
+``tests/test_replication_simulation.py`` that pins the bug whatever the seeds do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Regression:
+    seed: int
+    profile: str
+    steps: int
+    found: str
+    open_bug: str | None = None  # still open: what to fix, where
+    tolerate: frozenset[str] = field(default_factory=frozenset)  # other open bugs to look past
+    scripted: str | None = None  # the scripted test that pins the same bug
+
+
+# Invariant kinds broken by bugs still open: the random runs count these instead of failing.
+OPEN_BUG_KINDS: dict[str, str] = {
+    "controller_isr": "controller removes failed brokers from ISRs as its context knows them",
+}
+
+REGRESSIONS: tuple[Regression, ...] = (
+    Regression(
+        seed=0,
+        profile="flushed",
+        steps=1_000,
+        found=(
+            "controller_isr: a leader added b1 to the ISR (znode v3) before the controller heard "
+            "of it (ISR change notifications wait out a 5 s blackout); b1 bounced, and "
+            "on_broker_change took it out of the ISR *as the context knew it* ([3]): nothing to "
+            "write, so no conditional write failed and b1 stayed in ZooKeeper's ISR [3, 1]. "
+            "With an unflushed tail lost in that crash, b1 is an electable in-sync replica "
+            "without the committed records (found as committed_lost / hw_above_isr_leo)."
+        ),
+        open_bug=(
+            "replog.controller: _replicas_offline / the IO layer must read the partition states "
+            "of the failed brokers' partitions from ZooKeeper before removing them from ISRs "
+            "(Kafka's doRemoveReplicasFromIsr reads them), or make that write conditional "
+            "on the znode version even when the context sees no change"
+        ),
+        scripted="test_controller_takes_a_failed_broker_out_of_an_isr_it_has_not_heard_of",
+    ),
+    Regression(
+        seed=27,
+        profile="flushed",
+        steps=3_000,
+        found=(
+            "liveness (first found as control seed 30): b2 bounced while the leader had "
+            "changed the ISR behind the controller's back (znode ahead of the context); the "
+            "partition write lost the version race, drop_failed_writes dropped the "
+            "partition's LeaderAndIsr for every broker, including the one the startup owed "
+            "b2, and _rerun_failure only re-decides for brokers that are offline. b2 never "
+            "hears of the partition again: no full ISR after heal."
+        ),
+        open_bug=(
+            "replog.controller.controller._rerun_failure (the simulator calls it as shipped): "
+            "after a version conflict, re-run the whole event's "
+            "decision (on_broker_change with the same registrations) over the re-read context, "
+            "not only on_broker_failure for offline replicas"
+        ),
+        tolerate=frozenset({"controller_isr"}),
+        scripted="test_a_bounced_broker_gets_leader_and_isr_after_a_version_conflict",
+    ),
+)
