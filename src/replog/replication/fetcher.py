@@ -33,6 +33,7 @@ from replog.storage.log import UnexpectedAppendOffset
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
+FIRST_BACKOFF_S = 0.05
 
 
 def now_ms() -> int:
@@ -56,10 +57,29 @@ class FollowedPartition:
 
     partition: Partition
     term: int
+    retry_at: float = 0.0  # monotonic time before which an answer with an error is not retried
+    backoff_s: float = 0.0
 
     @property
     def current(self) -> bool:
         return self.partition.machine.term == self.term
+
+    def due(self, now: float) -> bool:
+        return self.retry_at <= now
+
+    def failed(self, now: float, max_backoff_s: float) -> None:
+        """An error answer: retry after 50 ms, doubling up to ``replica.fetch.backoff.ms``.
+
+        The usual error right after a leader change is the new leader not having
+        applied its LeaderAndIsr yet (UNKNOWN_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER),
+        a matter of milliseconds: a full back-off would idle the follower for a second.
+        """
+        self.backoff_s = min(max(FIRST_BACKOFF_S, 2 * self.backoff_s), max_backoff_s)
+        self.retry_at = now + self.backoff_s
+
+    def succeeded(self) -> None:
+        self.backoff_s = 0.0
+        self.retry_at = 0.0
 
 
 class ReplicaFetcher:
@@ -101,11 +121,19 @@ class ReplicaFetcher:
                 fetched = await self._fetch_round()
             except (ConnectionError, OSError, TimeoutError) as exc:
                 log.info("fetcher from broker %d: %r; backing off", self.source_broker, exc)
-                await asyncio.sleep(self.config.fetch_backoff_ms / 1000)
+                await self._pause(self.config.fetch_backoff_ms / 1000)
                 continue
             if not fetched:
-                # Every partition is fenced or waiting: back off instead of spinning.
-                await asyncio.sleep(self.config.fetch_backoff_ms / 1000)
+                # Every partition is backing off or waiting: sleep until the first is due,
+                # or until a LeaderAndIsr hands this fetcher a partition.
+                now = time.monotonic()
+                due = min((f.retry_at for f in self.partitions.values()), default=now)
+                await self._pause(min(max(due - now, 0.001), self.config.fetch_backoff_ms / 1000))
+
+    async def _pause(self, seconds: float) -> None:
+        self._wakeup.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wakeup.wait(), seconds)
 
     def _still_followed(self, tp: TopicPartition, followed: FollowedPartition) -> bool:
         return self.partitions.get(tp) is followed and followed.current
@@ -113,9 +141,10 @@ class ReplicaFetcher:
     async def _truncate_round(self) -> None:
         pending: dict[TopicPartition, FollowedPartition] = {}
         requests: dict[TopicPartition, tuple[int, int]] = {}
+        now = time.monotonic()
         for tp, followed in list(self.partitions.items()):
             machine = followed.partition.machine
-            if not followed.current or not machine.is_truncating:
+            if not followed.current or not machine.is_truncating or not followed.due(now):
                 continue
             step = machine.next_truncation_step()
             if isinstance(step, TruncationDecision):
@@ -132,11 +161,13 @@ class ReplicaFetcher:
                 continue  # removed or replaced while we waited
             answer = answers.get(tp)
             if answer is None:
+                followed.failed(time.monotonic(), self.config.fetch_backoff_ms / 1000)
                 continue
             decision = followed.partition.machine.on_epoch_response(
                 answer.error, EpochEndOffset(answer.leader_epoch, answer.end_offset)
             )
             if decision is None:
+                followed.failed(time.monotonic(), self.config.fetch_backoff_ms / 1000)
                 log.info(
                     "%s-%d: OffsetsForLeaderEpoch from broker %d answered %s",
                     tp[0],
@@ -145,6 +176,7 @@ class ReplicaFetcher:
                     answer.error.name,
                 )
                 continue
+            followed.succeeded()
             self._truncate(followed.partition, decision)
 
     def _truncate(self, part: Partition, decision: TruncationDecision) -> None:
@@ -163,10 +195,11 @@ class ReplicaFetcher:
         part.machine.on_truncated(decision)
 
     async def _fetch_round(self) -> bool:
+        now = time.monotonic()
         ready = {
             tp: f
             for tp, f in self.partitions.items()
-            if f.current and f.partition.machine.is_fetching
+            if f.current and f.partition.machine.is_fetching and f.due(now)
         }
         if not ready:
             return False
@@ -192,11 +225,13 @@ class ReplicaFetcher:
             if not self._still_followed(tp, followed) or not followed.partition.machine.is_fetching:
                 continue
             result = results.get(tp)
-            if result is None:
+            if result is None:  # the leader left it out of its answer
+                followed.failed(time.monotonic(), self.config.fetch_backoff_ms / 1000)
                 continue
             part = followed.partition
             machine = part.machine
             if result.error == ErrorCode.none:
+                followed.succeeded()
                 if result.records:
                     try:
                         part.log.append_as_follower(result.records, now_ms=now_ms())
@@ -222,6 +257,7 @@ class ReplicaFetcher:
                     part.log.truncate_fully_and_start_at(effect.offset)
                 progressed = True
             else:
+                followed.failed(time.monotonic(), self.config.fetch_backoff_ms / 1000)
                 log.debug(
                     "%s-%d: fetch from broker %d answered %s",
                     tp[0],

@@ -30,7 +30,7 @@ from replog.replication.machine import (
     StopFetching,
 )
 from replog.replication.partition import Partition
-from replog.replication.waiters import wait_any
+from replog.replication.waiters import wait_until
 from replog.storage.checkpoints import OffsetCheckpointFile
 from replog.storage.log_config import LogConfig
 from replog.storage.log_manager import LogManager
@@ -160,13 +160,18 @@ class ReplicaManager:
                     if result.error == ErrorCode.none and result.required_offset >= 0:
                         result.error = ErrorCode.request_timed_out
                 return
-            futures = [
-                part.waiters.add(
-                    lambda p=part, o=offset, t=term: p.high_watermark >= o or p.machine.term != t
-                )
-                for part, offset, term in waiting
-            ]
-            await wait_any(futures, remaining)
+            await wait_until(
+                [
+                    (
+                        part.waiters,
+                        lambda p=part, o=offset, t=term: (
+                            p.high_watermark >= o or p.machine.term != t
+                        ),
+                    )
+                    for part, offset, term in waiting
+                ],
+                remaining,
+            )
 
     # -- fetch ----------------------------------------------------------------
 
@@ -352,7 +357,7 @@ class ReplicaManager:
                 return results
             first = False
             is_follower = replica_id >= 0
-            futures = []
+            registrations = []
             for req in requests:
                 part = self.partitions.get((req.topic, req.partition))
                 if part is None:
@@ -366,8 +371,8 @@ class ReplicaManager:
                     end = p.log.log_end_offset if follower else p.high_watermark
                     return end > offset or not p.is_leader
 
-                futures.append(part.waiters.add(ready))
-            if not await wait_any(futures, remaining):
+                registrations.append((part.waiters, ready))
+            if not await wait_until(registrations, remaining):
                 # Timed out: one last read so the response carries the latest HW.
                 deadline = time.monotonic()
 

@@ -1,8 +1,8 @@
 """The asyncio listener: frames in, handler calls, responses out in request order.
 
 Each connection has a reader task that decodes frames and starts one handler
-task per request, and a writer task that awaits those handler tasks in the
-order their requests arrived and writes the responses. A bounded number of
+task per request; responses go out in the order their requests arrived, written
+by whichever handler completes the one at the head (``ResponseQueue``). A bounded number of
 requests may be in flight per connection; past that the reader stops reading
 (back-pressure), so a client cannot make the broker allocate without bound.
 A malformed frame, an oversize length prefix or an unknown API closes that one
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -87,37 +88,32 @@ class KafkaServer:
         self._connections.add(task)
         peername = writer.get_extra_info("peername")
         peer = f"{peername[0]}:{peername[1]}" if peername else "?"
-        pending: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(
-            MAX_IN_FLIGHT_PER_CONNECTION
-        )
-        writer_task = asyncio.create_task(self._write_responses(pending, writer))
+        responses = ResponseQueue(writer, MAX_IN_FLIGHT_PER_CONNECTION)
+        handlers: set[asyncio.Task[None]] = set()
         try:
-            await self._read_requests(reader, pending, peer)
+            await self._read_requests(reader, responses, handlers, peer)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
             # The server is stopping. Returning (rather than re-raising) keeps asyncio's
             # stream callback from logging the cancellation as an error.
-            writer_task.cancel()
+            for handler in handlers:
+                handler.cancel()
         finally:
-            try:
-                pending.put_nowait(None)
-            except asyncio.QueueFull:
-                writer_task.cancel()
-            try:
-                await writer_task
-            except (asyncio.CancelledError, ConnectionError):
-                pass
+            # The client stopped sending: answer what it already asked, then close.
+            if handlers:
+                await asyncio.gather(*handlers, return_exceptions=True)
             writer.close()
             self._connections.discard(task)
 
     async def _read_requests(
         self,
         reader: asyncio.StreamReader,
-        pending: asyncio.Queue[asyncio.Task[bytes | None] | None],
+        responses: ResponseQueue,
+        handlers: set[asyncio.Task[None]],
         peer: str,
     ) -> None:
-        while True:
+        while not responses.closed:
             prefix = await reader.readexactly(4)
             (size,) = frames.SIZE.unpack(prefix)
             if size < 8 or size > self._max_request:
@@ -137,9 +133,7 @@ class KafkaServer:
                 if response is None:
                     log.warning("closing connection from %s: %s", peer, exc)
                     return
-                done: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
-                done.set_result(response)
-                await pending.put(done)  # type: ignore[arg-type]
+                responses.complete(await responses.reserve(), response)
                 continue
             except frames.InvalidFrame as exc:
                 log.warning(
@@ -159,11 +153,28 @@ class KafkaServer:
                 client_id=request.client_id,
                 peer=peer,
             )
-            await pending.put(asyncio.create_task(self._handle(handler, context, request.body)))
+            slot = await responses.reserve()
+            handler_task = asyncio.create_task(
+                self._handle(handler, context, request.body, responses, slot)
+            )
+            handlers.add(handler_task)
+            handler_task.add_done_callback(handlers.discard)
 
-    async def _handle(self, handler: Handler, context: RequestContext, body: Any) -> bytes | None:
+    async def _handle(
+        self,
+        handler: Handler,
+        context: RequestContext,
+        body: Any,
+        responses: ResponseQueue,
+        slot: Slot,
+    ) -> None:
         try:
             response = await handler(context, body)
+            data = (
+                None
+                if response is None
+                else frames.encode_response(context.api_key, context.correlation_id, response)
+            )
         except Exception:
             log.exception(
                 "handler for %s v%d from %s failed; closing the connection",
@@ -171,28 +182,72 @@ class KafkaServer:
                 context.api_version,
                 context.peer,
             )
-            raise
-        if response is None:
-            return None
-        return frames.encode_response(context.api_key, context.correlation_id, response)
+            responses.close()
+            return
+        responses.complete(slot, data)
+        await responses.drain_if_needed()
 
-    async def _write_responses(
-        self,
-        pending: asyncio.Queue[asyncio.Task[bytes | None] | None],
-        writer: asyncio.StreamWriter,
-    ) -> None:
-        while True:
-            item = await pending.get()
-            if item is None:
-                return
+
+class Slot:
+    """The place of one request's response in its connection's order."""
+
+    __slots__ = ("done", "data")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.data: bytes | None = None
+
+
+class ResponseQueue:
+    """One connection's responses, written in request order as soon as the first is ready.
+
+    The handler that completes the response at the head writes it, with every
+    completed one behind it, in one ``writelines``: no writer task in between.
+    At most ``limit`` requests are in flight; ``reserve`` waits for room (the
+    reader stops reading: back-pressure). Concurrency: event-loop only; no
+    method awaits between taking slots off the queue and writing them.
+    """
+
+    def __init__(self, writer: asyncio.StreamWriter, limit: int) -> None:
+        self._writer = writer
+        self._limit = limit
+        self._slots: deque[Slot] = deque()
+        self._room = asyncio.Event()
+        self._room.set()
+        self.closed = False
+
+    async def reserve(self) -> Slot:
+        while len(self._slots) >= self._limit and not self.closed:
+            self._room.clear()
+            await self._room.wait()
+        slot = Slot()
+        self._slots.append(slot)
+        return slot
+
+    def complete(self, slot: Slot, data: bytes | None) -> None:
+        """``data`` is the encoded response, or None when the request gets none (acks=0)."""
+        slot.done = True
+        slot.data = data
+        out = []
+        slots = self._slots
+        while slots and slots[0].done:
+            ready = slots.popleft().data
+            if ready is not None:
+                out.append(ready)
+        if out and not self.closed:
+            self._writer.writelines(out)
+        if len(slots) < self._limit:
+            self._room.set()
+
+    def close(self) -> None:
+        """A handler failed: nothing more is answered on this connection."""
+        self.closed = True
+        self._room.set()
+        self._writer.close()
+
+    async def drain_if_needed(self) -> None:
+        if not self.closed and self._writer.transport.get_write_buffer_size() > (1 << 20):
             try:
-                data = await item
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                writer.close()
-                return
-            if data is not None:
-                writer.write(data)
-                if writer.transport.get_write_buffer_size() > (1 << 20) or pending.empty():
-                    await writer.drain()
+                await self._writer.drain()
+            except ConnectionError:
+                self.closed = True  # the client went away; the reader sees it too
