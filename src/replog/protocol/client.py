@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 from replog.protocol import frames
@@ -16,6 +17,11 @@ from replog.protocol import frames
 
 class ConnectionClosed(ConnectionError):
     pass
+
+
+def _time_out(future: asyncio.Future[Any], timeout_s: float) -> None:
+    if not future.done():
+        future.set_exception(TimeoutError(f"no response within {timeout_s:.1f} s"))
 
 
 class KafkaConnection:
@@ -27,7 +33,7 @@ class KafkaConnection:
         self.client_id = client_id
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
-        self._pending: dict[int, tuple[int, int, asyncio.Future[Any]]] = {}
+        self._pending: dict[int, tuple[int, int, asyncio.Future[Any], bool]] = {}
         self._next_correlation_id = 0
         self._read_task: asyncio.Task[None] | None = None
         self._closed = False
@@ -44,22 +50,58 @@ class KafkaConnection:
 
     async def request(self, body: Any, timeout_s: float = 30) -> Any:
         """Send ``body`` (a kio request entity) and wait for its response entity."""
+        api_key = int(type(body).__api_key__)
+        version = int(type(body).__version__)
+        return await self._exchange(
+            api_key,
+            version,
+            lambda correlation_id: frames.encode_request(
+                api_key, version, correlation_id, self.client_id, body
+            ),
+            raw=False,
+            timeout_s=timeout_s,
+        )
+
+    async def request_encoded(
+        self, api_key: int, version: int, body: bytes, timeout_s: float = 30
+    ) -> bytes:
+        """Send a body a hand codec encoded; the answer is the response frame after its
+        size prefix (correlation id first: response header v0)."""
+        return await self._exchange(
+            api_key,
+            version,
+            lambda correlation_id: frames.encode_request_body(
+                api_key, version, correlation_id, self.client_id, body
+            ),
+            raw=True,
+            timeout_s=timeout_s,
+        )
+
+    async def _exchange(
+        self,
+        api_key: int,
+        version: int,
+        encode: Callable[[int], bytes],
+        *,
+        raw: bool,
+        timeout_s: float,
+    ) -> Any:
         if not self.connected:
             raise ConnectionClosed(f"not connected to {self.host}:{self.port}")
         assert self._writer is not None
-        api_key = int(type(body).__api_key__)
-        version = int(type(body).__version__)
         self._next_correlation_id = (self._next_correlation_id + 1) & 0x7FFFFFFF
         correlation_id = self._next_correlation_id
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending[correlation_id] = (api_key, version, future)
-        self._writer.write(
-            frames.encode_request(api_key, version, correlation_id, self.client_id, body)
-        )
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._pending[correlation_id] = (api_key, version, future, raw)
+        self._writer.write(encode(correlation_id))
+        # The timeout completes the same future: no wait_for task in between.
+        timer = loop.call_later(timeout_s, _time_out, future, timeout_s)
         try:
             await self._writer.drain()
-            return await asyncio.wait_for(future, timeout_s)
+            return await future
         finally:
+            timer.cancel()
             self._pending.pop(correlation_id, None)
 
     async def _read_loop(self) -> None:
@@ -73,8 +115,11 @@ class KafkaConnection:
                 entry = self._pending.get(correlation_id)
                 if entry is None:
                     continue
-                api_key, version, future = entry
+                api_key, version, future, raw = entry
                 if future.done():
+                    continue
+                if raw:
+                    future.set_result(frame)
                     continue
                 try:
                     _, body = frames.decode_response(api_key, version, frame)
@@ -90,7 +135,7 @@ class KafkaConnection:
 
     def _fail_all(self, exc: Exception) -> None:
         self._closed = True
-        for _, _, future in self._pending.values():
+        for _, _, future, _ in self._pending.values():
             if not future.done():
                 future.set_exception(exc)
         self._pending.clear()

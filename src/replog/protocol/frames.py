@@ -21,6 +21,8 @@ from replog.protocol import apis
 
 _PREFIX = struct.Struct(">hhi")
 SIZE = struct.Struct(">i")
+_RESPONSE_V0_PREFIX = struct.Struct(">ii")  # size, correlation id
+_REQUEST_V1_PREFIX = struct.Struct(">ihhih")  # size, api key, version, correlation id, client len
 
 
 class InvalidFrame(ValueError):
@@ -74,8 +76,17 @@ def decode_request(frame: bytes) -> Request:
     return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame))
 
 
+@dataclass(frozen=True, slots=True)
+class EncodedBody:
+    """A body a hand codec already encoded (non-flexible: response header v0)."""
+
+    data: bytes
+
+
 def encode_response(api_key: int, correlation_id: int, body: Any) -> bytes:
     """Size-prefixed response frame; the header version follows the body's schema."""
+    if isinstance(body, EncodedBody):
+        return _RESPONSE_V0_PREFIX.pack(len(body.data) + 4, correlation_id) + body.data
     buf = io.BytesIO()
     buf.write(b"\0\0\0\0")
     flexible = type(body).__flexible__
@@ -114,6 +125,21 @@ def encode_request(
     out = bytes(data)
     del data
     return out
+
+
+def encode_request_body(
+    api_key: int, api_version: int, correlation_id: int, client_id: str | None, body: bytes
+) -> bytes:
+    """Size-prefixed request frame (header v1) around a body a hand codec encoded."""
+    client = b"" if client_id is None else client_id.encode()
+    head = _REQUEST_V1_PREFIX.pack(
+        _REQUEST_V1_PREFIX.size - 4 + len(client) + len(body),
+        api_key,
+        api_version,
+        correlation_id,
+        -1 if client_id is None else len(client),
+    )
+    return head + client + body
 
 
 def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, Any]:

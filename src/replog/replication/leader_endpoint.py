@@ -6,20 +6,19 @@ protocol; tests may put an in-memory endpoint in its place.
 
 from __future__ import annotations
 
-import datetime
 from dataclasses import dataclass
 from typing import Protocol
 
 from kio.schema.errors import ErrorCode
-from kio.schema.fetch.v11 import request as fetch_req
 from kio.schema.offset_for_leader_epoch.v3 import request as epoch_req
-from kio.static.primitive import i32Timedelta
 
-from replog.protocol.apis import make
+from replog.protocol import fetch_codec
+from replog.protocol.apis import ApiKey
 from replog.protocol.client import KafkaConnection
 from replog.replication.fetch_rules import FetchPartitionRequest
 
 TopicPartition = tuple[str, int]
+FETCH_VERSION = 11  # the last non-flexible version, which the hand codec covers
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,47 +81,39 @@ class RemoteLeaderEndpoint:
         min_bytes: int,
         max_bytes: int,
     ) -> dict[TopicPartition, FetchPartitionResult]:
-        by_topic: dict[str, list[fetch_req.FetchPartition]] = {}
-        for p in partitions:
-            by_topic.setdefault(p.topic, []).append(
-                make(
-                    fetch_req.FetchPartition,
-                    partition=p.partition,
-                    current_leader_epoch=p.current_leader_epoch,
-                    fetch_offset=p.fetch_offset,
-                    last_fetched_epoch=-1,
-                    log_start_offset=p.log_start_offset,
-                    partition_max_bytes=p.max_bytes,
-                )
-            )
-        body = make(
-            fetch_req.FetchRequest,
-            cluster_id=None,
+        body = fetch_codec.encode_fetch_request(
+            FETCH_VERSION,
             replica_id=self.replica_id,
-            max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=max_wait_ms)),
+            max_wait_ms=max_wait_ms,
             min_bytes=min_bytes,
             max_bytes=max_bytes,
             isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
-            topics=tuple(
-                fetch_req.FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()
-            ),
-            forgotten_topics_data=(),
-            rack_id="",
+            partitions=[
+                fetch_codec.FetchRequestPartitionData(
+                    topic=p.topic,
+                    partition=p.partition,
+                    current_leader_epoch=p.current_leader_epoch,
+                    fetch_offset=p.fetch_offset,
+                    log_start_offset=p.log_start_offset,
+                    partition_max_bytes=p.max_bytes,
+                )
+                for p in partitions
+            ],
         )
         conn = await self._connection()
-        response = await conn.request(body, timeout_s=self.timeout_s + max_wait_ms / 1000)
-        out = {}
-        for topic in response.responses:
-            for p in topic.partitions:
-                out[(str(topic.topic), int(p.partition_index))] = FetchPartitionResult(
-                    error=p.error_code,
-                    high_watermark=int(p.high_watermark),
-                    log_start_offset=int(p.log_start_offset),
-                    records=bytes(p.records or b""),
-                )
-        return out
+        frame = await conn.request_encoded(
+            ApiKey.FETCH, FETCH_VERSION, body, timeout_s=self.timeout_s + max_wait_ms / 1000
+        )
+        _, answers = fetch_codec.decode_fetch_response(FETCH_VERSION, frame, 4)
+        return {
+            (a.topic, a.partition): FetchPartitionResult(
+                error=ErrorCode(a.error_code),
+                high_watermark=a.high_watermark,
+                log_start_offset=a.log_start_offset,
+                records=a.records or b"",
+            )
+            for a in answers
+        }
 
     async def offsets_for_leader_epoch(
         self, requests: dict[TopicPartition, tuple[int, int]]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from replog.protocol import fetch_codec, frames
 from replog.protocol.apis import ApiKey, make, nested
 from replog.replication.fetch_rules import FetchPartitionRequest
 from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
@@ -32,6 +33,24 @@ async def handle_fetch(services: BrokerServices, ctx: RequestContext, request) -
         partitions,
         isolation_level=int(getattr(request, "isolation_level", 0)),
     )
+    if fetch_codec.MIN_VERSION <= ctx.api_version <= fetch_codec.MAX_VERSION:
+        return frames.EncodedBody(
+            fetch_codec.encode_fetch_response(
+                ctx.api_version,
+                [
+                    fetch_codec.FetchResponsePartitionData(
+                        topic=req.topic,
+                        partition=req.partition,
+                        error_code=result.error,
+                        high_watermark=result.high_watermark,
+                        last_stable_offset=result.last_stable_offset,
+                        log_start_offset=result.log_start_offset,
+                        records=result.records,
+                    )
+                    for req, result in zip(partitions, results, strict=True)
+                ],
+            )
+        )
     cls = response_class(ApiKey.FETCH, ctx.api_version)
     topic_cls = nested(cls, "FetchableTopicResponse")
     part_cls = nested(cls, "PartitionData")
