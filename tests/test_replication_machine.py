@@ -252,16 +252,30 @@ def test_newer_epoch_ends_following_and_the_leader_keeps_the_followers_hw() -> N
     assert m.follower_state is None and m.high_watermark == 7
 
 
-def test_leader_elected_again_at_a_newer_epoch_starts_a_new_leadership() -> None:
+def test_leader_kept_at_a_newer_epoch_gets_new_leader_state_in_the_same_term() -> None:
     m, log = leading(leo=10, hw=4, epoch=5)
     first = m.leader_state
     log.log_end_offset = 12
     m.on_local_append()
-    _, actions = m.on_leader_and_isr(lai(1, 6), 0)
-    assert actions == [AssignLeaderEpoch(6, 12), RoleChange(Role.LEADER, 6, 2)]
+    # the controller shrank the ISR, say: still leading, the log was not truncated
+    _, actions = m.on_leader_and_isr(lai(1, 6, isr=(1, 2)), 0)
+    assert actions == [AssignLeaderEpoch(6, 12), RoleChange(Role.LEADER, 6, 1)]
+    assert m.term == 1
     assert first is not None and not first.is_leading
     assert m.leader_state is not first and m.leader_state.leader_epoch == 6
     assert m.leader_state.leader_epoch_start_offset == 12 and m.high_watermark == 4
+    assert m.in_sync_replicas == (1, 2)
+
+
+def test_leading_again_after_another_role_is_a_new_term() -> None:
+    m, _ = leading(epoch=5)
+    m.on_leader_and_isr(lai(NO_LEADER, 6), 0)
+    _, actions = m.on_leader_and_isr(lai(1, 7), 0)
+    assert RoleChange(Role.LEADER, 7, 3) in actions and m.term == 3
+    m, _ = leading(epoch=5)
+    m.on_leader_and_isr(lai(2, 6), 0)
+    _, actions = m.on_leader_and_isr(lai(1, 7), 0)
+    assert RoleChange(Role.LEADER, 7, 3) in actions and m.term == 3
 
 
 def test_hw_of_a_new_leader_is_capped_at_its_log_end() -> None:
@@ -520,9 +534,19 @@ def test_acks_all_is_tied_to_the_leadership_it_was_appended_in() -> None:
     m.on_fetch(2, 11, 5, 1)
     m.on_fetch(3, 11, 5, 1)
     assert m.acks_all_status(11, term) is AcksAllStatus.SATISFIED
-    # leading again later (the log may have been rewritten meanwhile): still over
-    m.on_leader_and_isr(lai(2, 6), 0)
-    m.on_leader_and_isr(lai(1, 7), 0)
+    # a newer epoch that keeps this broker leading continues the term (Kafka's delayed
+    # produce survives it): a produce still waiting completes in the new leadership
+    log.log_end_offset = 12
+    m.on_local_append()
+    m.on_leader_and_isr(lai(1, 6), 0)
+    assert m.term == term
+    assert m.acks_all_status(12, term) is AcksAllStatus.PENDING
+    m.on_fetch(2, 12, 6, 2)
+    m.on_fetch(3, 12, 6, 2)
+    assert m.acks_all_status(12, term) is AcksAllStatus.SATISFIED
+    # leading again after another role (the log may have been rewritten meanwhile): over
+    m.on_leader_and_isr(lai(2, 7), 0)
+    m.on_leader_and_isr(lai(1, 8), 0)
     assert m.is_leader
     assert m.acks_all_status(4, term) is AcksAllStatus.NOT_LEADER_OR_FOLLOWER
     assert m.acks_all_status(4, m.term) is AcksAllStatus.SATISFIED
