@@ -855,8 +855,10 @@ class World:
                 # else: a leader from before the loss, not yet told: its HW counts lost records
             elif self.loss_accepted and b.role is not Role.FOLLOWER:
                 pass
-            elif self.loss_accepted and b.follower_state.phase is not FollowerPhase.FETCHING:
-                pass
+            elif self.loss_accepted and (
+                b.follower_state.phase is not FollowerPhase.FETCHING or not b.responses_in_term
+            ):
+                pass  # its HW is still the checkpointed one, from before the loss maybe
             elif self._unaware_of_loss.get(b.id) == self._loss_view(b):
                 pass  # nothing happened to it since the loss: its HW still counts lost records
             elif hw > len(self.committed):
