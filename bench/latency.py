@@ -315,12 +315,14 @@ def run_case(
         children.append(producer)
         if not started.wait(60):
             raise RuntimeError("the producer process did not start")
+        time.sleep(args.warm_up)
+        cpu_from, cpu_from_at = brokers_cpu_s(cluster), time.monotonic()
         if profile:
-            time.sleep(args.warm_up)
             profiles = start_profiles(cluster, Path(args.profile_dir), case_key(case), args.seconds)
-        if not producer_rx.poll(args.warm_up + args.seconds + 120):
+        if not producer_rx.poll(args.seconds + 120):
             raise RuntimeError("no result from the producer process")
         sent = producer_rx.recv()
+        broker_cpu = (brokers_cpu_s(cluster) - cpu_from, time.monotonic() - cpu_from_at)
         deadline = time.monotonic() + DRAIN_S
         while count.value < sent["sent"] and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -336,7 +338,18 @@ def run_case(
             if child.is_alive():
                 child.kill()
                 child.join()
-    return summarize(case, args, leaders, sent, received)
+    return summarize(case, args, leaders, sent, received, broker_cpu)
+
+
+def brokers_cpu_s(cluster: LocalCluster) -> float:
+    """CPU seconds (user + system) the broker processes have used so far (/proc/<pid>/stat)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for broker_id in cluster.broker_ids:
+        fields = Path(f"/proc/{cluster.broker_pid(broker_id)}/stat").read_text().rsplit(")", 1)[1]
+        utime, stime = fields.split()[11:13]
+        total += (int(utime) + int(stime)) / tick
+    return total
 
 
 def case_key(case: Case) -> str:
@@ -349,6 +362,7 @@ def summarize(
     leaders: dict[int, int],
     sent: dict[str, Any],
     received: dict[str, Any],
+    broker_cpu: tuple[float, float],
 ) -> dict[str, Any]:
     window_from = sent["start_ns"] + int(args.warm_up * 1e9)
     window_s = sent["window_s"]
@@ -381,6 +395,10 @@ def summarize(
         "consumer_errors": received["errors"],
         "leaders": {str(p): b for p, b in sorted(leaders.items())},
         "load_average_1min": os.getloadavg()[0],
+        # CPU the three brokers used in the measured window, per MB acknowledged: the cost,
+        # which the machine's other load does not change the way it changes latency
+        "broker_cpu_s_per_mb": (broker_cpu[0] / (len(acks) * args.size / 1e6) if acks else None),
+        "broker_cores_busy": broker_cpu[0] / broker_cpu[1] if broker_cpu[1] > 0 else None,
         "e2e": latency_summary(e2e),
         "ack": latency_summary(acks),
         "e2e_from_schedule": latency_summary(e2e_sched),
@@ -396,6 +414,7 @@ def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
         f"{'case':<22}{'target':>7}{'achieved':>9}  "
         f"{'e2e p50':>8}{'p99':>8}{'p99.9':>8}{'max':>8}  "
         f"{'ack p50':>8}{'p99':>8}{'p99.9':>8}{'max':>8}  {'sched lag':>9}{'lost':>6}{'load':>6}"
+        f"{'cpu s/MB':>9}"
     )
     print(head)
     print(f"{'':<22}{'MB/s':>7}{'MB/s':>9}  {'ms':>8}{'':>24}  {'ms':>8}{'':>24}  {'max ms':>9}")
@@ -408,6 +427,7 @@ def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
             + "".join(_ms(a[k]) for k in ("p50_ms", "p99_ms", "p999_ms", "max_ms"))
             + f"  {r['max_schedule_lag_ms']:>9.1f}{r['not_received']:>6}"
             + f"{r['load_average_1min']:>6.1f}"
+            + (f"{r['broker_cpu_s_per_mb']:>9.3f}" if r["broker_cpu_s_per_mb"] else f"{'-':>9}")
         )
 
 
