@@ -2,16 +2,16 @@
 
 Add an entry when ``python -m sim.run`` (or a test) finds a bug: the seed, the
 profile and the steps it needs, and one line on what broke and why. An entry
-whose bug is still open names it in ``open_bug``: its test is an xfail(strict),
-so the fix shows up as XPASS and fails until the entry is marked fixed (then the
-seed guards against the bug coming back). While a bug is open, the random runs
+whose bug is still open names it in ``open_bug``: its test expects the run to
+fail with ``kind`` (reported as xfail), and fails once it no longer does, until
+the entry is marked fixed (then the seed guards against the bug coming back). While a bug is open, the random runs
 tolerate (count, do not raise) the invariant it breaks, listed in
 ``OPEN_BUG_KINDS``, so that they keep looking for other bugs; take the kind out
 when the fix lands.
 
 A seed replays the world and the code it was found with; once either changes,
-it may no longer reach its bug (an open bug's entry then XPASSes: look again
-before calling it fixed). ``scripted`` names a test in
+it may no longer reach its bug (an open bug's entry then fails as if fixed: look
+again before calling it fixed). ``scripted`` names a test in
 ``tests/test_replication_simulation.py`` that pins the bug whatever the seeds do.
 """
 
@@ -25,6 +25,7 @@ class Regression:
     seed: int
     profile: str
     steps: int
+    kind: str  # what the run breaks: a violation kind, or "liveness" (sim.run.failure_kind)
     found: str
     open_bug: str | None = None  # still open: what to fix, where
     tolerate: frozenset[str] = field(default_factory=frozenset)  # other open bugs to look past
@@ -41,6 +42,7 @@ REGRESSIONS: tuple[Regression, ...] = (
         seed=0,
         profile="flushed",
         steps=1_000,
+        kind="controller_isr",
         found=(
             "controller_isr: a leader added b1 to the ISR (znode v3) before the controller heard "
             "of it (ISR change notifications wait out a 5 s blackout); b1 bounced, and "
@@ -61,6 +63,7 @@ REGRESSIONS: tuple[Regression, ...] = (
         seed=27,
         profile="flushed",
         steps=3_000,
+        kind="liveness",
         found=(
             "liveness (first found as control seed 30): b2 bounced while the leader had "
             "changed the ISR behind the controller's back (znode ahead of the context); the "
@@ -75,6 +78,24 @@ REGRESSIONS: tuple[Regression, ...] = (
             "decision (on_broker_change with the same registrations) over the re-read context, "
             "not only on_broker_failure for offline replicas"
         ),
+        tolerate=frozenset({"controller_isr"}),
+        scripted="test_a_bounced_broker_gets_leader_and_isr_after_a_version_conflict",
+    ),
+    Regression(
+        seed=414168790,
+        profile="control",
+        steps=20_000,
+        kind="committed_changed",
+        found=(
+            "committed_changed, the same bug as seed 27 when the bounced broker is the "
+            "leader: b3 led at epoch 65, acknowledged m2780@1208, crashed losing its "
+            "unflushed tail and restarted 11 ms later; the broker change lost the version "
+            "race and _rerun_failure did nothing (b3 is live), so ZooKeeper kept b3 as "
+            "leader at epoch 65. A controller failover re-sent epoch 65 and b3 led it again, "
+            "appending m2814 at offset 1208 in epoch 65: two records at one (epoch, offset), "
+            "and the acknowledged m2780 is gone once the others truncate to b3."
+        ),
+        open_bug="as seed 27: the bounced leader must get a new leader epoch",
         tolerate=frozenset({"controller_isr"}),
         scripted="test_a_bounced_broker_gets_leader_and_isr_after_a_version_conflict",
     ),

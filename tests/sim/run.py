@@ -22,7 +22,7 @@ import sys
 import time
 
 from sim.network import NetworkConfig
-from sim.world import SimConfig, SimInvariantViolation, World
+from sim.world import SimConfig, SimInvariantViolation, World, replay_line
 
 DEFAULT_STEPS = 20_000
 
@@ -130,10 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                 run_random(seed, configs[profile], args.steps, label=profile)
             except AssertionError as exc:
                 failures += 1
-                replay = (
-                    f"PYTHONPATH=tests REPLOG_SIM_TRACE=all .venv/bin/python -m sim.run "
-                    f"--profile {profile} --seed {seed} --steps {args.steps}"
-                )
+                replay = replay_line(seed, profile, args.steps, configs[profile].tolerated)
                 print(
                     f"FAIL seed={seed} profile={profile} [{failure_kind(exc)}] "
                     f"({time.monotonic() - started:.1f} s)\n  replay: {replay}",

@@ -108,6 +108,17 @@ class SimConfig:
     tolerated: frozenset[str] = frozenset(OPEN_BUG_KINDS)
 
 
+def replay_line(seed: int, profile: str, steps: int | None, tolerated: frozenset[str]) -> str:
+    """The one-line command that replays a random run of ``python -m sim.run``."""
+    flags = f" --steps {steps}" if steps is not None else ""
+    if tolerated != frozenset(OPEN_BUG_KINDS):
+        flags += " --strict" + "".join(f" --tolerate {k}" for k in sorted(tolerated))
+    return (
+        f"PYTHONPATH=tests REPLOG_SIM_TRACE=all .venv/bin/python -m sim.run "
+        f"--profile {profile} --seed {seed}{flags}"
+    )
+
+
 class SimInvariantViolation(AssertionError):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(f"[{kind}] {message}")
@@ -210,11 +221,7 @@ class World:
     def replay_command(self) -> str:
         if not self.label:  # a scripted world or a custom config: its test replays it
             return "REPLOG_SIM_TRACE=all .venv/bin/pytest -q tests/test_replication_simulation.py"
-        steps = f" --steps {self.steps}" if self.steps is not None else ""
-        return (
-            f"PYTHONPATH=tests REPLOG_SIM_TRACE=all .venv/bin/python -m sim.run "
-            f"--profile {self.label} --seed {self.seed}{steps}"
-        )
+        return replay_line(self.seed, self.label, self.steps, self.config.tolerated)
 
     def failure_report(self) -> str:
         tail = "\n".join(self.trace_lines)
