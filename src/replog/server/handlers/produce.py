@@ -6,6 +6,7 @@ import datetime
 
 from kio.schema.errors import ErrorCode
 
+from replog.protocol import frames, produce_codec
 from replog.protocol.apis import ApiKey, make, nested
 from replog.replication.replica_manager import ProduceResult, now_ms
 from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
@@ -42,6 +43,24 @@ async def handle_produce(services: BrokerServices, ctx: RequestContext, request)
         return None
     if acks == -1:
         await rm.wait_for_acks_all(results, int(request.timeout.total_seconds() * 1000))
+    if produce_codec.MIN_VERSION <= ctx.api_version <= produce_codec.MAX_VERSION:
+        return frames.EncodedBody(
+            produce_codec.encode_produce_response(
+                ctx.api_version,
+                [
+                    produce_codec.ProducePartitionResult(
+                        topic=topic_name,
+                        partition=index,
+                        error_code=result.error,
+                        base_offset=result.base_offset,
+                        log_append_time_ms=result.log_append_time,
+                        log_start_offset=result.log_start_offset,
+                        error_message=result.error_message,
+                    )
+                    for (topic_name, index), result in results.items()
+                ],
+            )
+        )
     cls = response_class(ApiKey.PRODUCE, ctx.api_version)
     topic_cls = nested(cls, "TopicProduceResponse")
     part_cls = nested(cls, "PartitionProduceResponse")
