@@ -208,6 +208,14 @@ def test_become_follower_starts_fetching_after_truncation() -> None:
     assert m.leader_state is None
 
 
+def test_following_a_new_leader_stops_fetching_from_the_old_one_first() -> None:
+    m, _ = fetching(leader=2, epoch=5)
+    error, actions = m.on_leader_and_isr(lai(3, 6), 0)
+    assert error is ErrorCode.none
+    assert actions == [StopFetching(), RoleChange(Role.FOLLOWER, 6, 2), StartFetching(3, 6)]
+    assert m.leader_id == 3 and m.is_truncating
+
+
 def test_no_leader_means_no_role() -> None:
     m, _ = make(leo=10, hw=4)
     error, actions = m.on_leader_and_isr(lai(NO_LEADER, 5, isr=(2,)), 0)
@@ -333,6 +341,7 @@ def test_followers_read_to_the_log_end_and_consumers_to_the_hw() -> None:
     assert d.high_watermark == 4 and not d.follower_lost_records
     d = m.on_fetch(CONSUMER, 2, 5, 0)
     assert d.bounds == FetchBounds(ErrorCode.none, 2, 4) and d.actions == ()
+    assert d.follower_lost_records is False
     d = m.on_fetch(CONSUMER, 2, -1, 0, isolation_level=READ_COMMITTED)
     assert d.bounds == FetchBounds(ErrorCode.none, 2, 4)
     d = m.on_fetch(CONSUMER, 7, 5, 0)  # between HW and LEO: empty, not an error
