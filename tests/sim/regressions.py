@@ -3,15 +3,16 @@
 Add an entry when ``python -m sim.run`` (or a test) finds a bug: the seed, the
 profile and the steps it needs, and one line on what broke and why. An entry
 whose bug is still open names it in ``open_bug``: its test expects the run to
-fail with ``kind`` (reported as xfail), and fails once it no longer does, until
-the entry is marked fixed (then the seed guards against the bug coming back). While a bug is open, the random runs
+fail with ``kind`` (reported as xfail) and is skipped if the seed no longer gets
+there; the scripted test named in ``scripted`` is a strict xfail that fails once
+the bug is fixed. Then set ``open_bug`` to None: the seed must run clean from
+then on and guards against the bug coming back. While a bug is open, the random runs
 tolerate (count, do not raise) the invariant it breaks, listed in
 ``OPEN_BUG_KINDS``, so that they keep looking for other bugs; take the kind out
 when the fix lands.
 
 A seed replays the world and the code it was found with; once either changes,
-it may no longer reach its bug (an open bug's entry then fails as if fixed: look
-again before calling it fixed). ``scripted`` names a test in
+it may no longer reach its bug. ``scripted`` names a test in
 ``tests/test_replication_simulation.py`` that pins the bug whatever the seeds do.
 """
 
@@ -60,42 +61,43 @@ REGRESSIONS: tuple[Regression, ...] = (
         scripted="test_controller_takes_a_failed_broker_out_of_an_isr_it_has_not_heard_of",
     ),
     Regression(
-        seed=27,
-        profile="flushed",
+        seed=11,
+        profile="control",
         steps=3_000,
         kind="liveness",
         found=(
-            "liveness (first found as control seed 30): b2 bounced while the leader had "
-            "changed the ISR behind the controller's back (znode ahead of the context); the "
-            "partition write lost the version race, drop_failed_writes dropped the "
-            "partition's LeaderAndIsr for every broker, including the one the startup owed "
-            "b2, and _rerun_failure only re-decides for brokers that are offline. b2 never "
-            "hears of the partition again: no full ISR after heal."
+            "liveness (first found as control seed 30, then flushed seed 27): b3 bounced "
+            "while the leader had changed the ISR behind the controller's back (znode "
+            "ahead of the context); the partition write lost the version race, "
+            "drop_failed_writes dropped the partition's LeaderAndIsr for every broker, "
+            "including the one the startup owed b3, and _rerun_failure only re-decides for "
+            "brokers that are offline. b3 never hears of the partition again: no full ISR "
+            "after heal."
         ),
         open_bug=(
             "replog.controller.controller._rerun_failure (the simulator calls it as shipped): "
-            "after a version conflict, re-run the whole event's "
-            "decision (on_broker_change with the same registrations) over the re-read context, "
-            "not only on_broker_failure for offline replicas"
+            "after a version conflict, re-run the whole event's decision (on_broker_change "
+            "with the same registrations) over the re-read context, not only "
+            "on_broker_failure for offline replicas"
         ),
         tolerate=frozenset({"controller_isr"}),
         scripted="test_a_bounced_broker_gets_leader_and_isr_after_a_version_conflict",
     ),
     Regression(
-        seed=414168790,
-        profile="control",
-        steps=20_000,
+        seed=1035,
+        profile="five",
+        steps=2_000,
         kind="committed_changed",
         found=(
-            "committed_changed, the same bug as seed 27 when the bounced broker is the "
-            "leader: b3 led at epoch 65, acknowledged m2780@1208, crashed losing its "
-            "unflushed tail and restarted 11 ms later; the broker change lost the version "
-            "race and _rerun_failure did nothing (b3 is live), so ZooKeeper kept b3 as "
-            "leader at epoch 65. A controller failover re-sent epoch 65 and b3 led it again, "
-            "appending m2814 at offset 1208 in epoch 65: two records at one (epoch, offset), "
-            "and the acknowledged m2780 is gone once the others truncate to b3."
+            "committed_changed (first found as control seed 414168790), the same bug when "
+            "the bounced broker is the leader: b2 led at epoch 5 with m149@41, crashed "
+            "losing its unflushed tail and restarted at once; the broker change lost the "
+            "version race and _rerun_failure did nothing (b2 is live), so ZooKeeper kept b2 "
+            "as leader at epoch 5. A controller failover re-sent epoch 5 and b2 led it again, "
+            "appending m202 at offset 41 in epoch 5: two records at one (epoch, offset), "
+            "which leader-epoch truncation cannot tell apart; b4 keeps m149 below its HW."
         ),
-        open_bug="as seed 27: the bounced leader must get a new leader epoch",
+        open_bug="as seed 11: the bounced leader must get a new leader epoch",
         tolerate=frozenset({"controller_isr"}),
         scripted="test_a_bounced_broker_gets_leader_and_isr_after_a_version_conflict",
     ),

@@ -441,6 +441,7 @@ class World:
         if lost:
             self.lossy[broker] = max(leo, self.lossy.get(broker, 0))
         self.controller.broker_crashed(broker)
+        self.zk_cut.pop(broker, None)  # the next process starts with a connection of its own
         self.zk_held.pop(broker, None)
         self.slow_disk.pop(broker, None)
         self.count("crash_lossy" if lose_unflushed else "crash")
