@@ -72,8 +72,12 @@ def failure_kind(exc: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim.run", description=__doc__.split("\n")[0])
-    parser.add_argument("--seconds", type=float, default=60, help="wall time to run for")
-    parser.add_argument("--profile", action="append", choices=sorted(PROFILES))
+    parser.add_argument(
+        "--seconds", type=float, default=60, help="wall time to run for, all profiles together"
+    )
+    parser.add_argument(
+        "--profile", action="append", choices=sorted(PROFILES), help="repeatable; default: all"
+    )
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
     parser.add_argument("--seed", type=int, help="run only this seed and show its report")
     parser.add_argument("--first-seed", type=int, help="run seeds in order from here")
@@ -92,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     logging.getLogger("replog").setLevel(logging.ERROR)  # failed elections are part of the game
-    profiles = args.profile or ["lossy"]
+    profiles = args.profile or list(PROFILES)
     configs = {
         p: dataclasses.replace(
             PROFILES[p],
