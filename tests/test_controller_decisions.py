@@ -3,6 +3,7 @@ controller failover, ISR changes, controlled shutdown and topic deletion."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -255,6 +256,44 @@ def test_bounced_broker_is_failure_then_startup() -> None:
     reqs = requests_by_type(d)
     assert reqs[1][LeaderAndIsrRequest].broker_epoch == 500
     assert lai_partitions(reqs[1][LeaderAndIsrRequest])[TopicPartition("t", 0)].leader == 2
+
+
+def test_bounced_leader_is_decided_again_after_its_write_lost_a_version_race() -> None:
+    """The retry of a broker change re-decides the failure of a restarted broker even
+    though it is live again in the installed context (found by the simulator: the
+    restarted leader otherwise kept its leader epoch and wrote a second record at an
+    offset of that epoch)."""
+    ctx = cluster([1, 2, 3], {"t": {0: [1, 2, 3]}})
+    tp = TopicPartition("t", 0)
+    registered = {1: broker(1, epoch=500), 2: broker(2), 3: broker(3)}
+    changes = decisions.broker_changes(ctx, registered)
+    first = decisions.on_broker_change(ctx, registered)
+    first.drop_failed_writes([tp])  # the leader changed the ISR meanwhile: version race
+    installed = first.context
+    assert installed.live_brokers[1].epoch == 500  # b1 is live again in the context
+    lai = installed.partition_leadership[tp].leader_and_isr
+    assert lai.leader == 1  # still the old leader at the old epoch
+    # the IO layer re-reads the state (ISR changed by the leader) and decides again
+    reread = dataclasses.replace(lai, isr=(1, 2), zk_version=lai.zk_version + 1)
+    fresh = {("t", 0): LeaderIsrAndControllerEpoch(reread, 1)}
+    again = decisions.redo_broker_change(
+        decisions.refreshed(installed, fresh), {tp}, changes, registered
+    )
+    after = apply(again).partition_leadership[tp].leader_and_isr
+    assert after.leader == 2 and after.leader_epoch == lai.leader_epoch + 1
+
+
+def test_partitions_on_failed_brokers_are_refreshed_and_a_newer_controller_fences() -> None:
+    ctx = cluster([1, 2, 3], {"a": {0: [1, 2], 1: [2, 3]}, "b": {0: [3, 1]}})
+    changes = decisions.broker_changes(ctx, {2: broker(2), 3: broker(3)})
+    assert decisions.partitions_to_refresh(ctx, changes) == [
+        TopicPartition("a", 0),
+        TopicPartition("b", 0),
+    ]
+    state = ctx.partition_leadership[TopicPartition("a", 0)]
+    newer = LeaderIsrAndControllerEpoch(state.leader_and_isr, ctx.controller_epoch + 1)
+    with pytest.raises(ControllerMovedError):
+        decisions.refreshed(ctx, {("a", 0): newer})
 
 
 def test_broker_change_without_changes_is_empty() -> None:

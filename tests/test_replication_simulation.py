@@ -186,7 +186,9 @@ def test_simulation_catches_a_controller_whose_writes_are_not_fenced(monkeypatch
         return original(zk, d)
 
     monkeypatch.setattr(controller_zk, "write_decision", unfenced)
-    found = _first_violation(range(6), steps=6000, profile="control")
+    # the controller re-reads partition states before a broker change and resigns on one a
+    # newer controller wrote (a second fence): a zombie write needs another event, rarer
+    found = _first_violation(range(32), steps=6000, profile="control")
     assert isinstance(found, SimInvariantViolation), found
     assert found.kind == "unfenced_write"
 
@@ -454,7 +456,6 @@ def isr_expanded_behind_the_controllers_back(**overrides) -> World:
     return world
 
 
-@pytest.mark.xfail(strict=True, raises=SimInvariantViolation, reason="open: see regressions.py")
 def test_controller_takes_a_failed_broker_out_of_an_isr_it_has_not_heard_of() -> None:
     world = isr_expanded_behind_the_controllers_back(tolerated=frozenset())
     world.crash(3)
@@ -462,7 +463,6 @@ def test_controller_takes_a_failed_broker_out_of_an_isr_it_has_not_heard_of() ->
     assert 3 not in world.controller.state.isr
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="open: see regressions.py")
 def test_a_bounced_broker_gets_leader_and_isr_after_a_version_conflict() -> None:
     world = isr_expanded_behind_the_controllers_back()
     b2 = world.brokers[2]

@@ -178,7 +178,7 @@ class SimBroker:
         self.next_corr = 0
         self.last_corr_from: dict[tuple[int, int], int] = {}
         self.max_incarnation_from: dict[int, int] = {}
-        self.propagation = IsrChangePropagation.starting_at(self.world.now)
+        self.propagation = IsrChangePropagation.starting_at(self._clock())
         self.deferred = []
 
     def crash(self, *, lose_unflushed: bool) -> None:
@@ -240,6 +240,10 @@ class SimBroker:
 
     # -- helpers ---------------------------------------------------------------------------
 
+    def _clock(self) -> int:
+        """This broker's own clock (a clock jump moves it): the time the machine is given."""
+        return self.world.local_now(self.id)
+
     def _trace(self, text: str) -> None:
         self.world.trace(f"b{self.id}: {text}")
 
@@ -300,7 +304,7 @@ class SimBroker:
             elif isinstance(action, IsrChangeProposal):
                 self._submit_isr_change(action)
             elif isinstance(action, IsrCommitted):
-                self.propagation.record_isr_change(("t", 0), self.world.now)
+                self.propagation.record_isr_change(("t", 0), self._clock())
             elif isinstance(action, StopLeading):
                 self._trace(f"stop leading: {action.reason}")
                 self.world.count("stop_leading")
@@ -328,7 +332,7 @@ class SimBroker:
             zk_version=st.zk_version,
             controller_epoch=st.controller_epoch,
         )
-        _, actions = self.machine.on_leader_and_isr(leadership, self.world.now)
+        _, actions = self.machine.on_leader_and_isr(leadership, self._clock())
         self._carry_out(actions)
 
     # -- follower side ------------------------------------------------------------------------
@@ -454,7 +458,7 @@ class SimBroker:
             req.src,
             req.fetch_offset,
             req.current_leader_epoch,
-            self.world.now,
+            self._clock(),
             broker_epoch=req.broker_epoch,
         )
         if decision.error is not ErrorCode.none or decision.bounds is None:
@@ -570,13 +574,13 @@ class SimBroker:
                     self._advance_truncation()
         elif t.kind == "isr_expiration":
             if current and m.is_leader:
-                proposal = m.maybe_shrink_isr(self.world.now)
+                proposal = m.maybe_shrink_isr(self._clock())
                 if proposal is not None:
                     self._submit_isr_change(proposal)
                 self._arm(isr_expiration_interval_ms(cfg.replica_lag_time_max_ms), t.kind, t.token)
         elif t.kind == "isr_propagation":
             if current and m.is_leader:
-                batch = self.propagation.maybe_propagate(self.world.now)
+                batch = self.propagation.maybe_propagate(self._clock())
                 if batch:
                     self.world.controller.on_isr_change_notification(batch)
                 self._arm(ISR_CHANGE_PROPAGATION_CHECK_INTERVAL_MS, t.kind, t.token)

@@ -436,10 +436,9 @@ class BrokerController:
             self._send_requests(d)
             if not stale:
                 break
-            fresh = self.zk.get_partition_states(sorted(stale))
-            ctx = self.context.copy()
-            ctx.partition_leadership.update((TopicPartition(*tp), s) for tp, s in fresh.items())
-            self.context = ctx
+            ctx = self.context = decisions.refreshed(
+                self.context, self.zk.get_partition_states(sorted(stale))
+            )
             self.plane.world.count("controller_stale_write")
             self._trace(f"partitions {sorted(stale)} changed under us: deciding again")
             if retry is None or attempt == MAX_WRITE_ATTEMPTS:
@@ -475,19 +474,23 @@ class BrokerController:
     # -- cluster events --------------------------------------------------------------------
 
     def _process_broker_change(self) -> None:
+        """As ``KafkaController._process_broker_change``: classify, re-read, decide, retry."""
         if self.context is None:
             return
         registered = self.zk.get_all_brokers()
         known = self.context.live_brokers
-        changed = registered.keys() != known.keys() or any(
-            registered[b].epoch != known[b].epoch for b in registered
-        )
-        if not changed:
+        changes = decisions.broker_changes(self.context, registered)
+        if not changes:
             return
         self._trace(f"broker change: registered {sorted(registered)}, known {sorted(known)}")
-        self._apply(partial(decisions.on_broker_change, registered=registered), _rerun_failure)
-        failed = {b for b in known if b not in registered or registered[b].epoch != known[b].epoch}
-        self.plane.check_failed_brokers_left_isr(self, failed)
+        refresh = decisions.partitions_to_refresh(self.context, changes)
+        if refresh:
+            self.context = decisions.refreshed(self.context, self.zk.get_partition_states(refresh))
+        self._apply(
+            partial(decisions.on_broker_change, registered=registered),
+            partial(decisions.redo_broker_change, changes=changes, registered=registered),
+        )
+        self.plane.check_failed_brokers_left_isr(self, {*changes.dead, *changes.bounced})
 
     def _process_isr_change(self) -> None:
         if self.context is None:

@@ -34,9 +34,7 @@ class Regression:
 
 
 # Invariant kinds broken by bugs still open: the random runs count these instead of failing.
-OPEN_BUG_KINDS: dict[str, str] = {
-    "controller_isr": "controller removes failed brokers from ISRs as its context knows them",
-}
+OPEN_BUG_KINDS: dict[str, str] = {}
 
 REGRESSIONS: tuple[Regression, ...] = (
     Regression(
@@ -51,12 +49,6 @@ REGRESSIONS: tuple[Regression, ...] = (
             "write, so no conditional write failed and b1 stayed in ZooKeeper's ISR [3, 1]. "
             "With an unflushed tail lost in that crash, b1 is an electable in-sync replica "
             "without the committed records (found as committed_lost / hw_above_isr_leo)."
-        ),
-        open_bug=(
-            "replog.controller: _replicas_offline / the IO layer must read the partition states "
-            "of the failed brokers' partitions from ZooKeeper before removing them from ISRs "
-            "(Kafka's doRemoveReplicasFromIsr reads them), or make that write conditional "
-            "on the znode version even when the context sees no change"
         ),
         scripted="test_controller_takes_a_failed_broker_out_of_an_isr_it_has_not_heard_of",
     ),
@@ -74,13 +66,6 @@ REGRESSIONS: tuple[Regression, ...] = (
             "brokers that are offline. b3 never hears of the partition again: no full ISR "
             "after heal."
         ),
-        open_bug=(
-            "replog.controller.controller._rerun_failure (the simulator calls it as shipped): "
-            "after a version conflict, re-run the whole event's decision (on_broker_change "
-            "with the same registrations) over the re-read context, not only "
-            "on_broker_failure for offline replicas"
-        ),
-        tolerate=frozenset({"controller_isr"}),
         scripted="test_a_bounced_broker_gets_leader_and_isr_after_a_version_conflict",
     ),
     Regression(
@@ -97,8 +82,6 @@ REGRESSIONS: tuple[Regression, ...] = (
             "appending m202 at offset 41 in epoch 5: two records at one (epoch, offset), "
             "which leader-epoch truncation cannot tell apart; b4 keeps m149 below its HW."
         ),
-        open_bug="as seed 11: the bounced leader must get a new leader epoch",
-        tolerate=frozenset({"controller_isr"}),
         scripted="test_a_bounced_broker_gets_leader_and_isr_after_a_version_conflict",
     ),
 )

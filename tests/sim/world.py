@@ -152,6 +152,7 @@ class World:
         self.violations: list[SimInvariantViolation] = []
         ids = tuple(range(1, config.replicas + 1))
         self.controller = SimController(self, ids)
+        self.clock_offset: dict[int, int] = dict.fromkeys(ids, 0)  # clock jumps per broker
         self.brokers = {b: SimBroker(b, self) for b in ids}
         self.committed: list[Record] = []
         self.acked: dict[int, str] = {}
@@ -176,7 +177,6 @@ class World:
         self.zk_cut: dict[int, int] = {}  # broker -> when its ZooKeeper connection heals
         self.zk_held: dict[int, list[Any]] = {}  # what waits for that connection
         self.slow_disk: dict[int, int] = {}  # broker -> until when its disk is slow
-        self.clock_offset: dict[int, int] = dict.fromkeys(ids, 0)
         self.acting_broker: int | None = None  # the broker whose handler is running
         self.faults_enabled = True
         self.produce_enabled = True

@@ -388,9 +388,7 @@ class KafkaController:
             if not stale:
                 break
             fresh = await asyncio.to_thread(self.zk.get_partition_states, sorted(stale))
-            ctx = self.context.copy()
-            ctx.partition_leadership.update((TopicPartition(*tp), s) for tp, s in fresh.items())
-            self.context = ctx
+            ctx = self.context = decisions.refreshed(self.context, fresh)
             if retry is None or attempt == MAX_WRITE_ATTEMPTS:
                 log.error("controller: partitions %s keep changing: left as read", sorted(stale))
                 break
@@ -483,9 +481,13 @@ class KafkaController:
         changes = decisions.broker_changes(self.context, registered)
         if not changes:
             return
+        refresh = decisions.partitions_to_refresh(self.context, changes)
+        if refresh:
+            fresh = await asyncio.to_thread(self.zk.get_partition_states, refresh)
+            self.context = decisions.refreshed(self.context, fresh)
         applied = await self._apply(
             partial(decisions.on_broker_change, registered=registered),
-            _rerun_failure,
+            partial(decisions.redo_broker_change, changes=changes, registered=registered),
             q.enqueue_time_s,
         )
         self._report(changes.describe(), applied)

@@ -34,7 +34,7 @@ from replog.controller.state_machines import (
     trigger_online_partition_state_change,
 )
 from replog.controller.states import PartitionState, ReplicaState
-from replog.zk.fencing import UNKNOWN_BROKER_EPOCH, is_stale_broker_epoch
+from replog.zk.fencing import UNKNOWN_BROKER_EPOCH, check_controller_epoch, is_stale_broker_epoch
 
 log = logging.getLogger("replog.controller")
 
@@ -146,8 +146,60 @@ def on_broker_change(
     ``/brokers/ids`` (with its epoch), classified by ``broker_changes``. Dead brokers
     are handled first, then bounced brokers (a failure and a startup), then new ones.
     """
+    return redo_broker_change(context, set(), broker_changes(context, registered), registered)
+
+
+def partitions_to_refresh(
+    context: ControllerContext, changes: BrokerChanges
+) -> list[TopicPartition]:
+    """Partitions whose state the IO layer must re-read from ZooKeeper before deciding
+    ``changes``: every one with a replica on a failed or restarted broker.
+
+    A leader changes its ISR in ZooKeeper without telling the controller (the ISR
+    change notification comes seconds later), so the context can miss a broker that
+    just joined an ISR; removing the failed broker from the ISR *as the context knows
+    it* would then write nothing and leave it in ZooKeeper's ISR, electable without
+    the records it lost (found by the simulator). Kafka's ``doRemoveReplicasFromIsr``
+    reads these states for the same reason.
+    """
+    failed = {*changes.dead, *changes.bounced}
+    if not failed:
+        return []
+    return sorted({r.topic_partition for r in context.replicas_on_brokers(failed)})
+
+
+def refreshed(
+    context: ControllerContext, states: Mapping[tuple[str, int], LeaderIsrAndControllerEpoch]
+) -> ControllerContext:
+    """``context`` with partition states just read from ZooKeeper.
+
+    A state written by a newer controller proves this one was deposed (its session
+    ended, another broker won ``/controller``): ``ControllerMovedError``, and the IO
+    layer resigns before deciding anything on stale ground (Kafka's elections refuse
+    such a state the same way).
+    """
+    for tp, state in states.items():
+        check_controller_epoch(context.controller_epoch, state.controller_epoch, tp)
+    ctx = context.copy()
+    ctx.partition_leadership.update((TopicPartition(*tp), s) for tp, s in states.items())
+    return ctx
+
+
+def redo_broker_change(
+    context: ControllerContext,
+    _stale: set[TopicPartition],
+    changes: BrokerChanges,
+    registered: Mapping[int, BrokerInfo],
+) -> ControllerDecision:
+    """Decide ``changes`` over ``context``: failures (dead and restarted brokers) first,
+    then startups (new and restarted). Also the retry after some writes lost a version
+    race (their states re-read into ``context``): deciding the whole change again is
+    idempotent for partitions already handled, and a restarted broker, though live
+    again, still gets its failure decided (a new leader epoch where it led) for the
+    partitions whose writes failed (found by the simulator: a restarted leader kept
+    its old epoch and appended a second record at an offset of that epoch).
+    """
     d = ControllerDecision(context)
-    changes = broker_changes(context, registered)
     if changes.dead or changes.bounced:
         _broker_failure(d, [*changes.dead, *changes.bounced])
     if changes.new or changes.bounced:
