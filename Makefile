@@ -30,7 +30,8 @@ test: $(STAMP) system-deps
 	$(VENV)/bin/ruff check src tests bench
 	$(PY) -m pytest -q
 
-# Random replication-simulation seeds for SIM_SECONDS (per profile); failures print
+# Random replication-simulation seeds for SIM_SECONDS of wall time over every profile
+# (SIM_PROFILE narrows it to one); failures print
 # their seed and a one-line replay command. `make test` runs only a fixed short set.
 SIM_SECONDS ?= 600
 SIM_PROFILE ?=
