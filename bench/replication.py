@@ -28,7 +28,6 @@ from common import (
     work_dir,
 )
 
-
 CASES = ((3, "all"), (1, "1"), (1, "all"))
 
 
@@ -72,6 +71,7 @@ def main() -> None:
     rf3 = med[(3, "all")]
     print(f"  ratio RF 3 acks=all / RF 1 acks=1:    {med[(1, '1')] / rf3:10.2f}")
     print(f"  ratio RF 3 acks=all / RF 1 acks=all:  {med[(1, 'all')] / rf3:10.2f}")
+
 
 if __name__ == "__main__":
     main()
