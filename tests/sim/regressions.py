@@ -84,4 +84,26 @@ REGRESSIONS: tuple[Regression, ...] = (
         ),
         scripted="test_a_bounced_broker_gets_leader_and_isr_after_a_version_conflict",
     ),
+    Regression(
+        seed=1600405419,
+        profile="control",
+        steps=20_000,
+        kind="committed_changed",
+        found=(
+            "committed_changed: b3 led epoch 44 with ISR [3, 1] and b1 fetched m1321@554; b3 "
+            "crashed losing its unflushed tail (m1321 with it) and restarted at once, while "
+            "the controller moved to b3 itself; the new controller cannot tell that its "
+            "leader bounced, so it re-sent epoch 44 and b3 led it again, appending m1352@554 "
+            "in epoch 44. b1's (epoch, offset) matches the leader's, so leader-epoch "
+            "truncation keeps m1321: the replicas diverge below the HW. Kafka's ZooKeeper "
+            "mode has the same window (KRaft closes it with registration epochs)."
+        ),
+        open_bug=(
+            "replog.controller: on controller failover, a leader whose registration (broker "
+            "epoch = czxid of /brokers/ids/<id>) is newer than the partition state's last "
+            "write (mzxid) restarted since it was made leader: elect again with a new leader "
+            "epoch (load_context must keep the state znodes' mzxid; the simulator's ZooKeeper "
+            "needs one zxid counter for both)"
+        ),
+    ),
 )
