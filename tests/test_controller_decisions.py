@@ -256,6 +256,9 @@ def test_bounced_broker_is_failure_then_startup() -> None:
     reqs = requests_by_type(d)
     assert reqs[1][LeaderAndIsrRequest].broker_epoch == 500
     assert lai_partitions(reqs[1][LeaderAndIsrRequest])[TopicPartition("t", 0)].leader == 2
+    # its failure's StopReplica is superseded by its startup's LeaderAndIsr (one batch is
+    # sent LeaderAndIsr first: a stop after it would take the replica away again)
+    assert StopReplicaRequest not in reqs[1]
 
 
 def test_bounced_leader_is_decided_again_after_its_write_lost_a_version_race() -> None:
@@ -442,6 +445,34 @@ def test_controller_failover_sends_full_state_and_cleans_offline_replicas() -> N
         assert set(um_partitions(reqs[b][UpdateMetadataRequest])) == set(new.partition_leadership)
         assert reqs[b][UpdateMetadataRequest].controller_epoch == 2
     check_cluster_invariants(new)
+
+
+def test_controller_failover_gives_a_restarted_leader_a_new_epoch() -> None:
+    """A leader that re-registered after its partition's state was last written restarted
+    without any controller handling it (the old one died first): it may have lost an
+    unflushed tail, so it must not lead its old epoch again (found by the simulator)."""
+    old = cluster([1, 2, 3], {"t": {0: [1, 2, 3], 1: [2, 3, 1]}})
+    ctx = ControllerContext(controller_id=2, controller_epoch=2, controller_epoch_zk_version=2)
+    # states last written at zxid 300; broker 1 registered again at 400, the others long ago
+    ctx.live_brokers = {1: broker(1, epoch=400), 2: broker(2, epoch=100), 3: broker(3, epoch=100)}
+    for topic, assignment in old.partition_assignments.items():
+        ctx.add_topic(topic, assignment)
+    ctx.partition_leadership = dict(old.partition_leadership)
+    ctx.partition_state_mzxid = dict.fromkeys(old.partition_leadership, 300)
+    assert decisions.restarted_in_sync_replicas(ctx) == [1]
+    new = apply(decisions.on_controller_failover(ctx))
+    before = old.partition_leadership[TopicPartition("t", 0)].leader_and_isr
+    after = new.partition_leadership[TopicPartition("t", 0)].leader_and_isr
+    assert after.leader != 1 and after.leader_epoch > before.leader_epoch
+    assert 1 not in after.isr
+    t1 = new.partition_leadership[TopicPartition("t", 1)].leader_and_isr
+    assert t1.leader == 2 and 1 not in t1.isr  # a follower that restarted leaves the ISR too
+    # nothing restarted: failover changes no leader epoch
+    ctx.live_brokers[1] = broker(1, epoch=100)
+    same = apply(decisions.on_controller_failover(ctx))
+    assert same.partition_leadership[TopicPartition("t", 0)].leader_and_isr.leader_epoch == (
+        before.leader_epoch
+    )
 
 
 def test_controller_failover_resigns_when_a_newer_controller_wrote() -> None:

@@ -112,7 +112,7 @@ def test_random_simulation_catches_high_watermark_truncation() -> None:
     for seed in range(6):
         config = SimConfig(truncation_rule=TruncationRule.HIGH_WATERMARK)
         with pytest.raises(SimInvariantViolation) as info:
-            run_random(seed, config, steps=4000)
+            run_random(seed, config, steps=8000)
         kinds.add(info.value.kind)
     assert kinds <= {"hw_above_isr_leo", "committed_lost", "committed_changed"}
 

@@ -91,6 +91,7 @@ class SimZooKeeper:
         self.controller_epoch = 0
         self.controller_epoch_version = 0
         self._states: dict[TopicPartition, tuple[bytes, int]] = {}  # data, version
+        self._state_mzxid: dict[TopicPartition, int] = {}  # zxid of each state's last write
         self._isr_changes: dict[str, bytes] = {}
         self._zxid = 100
         self._next_session = 0
@@ -190,6 +191,13 @@ class SimZooKeeper:
                 out[tp] = zd.decode_partition_state(found[0], found[1])
         return out
 
+    def get_partition_state_mzxids(self, partitions) -> dict[TopicPartition, int]:
+        return {
+            tp: self._state_mzxid[TopicPartition(tp[0], tp[1])]
+            for tp in partitions
+            if TopicPartition(tp[0], tp[1]) in self._state_mzxid
+        }
+
     def partition_state(self) -> LeaderIsrAndControllerEpoch | None:
         return self.get_partition_states([PARTITION]).get(PARTITION)
 
@@ -207,6 +215,8 @@ class SimZooKeeper:
         if new.leader != NO_LEADER and new.leader not in new.isr:
             raise AssertionError(f"zk: {tp} leader outside the ISR: {new}")
         self._states[tp] = (data, version)
+        self._zxid += 1
+        self._state_mzxid[tp] = self._zxid
 
     def _epoch_fence_fails(self, expected_controller_epoch_zk_version: int | None) -> bool:
         return (

@@ -98,12 +98,6 @@ REGRESSIONS: tuple[Regression, ...] = (
             "truncation keeps m1321: the replicas diverge below the HW. Kafka's ZooKeeper "
             "mode has the same window (KRaft closes it with registration epochs)."
         ),
-        open_bug=(
-            "replog.controller: on controller failover, a leader whose registration (broker "
-            "epoch = czxid of /brokers/ids/<id>) is newer than the partition state's last "
-            "write (mzxid) restarted since it was made leader: elect again with a new leader "
-            "epoch (load_context must keep the state znodes' mzxid; the simulator's ZooKeeper "
-            "needs one zxid counter for both)"
-        ),
+        scripted="tests/test_controller_decisions.py::test_controller_failover_gives_a_restarted_leader_a_new_epoch",
     ),
 )

@@ -97,6 +97,9 @@ class ControllerContext:
     """Per-topic ``unclean.leader.election.enable`` overrides."""
     default_unclean_leader_election_enable: bool = False
     """The broker-level ``unclean.leader.election.enable``."""
+    partition_state_mzxid: dict[TopicPartition, int] = field(default_factory=dict)
+    """The zxid of each state znode's last write, as read at controller failover: a
+    broker registered after it (a newer broker epoch) restarted since."""
 
     def copy(self) -> ControllerContext:
         return ControllerContext(
@@ -116,6 +119,7 @@ class ControllerContext:
             topics_ineligible_for_deletion=set(self.topics_ineligible_for_deletion),
             unclean_leader_election_enable=dict(self.unclean_leader_election_enable),
             default_unclean_leader_election_enable=self.default_unclean_leader_election_enable,
+            partition_state_mzxid=dict(self.partition_state_mzxid),
         )
 
     # --- brokers ---------------------------------------------------------------------

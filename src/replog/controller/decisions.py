@@ -90,8 +90,34 @@ def on_controller_failover(context: ControllerContext) -> ControllerDecision:
     )
     # Kafka partitionStateMachine.startup()
     trigger_online_partition_state_change(d)
+    restarted = restarted_in_sync_replicas(ctx)
+    if restarted:
+        # They restarted after their partitions' states were last written, maybe losing an
+        # unflushed tail: a failure and a startup, as if the last controller had seen it,
+        # so each gets a new leader epoch (found by the simulator: a bounced leader re-sent
+        # its old epoch appended a second record at an (epoch, offset) a follower held).
+        infos = [ctx.live_brokers[b] for b in restarted]
+        _broker_failure(d, restarted)
+        _broker_startup(d, infos)
     topic_deletion.resume_deletions(d)
     return d
+
+
+def restarted_in_sync_replicas(context: ControllerContext) -> list[int]:
+    """Live brokers in some ISR whose registration (broker epoch, the czxid of
+    ``/brokers/ids/<id>``) is newer than that partition state's last write (its mzxid):
+    they restarted since they were last put in that ISR or made leader, and no
+    controller has handled it (the previous one died first)."""
+    ctx = context
+    found: set[int] = set()
+    for tp, mzxid in ctx.partition_state_mzxid.items():
+        state = ctx.partition_leadership.get(tp)
+        if state is None:
+            continue
+        for b in state.leader_and_isr.isr:
+            if b in ctx.live_brokers and ctx.broker_epoch(b) > mzxid:
+                found.add(b)
+    return sorted(found)
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,6 +84,7 @@ class ControllerBrokerRequestBatch:
             if per_broker is None:
                 per_broker = self.leader_and_isr[broker] = {}
             per_broker[tp] = is_new or per_broker.get(tp, False)
+            self._supersede_stop_replica(broker, tp)
         self.update_metadata_to_all_live = True
         self.update_metadata_partitions[tp] = None
 
@@ -105,6 +106,23 @@ class ControllerBrokerRequestBatch:
             per_broker = self.stop_replica.setdefault(broker, {})
             already_delete = per_broker.get(tp, (False, 0))[0]
             per_broker[tp] = (already_delete or delete_partition, leader_epoch)
+            if not delete_partition and not already_delete:
+                # the later instruction wins: this replica went offline after being told
+                # its role in this same decision
+                told = self.leader_and_isr.get(broker)
+                if told is not None and told.pop(tp, None) is not None and not told:
+                    del self.leader_and_isr[broker]
+
+    def _supersede_stop_replica(self, broker: int, tp: TopicPartition) -> None:
+        """A LeaderAndIsr after a StopReplica without delete for the same replica in one
+        decision (a restarted broker: its failure, then its startup) replaces it. Kafka
+        sends the two in separate batches, in order; one batch is built in a fixed order
+        (LeaderAndIsr before StopReplica), so the stale stop must go."""
+        stops = self.stop_replica.get(broker)
+        if stops is not None and tp in stops and not stops[tp][0]:
+            del stops[tp]
+            if not stops:
+                del self.stop_replica[broker]
 
     def add_update_metadata_to_all_live(self, partitions: Iterable[TopicPartition] = ()) -> None:
         """UpdateMetadata to every broker live when the requests are built."""

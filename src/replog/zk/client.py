@@ -408,6 +408,18 @@ class KafkaZkClient:
             if not isinstance(result, Exception)
         }
 
+    def get_partition_state_mzxids(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        """The zxid of the last write of each partition's state znode; absent ones omitted."""
+        keys = list(partitions)
+        results = self._ops.read_many([zd.partition_state_path(t, p) for t, p in keys], GET_DATA)
+        return {
+            key: result[1].mzxid
+            for key, result in zip(keys, results, strict=True)
+            if not isinstance(result, Exception)
+        }
+
     def create_partition_states(
         self,
         states: Mapping[TopicPartition, LeaderAndIsr],
