@@ -191,12 +191,9 @@ class SimZooKeeper:
                 out[tp] = zd.decode_partition_state(found[0], found[1])
         return out
 
-    def get_partition_state_mzxids(self, partitions) -> dict[TopicPartition, int]:
-        return {
-            tp: self._state_mzxid[TopicPartition(tp[0], tp[1])]
-            for tp in partitions
-            if TopicPartition(tp[0], tp[1]) in self._state_mzxid
-        }
+    def read_partition_states(self, partitions) -> dict:
+        states = self.get_partition_states(partitions)
+        return {tp: (state, self._state_mzxid[TopicPartition(*tp)]) for tp, state in states.items()}
 
     def partition_state(self) -> LeaderIsrAndControllerEpoch | None:
         return self.get_partition_states([PARTITION]).get(PARTITION)

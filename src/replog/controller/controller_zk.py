@@ -44,10 +44,9 @@ def load_context(
     topics = zk.get_all_topics()
     for topic, assignment in zk.get_topic_assignments(topics).items():
         ctx.add_topic(topic, {p: tuple(r) for p, r in assignment.items()})
-    states = zk.get_partition_states(list(ctx.all_partitions()))
-    ctx.partition_leadership = {TopicPartition(t, p): s for (t, p), s in states.items()}
-    mzxids = zk.get_partition_state_mzxids(list(ctx.partition_leadership))
-    ctx.partition_state_mzxid = {TopicPartition(t, p): z for (t, p), z in mzxids.items()}
+    states = zk.read_partition_states(list(ctx.all_partitions()))
+    ctx.partition_leadership = {TopicPartition(t, p): s for (t, p), (s, _) in states.items()}
+    ctx.partition_state_mzxid = {TopicPartition(t, p): z for (t, p), (_, z) in states.items()}
     ctx.topics_to_be_deleted = zk.get_topics_marked_for_deletion() & ctx.all_topics
     ctx.unclean_leader_election_enable = read_unclean_overrides(zk, ctx.all_topics, timeout_s)
     return ctx

@@ -400,22 +400,16 @@ class KafkaZkClient:
         self, partitions: Iterable[TopicPartition]
     ) -> dict[TopicPartition, LeaderIsrAndControllerEpoch]:
         """Read ``.../partitions/<p>/state`` for many partitions; absent ones are omitted."""
-        keys = list(partitions)
-        results = self._ops.read_many([zd.partition_state_path(t, p) for t, p in keys], GET_DATA)
-        return {
-            key: zd.decode_partition_state(result[0], result[1].version)
-            for key, result in zip(keys, results, strict=True)
-            if not isinstance(result, Exception)
-        }
+        return {tp: state for tp, (state, _) in self.read_partition_states(partitions).items()}
 
-    def get_partition_state_mzxids(
+    def read_partition_states(
         self, partitions: Iterable[TopicPartition]
-    ) -> dict[TopicPartition, int]:
-        """The zxid of the last write of each partition's state znode; absent ones omitted."""
+    ) -> dict[TopicPartition, tuple[LeaderIsrAndControllerEpoch, int]]:
+        """Each partition's state with the zxid of the znode's last write (its mzxid)."""
         keys = list(partitions)
         results = self._ops.read_many([zd.partition_state_path(t, p) for t, p in keys], GET_DATA)
         return {
-            key: result[1].mzxid
+            key: (zd.decode_partition_state(result[0], result[1].version), result[1].mzxid)
             for key, result in zip(keys, results, strict=True)
             if not isinstance(result, Exception)
         }
