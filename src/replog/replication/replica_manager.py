@@ -94,7 +94,6 @@ class ReplicaManager:
         self.isr_change_propagation = IsrChangePropagation.starting_at(now_ms())
         self._background: set[asyncio.Task[None]] = set()
         self._hw_checkpoints: dict[object, dict[tuple[str, int], int]] = {}
-        self._leader_addresses: dict[int, tuple[str, int]] = {}
 
     def get_partition(self, topic: str, partition: int) -> Partition | None:
         return self.partitions.get((topic, partition))
@@ -214,8 +213,16 @@ class ReplicaManager:
             last_stable_offset=decision.high_watermark,
         )
 
-    def _carry_out(self, part: Partition, actions: tuple[Action, ...] | list[Action]) -> None:
-        """What a partition hands back: fetcher changes, ZooKeeper writes, notifications."""
+    def _carry_out(
+        self,
+        part: Partition,
+        actions: tuple[Action, ...] | list[Action],
+        leader_addresses: dict[int, tuple[str, int]] | None = None,
+    ) -> None:
+        """What a partition hands back: fetcher changes, ZooKeeper writes, notifications.
+
+        ``leader_addresses`` are a LeaderAndIsr's live leaders, the only source of
+        ``StartFetching``."""
         for action in part.carry_out(actions):
             if isinstance(action, IsrChangeProposal):
                 log.info(
@@ -248,7 +255,7 @@ class ReplicaManager:
             elif isinstance(action, StartFetching):
                 if self.fetcher_manager is not None:
                     self.fetcher_manager.add_partition(
-                        part, action.leader_id, self._leader_addresses.get(action.leader_id)
+                        part, action.leader_id, (leader_addresses or {}).get(action.leader_id)
                     )
             elif isinstance(action, StopFetching):
                 if self.fetcher_manager is not None:
@@ -389,7 +396,6 @@ class ReplicaManager:
         """Apply one partition of a LeaderAndIsr request (Kafka ``becomeLeaderOrFollower``)."""
         if not state.assigns(self.broker_id):
             return ErrorCode.unknown_topic_or_partition  # before creating a log for it
-        self._leader_addresses = live_leaders  # StartFetching comes only from this request
         part = self._get_or_create_partition(topic, partition)
         code, actions = part.machine.on_leader_and_isr(state, now_ms())
         if code is ErrorCode.stale_controller_epoch:
@@ -400,7 +406,7 @@ class ReplicaManager:
                 state.leader_epoch,
                 part.leader_epoch,
             )
-        self._carry_out(part, actions)
+        self._carry_out(part, actions, live_leaders)
         if actions:
             log.debug(
                 "%s-%d: %s at epoch %d (leader %d, ISR %s, LEO %d)",

@@ -92,7 +92,6 @@ class ControllerCommands:
             int(request.controller_id), int(request.controller_epoch), int(request.broker_epoch)
         )
         rm = self.services.replica_manager
-        me = self.services.config.broker_id
         live_leaders = {
             int(b.broker_id): (str(b.host_name), int(b.port)) for b in request.live_leaders
         }
@@ -117,8 +116,6 @@ class ControllerCommands:
                         ),
                         live_leaders=live_leaders,
                     )
-                    if me not in p.replicas:
-                        code = ErrorCode.unknown_topic_or_partition
                 errors.append(
                     cs.LeaderAndIsrPartitionError(
                         partition_index=p.partition_index, error_code=code
