@@ -78,14 +78,23 @@ def decode_request(frame: bytes) -> Request:
 
 @dataclass(frozen=True, slots=True)
 class EncodedBody:
-    """A body a hand codec already encoded (non-flexible: response header v0)."""
+    """A body a hand codec already encoded.
+
+    ``flexible`` bodies get response header v1 (an empty tagged-field section
+    after the correlation id); the others header v0.
+    """
 
     data: bytes
+    flexible: bool = False
 
 
 def encode_response(api_key: int, correlation_id: int, body: Any) -> bytes:
     """Size-prefixed response frame; the header version follows the body's schema."""
     if isinstance(body, EncodedBody):
+        if body.flexible:
+            return (
+                _RESPONSE_V0_PREFIX.pack(len(body.data) + 5, correlation_id) + b"\0" + body.data
+            )
         return _RESPONSE_V0_PREFIX.pack(len(body.data) + 4, correlation_id) + body.data
     buf = io.BytesIO()
     buf.write(b"\0\0\0\0")

@@ -6,6 +6,7 @@ Concurrency: owned by the event loop; updates replace whole entries.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 
 
@@ -35,6 +36,9 @@ class MetadataCache:
     brokers: dict[int, BrokerEndpoint] = field(default_factory=dict)
     partitions: dict[str, dict[int, PartitionInfo]] = field(default_factory=dict)
     topic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    # KIP-516 topic ids, both ways; filled from UpdateMetadata (v7 carries them).
+    topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
+    topic_names: dict[uuid.UUID, str] = field(default_factory=dict)
 
     def update(
         self,
@@ -51,12 +55,29 @@ class MetadataCache:
         for info in partitions:
             self.partitions.setdefault(info.topic, {})[info.partition] = info
         for topic in deleted:
-            self.partitions.pop(topic, None)
-            self.topic_configs.pop(topic, None)
+            self.remove_topic(topic)
 
     def remove_topic(self, topic: str) -> None:
         self.partitions.pop(topic, None)
         self.topic_configs.pop(topic, None)
+        topic_id = self.topic_ids.pop(topic, None)
+        if topic_id is not None:
+            self.topic_names.pop(topic_id, None)
+
+    def set_topic_id(self, topic: str, topic_id: uuid.UUID) -> None:
+        old = self.topic_ids.get(topic)
+        if old is not None and old != topic_id:
+            self.topic_names.pop(old, None)
+        self.topic_ids[topic] = topic_id
+        self.topic_names[topic_id] = topic
+
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        """The topic's id (KIP-516), or None while the broker has not learnt it."""
+        return self.topic_ids.get(topic)
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """The name of the topic with this id, or None (UNKNOWN_TOPIC_ID)."""
+        return self.topic_names.get(topic_id)
 
     def topics(self) -> list[str]:
         return sorted(self.partitions)
