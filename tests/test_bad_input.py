@@ -355,6 +355,67 @@ def test_unknown_api_key_and_versions(replog_broker: LocalCluster, raw: Raw) -> 
     assert response.error_code == ErrorCode.none
 
 
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _compact(data: bytes) -> bytes:
+    return _uvarint(len(data) + 1) + data
+
+
+def api_versions_v3_payload(header_tags: bytes, body: bytes, correlation_id: int = 11) -> bytes:
+    """ApiVersions v3 by hand: header v2 (tagged fields) and a flexible body."""
+    return header(ApiKey.API_VERSIONS, 3, correlation_id) + header_tags + body
+
+
+def test_unknown_tagged_fields_are_skipped(raw: Raw) -> None:
+    # A newer client adds tagged fields the broker does not know, in the header and
+    # the body (tag 99 with 2 bytes; tag 1000 with 300): Kafka's rule is to skip them.
+    tags = b"\x02" + _uvarint(99) + b"\x02\xab\xcd" + _uvarint(1000) + _uvarint(300) + b"x" * 300
+    body = _compact(b"replog-test") + _compact(b"1.0") + tags
+    raw.send(framed(api_versions_v3_payload(tags, body)))
+    frame = raw.read_frame()
+    assert frame is not None, "the broker closed the connection over unknown tagged fields"
+    correlation_id, response = frames.decode_response(ApiKey.API_VERSIONS, 3, frame)
+    assert correlation_id == 11
+    assert response.error_code == ErrorCode.none
+    assert {int(k.api_key) for k in response.api_keys} >= {ApiKey.PRODUCE, ApiKey.FETCH}
+
+
+MALFORMED_FLEXIBLE = {
+    # six continuation bytes: longer than the 5 bytes a Kafka varint may take
+    "varint overflow": b"\x00" + _compact(b"x") + _compact(b"1") + b"\xff" * 5 + b"\x01",
+    # compact length 0 means null, which the schema forbids for this string
+    "negative compact length": b"\x00" + b"\x00" + _compact(b"1") + b"\x00",
+    # a tagged field announcing 50 bytes that ends after 2
+    "truncated tagged field": b"\x00" + _compact(b"x") + _compact(b"1") + b"\x01\x63\x32ab",
+    # a tag count of 3 with nothing after it
+    "missing tags": b"\x03",
+}
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED_FLEXIBLE))
+def test_malformed_flexible_encodings_close_only_that_connection(
+    replog_broker: LocalCluster, raw: Raw, name: str
+) -> None:
+    conn = Raw(replog_broker.port(0))
+    try:
+        conn.send(framed(api_versions_v3_payload(b"", MALFORMED_FLEXIBLE[name])))
+        conn.assert_closed()
+    finally:
+        conn.close()
+    assert log_lines(
+        replog_broker.broker_dir(0), r"closing connection from .*malformed API_VERSIONS v3"
+    )
+    # Another connection is answered as before.
+    assert raw.request(api_versions_request()).error_code == ErrorCode.none
+
+
 # -- well-formed requests with bad contents: Kafka error codes ------------------------
 
 

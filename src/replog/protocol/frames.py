@@ -17,7 +17,7 @@ from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeade
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32
 
-from replog.protocol import apis
+from replog.protocol import apis, schema_reader
 
 _PREFIX = struct.Struct(">hhi")
 SIZE = struct.Struct(">i")
@@ -64,10 +64,16 @@ def decode_request(frame: bytes) -> Request:
     try:
         header, offset = entity_reader(header_cls)(frame, 0)
         body, used = entity_reader(schema)(frame, offset)
-    except Exception as exc:  # kio raises several types for malformed input
-        raise InvalidFrame(
-            f"malformed {apis.ApiKey(api_key).name} v{api_version} request: {exc}"
-        ) from None
+    except Exception:  # kio raises several types for malformed input
+        # kio's native reader rejects tagged fields it does not know; Kafka's rule is to
+        # skip them. Read again with the schema walker that does (slower, rare).
+        try:
+            header, offset = schema_reader.read_entity(header_cls, frame, 0)
+            body, used = schema_reader.read_entity(schema, frame, offset)
+        except Exception as exc:
+            raise InvalidFrame(
+                f"malformed {apis.ApiKey(api_key).name} v{api_version} request: {exc}"
+            ) from None
     if offset + used != len(frame):
         raise InvalidFrame(
             f"{apis.ApiKey(api_key).name} v{api_version} request has "
