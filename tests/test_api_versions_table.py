@@ -16,6 +16,7 @@ from kio.schema.api_versions.v0.request import ApiVersionsRequest as ApiVersions
 from kio.schema.api_versions.v3.request import ApiVersionsRequest as ApiVersionsRequestV3
 from kio.schema.errors import ErrorCode
 
+from replog.cli.api_versions_cmd import update_readme
 from replog.protocol.apis import ApiKey
 from replog.protocol.client import KafkaConnection
 
@@ -84,3 +85,17 @@ def test_readme_matches_broker(replog_broker, request_body) -> None:
         if claimed.get(key) != served.get(key)
     }
     assert not differences, f"README (claimed, served) differ: {differences}"
+
+
+def test_readme_table_is_what_the_command_generates(replog_broker) -> None:
+    served = asyncio.run(
+        _api_versions(
+            replog_broker.port(replog_broker.broker_ids[0]),
+            ApiVersionsRequestV3(client_software_name="replog-tests", client_software_version="0"),
+        )
+    )
+    text = README.read_text()
+    assert update_readme(text, served) == text, (
+        "README's API table is stale: run "
+        "`replog api-versions --bootstrap-server HOST:PORT --update-readme README.md`"
+    )
