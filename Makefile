@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: demo test lint bench sim mutation clean venv system-deps
+.PHONY: demo test lint bench sim mutation clean venv system-deps js-deps
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,10 +23,21 @@ system-deps:
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq kcat >/dev/null; }
 
+# kafkajs (a pure-JavaScript client) for the tests; Node.js from Debian if missing.
+JS_STAMP := tests/js/node_modules/.installed
+$(JS_STAMP): tests/js/package.json tests/js/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq nodejs npm >/dev/null; }
+	cd tests/js && npm ci --no-audit --no-fund --loglevel=error
+	touch $(JS_STAMP)
+
+js-deps: $(JS_STAMP)
+
 demo: $(STAMP)
 	$(PY) -m replog.demo
 
-test: $(STAMP) system-deps
+test: $(STAMP) system-deps js-deps
 	$(VENV)/bin/ruff check src tests bench
 	$(PY) -m pytest -q
 
@@ -52,4 +63,4 @@ bench: $(STAMP)
 	$(PY) bench/produce_consume.py
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache .hypothesis tests/js/node_modules

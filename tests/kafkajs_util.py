@@ -1,0 +1,47 @@
+"""Drive kafkajs (a pure-JavaScript Kafka client) from the Python tests.
+
+``tests/js/admin.js`` runs one kafkajs call and prints its result as JSON; the
+Makefile installs kafkajs with ``npm ci`` in ``tests/js``. Tests skip with a
+reason when Node.js or the package is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+JS_DIR = Path(__file__).resolve().parent / "js"
+
+
+def require_kafkajs() -> None:
+    if shutil.which("node") is None:
+        pytest.skip("Node.js is not installed: kafkajs tests need it")
+    if not (JS_DIR / "node_modules" / "kafkajs").is_dir():
+        pytest.skip("kafkajs is not installed: run `make test` (npm ci in tests/js)")
+
+
+class KafkajsError(RuntimeError):
+    pass
+
+
+def kafkajs(bootstrap: str, action: str, timeout_s: float = 60, **args: Any) -> Any:
+    """The JSON result of one kafkajs call; KafkajsError with its message if it failed."""
+    require_kafkajs()
+    command = json.dumps({"brokers": bootstrap.split(","), "action": action, "args": args})
+    done = subprocess.run(
+        ["node", str(JS_DIR / "admin.js"), command],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env={**os.environ, "KAFKAJS_NO_PARTITIONER_WARNING": "1"},
+        check=False,
+    )
+    if done.returncode != 0:
+        raise KafkajsError(done.stderr.strip() or f"node exited {done.returncode}")
+    return json.loads(done.stdout)
