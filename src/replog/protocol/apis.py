@@ -41,10 +41,10 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_CONFIGS = 32
 
 
-# api key -> (min version, max version) that this broker answers. Client APIs stop
-# at their last non-flexible version (ApiVersions aside): librdkafka sends tagged
-# fields that the schemas do not declare, and kio rejects unknown tags rather than
-# skipping them. Every client in use negotiates down to these versions.
+# api key -> (min version, max version) that this broker answers. The lower ends follow
+# Kafka 4.0's KIP-896 baseline (clients of Kafka 2.1 and later); the upper ends are at
+# least what librdkafka 2.16 asks for (tests/test_protocol_currency.py). Unknown tagged
+# fields of flexible versions are skipped (frames falls back to schema_reader).
 CLIENT_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (3, 8),
     ApiKey.FETCH: (4, 11),
