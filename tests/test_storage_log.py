@@ -34,6 +34,7 @@ from replog.storage.log import (
     OffsetOutOfRange,
     OutOfOrderSequence,
     RecordTooLarge,
+    TimestampAndOffset,
     UnexpectedAppendOffset,
 )
 from replog.storage.log_config import LogConfig
@@ -262,6 +263,50 @@ def compressed_batch(codec: int, timestamps: list[int], *, xerial: bool = False)
     )
 
 
+def test_log_start_offset_moves_up_for_delete_records(tmp_path: Path) -> None:
+    """DeleteRecords: the log start moves mid-segment; only whole segments below it go,
+    the epoch cache starts there, and a reopen with the checkpointed offset keeps it."""
+    one = len(batch(1))
+    log = open_log(tmp_path, segment_bytes=2 * one)
+    for _ in range(5):  # segments [0,1] [2,3] [4]
+        log.append_as_leader(batch(1), leader_epoch=3, now_ms=NOW)
+    log.update_high_watermark(5)
+    assert log.earliest_epoch() == 3
+    assert not log.maybe_increment_log_start_offset(0)
+    assert log.maybe_increment_log_start_offset(3)
+    assert not log.maybe_increment_log_start_offset(2)  # never back
+    assert log.log_start_offset == 3
+    assert log.leader_epoch_cache.entries() == [(3, 3)]
+    assert log.earliest_epoch() == 3
+    with pytest.raises(OffsetOutOfRange):
+        log.read(2, 100)
+    assert log.delete_segments_below_log_start() == 1  # [0,1]; [2,3] still holds offset 3
+    assert [s.base_offset for s in log.segments] == [2, 4]
+    assert log.offset_for_timestamp(0) == TimestampAndOffset(NOW, 3, 3)
+    log.flush()
+    log.close()
+    reopened = Log.open(
+        log.dir,
+        LogConfig(segment_bytes=2 * one),
+        recovery_point=log.recovery_point,
+        log_start_offset=3,
+        now_ms=NOW,
+        clean_shutdown=True,
+    )
+    assert (reopened.log_start_offset, reopened.log_end_offset) == (3, 5)
+    assert reopened.leader_epoch_cache.entries() == [(3, 3)]
+
+
+def test_found_records_carry_their_batch_leader_epoch(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    log.append_as_leader(batch(2, ts=NOW), leader_epoch=1, now_ms=NOW)
+    log.append_as_leader(batch(1, ts=NOW + 9), leader_epoch=4, now_ms=NOW)
+    log.append_as_leader(batch(1, ts=NOW + 5), leader_epoch=6, now_ms=NOW)
+    assert log.offset_for_timestamp(NOW + 1) == TimestampAndOffset(NOW + 9, 2, 4)
+    assert log.max_timestamp_and_offset() == TimestampAndOffset(NOW + 9, 2, 4)
+    assert log.offset_for_timestamp(NOW + 10) is None
+
+
 @pytest.mark.parametrize(
     ("codec", "xerial"),
     [
@@ -284,22 +329,22 @@ def test_offset_for_timestamp_exact_in_compressed_batch(
         now_ms=NOW,
     )
     log.append_as_leader(batch(2, ts=NOW + 100), leader_epoch=0, now_ms=NOW)  # offsets 8-9
-    assert log.offset_for_timestamp(NOW - 5) == (0, NOW)
-    assert log.offset_for_timestamp(NOW) == (0, NOW)
-    assert log.offset_for_timestamp(NOW + 1) == (3, NOW + 50)
-    assert log.offset_for_timestamp(NOW + 55) == (5, NOW + 70)
-    assert log.offset_for_timestamp(NOW + 70) == (5, NOW + 70)
-    assert log.offset_for_timestamp(NOW + 71) == (8, NOW + 100)
+    assert log.offset_for_timestamp(NOW - 5) == TimestampAndOffset(NOW, 0, 0)
+    assert log.offset_for_timestamp(NOW) == TimestampAndOffset(NOW, 0, 0)
+    assert log.offset_for_timestamp(NOW + 1) == TimestampAndOffset(NOW + 50, 3, 0)
+    assert log.offset_for_timestamp(NOW + 55) == TimestampAndOffset(NOW + 70, 5, 0)
+    assert log.offset_for_timestamp(NOW + 70) == TimestampAndOffset(NOW + 70, 5, 0)
+    assert log.offset_for_timestamp(NOW + 71) == TimestampAndOffset(NOW + 100, 8, 0)
     assert log.offset_for_timestamp(NOW + 101) is None
-    assert log.max_timestamp_and_offset() == (NOW + 100, 8)
+    assert log.max_timestamp_and_offset() == TimestampAndOffset(NOW + 100, 8, 0)
 
 
 def test_max_timestamp_inside_a_batch(tmp_path: Path) -> None:
     log = open_log(tmp_path)
-    assert log.max_timestamp_and_offset() == (-1, -1)
+    assert log.max_timestamp_and_offset() is None
     log.append_as_leader(compressed_batch(COMPRESSION_GZIP, [5, 9, 7]), leader_epoch=0, now_ms=NOW)
     log.append_as_leader(batch(1, ts=8), leader_epoch=0, now_ms=NOW)
-    assert log.max_timestamp_and_offset() == (9, 1)
+    assert log.max_timestamp_and_offset() == TimestampAndOffset(9, 1, 0)
 
 
 def test_log_append_time(tmp_path: Path) -> None:
@@ -310,7 +355,7 @@ def test_log_append_time(tmp_path: Path) -> None:
     header = read_header(stored)
     assert header.max_timestamp == NOW + 7 and header.attributes & ATTR_TIMESTAMP_TYPE
     verify_crc(stored, 0, header)
-    assert log.offset_for_timestamp(NOW) == (0, NOW + 7)
+    assert log.offset_for_timestamp(NOW) == TimestampAndOffset(NOW + 7, 0, 0)
 
 
 def idem(n: int, seq: int, *, pid: int = 42, epoch: int = 0) -> bytearray:

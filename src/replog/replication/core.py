@@ -215,6 +215,10 @@ class LeaderState:
     def follower_last_caught_up_time_ms(self, replica_id: int) -> int:
         return self._followers[replica_id].last_caught_up_time_ms
 
+    def follower_log_start_offset(self, replica_id: int) -> int:
+        """The follower's log start offset from its last fetch; -1 before one."""
+        return self._followers[replica_id].log_start_offset
+
     # -- events -----------------------------------------------------------------
 
     def on_local_append(self, log_end_offset: int) -> HwChange | None:
@@ -238,6 +242,7 @@ class LeaderState:
         *,
         broker_epoch: int = -1,
         isr_eligible: bool = True,
+        log_start_offset: int = -1,
     ) -> FetchOutcome:
         """A follower fetched from ``fetch_offset``: everything below it is in its log.
 
@@ -247,6 +252,8 @@ class LeaderState:
         ``broker_epoch`` is the one in the fetch request; ``isr_eligible`` is
         False when the metadata says the follower is offline, shutting down, or
         registered with another broker epoch: it then cannot join the ISR.
+        ``log_start_offset`` is the follower's, from the request (the low
+        watermark DeleteRecords waits for).
         """
         self._require_leading()
         if replica_id not in self._followers:
@@ -262,6 +269,7 @@ class LeaderState:
         follower = self._followers[replica_id]
         follower.update_fetch_state(fetch_offset, now_ms, leader_leo)
         follower.broker_epoch = broker_epoch
+        follower.log_start_offset = log_start_offset
 
         lost = replica_id in self._isr.maximal_isr and fetch_offset < self._high_watermark
         if lost:

@@ -49,6 +49,7 @@ class FollowerReplicaState:
     last_fetch_leader_log_end_offset: int
     last_fetch_time_ms: int
     broker_epoch: int = -1  # from the follower's last fetch (KIP-903); -1 unknown
+    log_start_offset: int = -1  # from the follower's last fetch (DeleteRecords); -1 unknown
 
     @classmethod
     def for_new_leader(

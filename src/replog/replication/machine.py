@@ -7,7 +7,9 @@ the leader's high watermark and ISR (``LeaderState``), the follower's truncation
 and fetch position (``FollowerState``), KIP-320 leader-epoch validation of
 requests, what a fetch may read, min.insync.replicas before and after an
 append, when an ``acks=all`` produce is done and which leadership it is tied
-to, and the outcome of the conditional ISR write.
+to, the outcome of the conditional ISR write, and DeleteRecords (how far the
+leader's log start may move, and when every live replica has followed: the low
+watermark).
 
 It does no IO: no sockets, tasks, clocks or files. It reads the log's offsets
 and epoch cache through ``LogView`` (in-memory facts), takes the time as an
@@ -25,7 +27,7 @@ safe across awaits. A driver that awaits between asking and acting re-checks
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -175,6 +177,38 @@ class FetchDecision:
     high_watermark: int = -1
     actions: tuple[Action, ...] = ()
     follower_lost_records: bool = False
+    # The follower reported a higher log start offset: the low watermark may have
+    # moved, so DeleteRecords waiting on it should look again.
+    follower_log_start_advanced: bool = False
+
+
+DELETE_TO_HIGH_WATERMARK = -1  # DeleteRecords' offset meaning "up to the high watermark"
+UNKNOWN_LOW_WATERMARK = -1  # Kafka ``DeleteRecordsResponse.INVALID_LOW_WATERMARK``
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsDecision:
+    """The leader's answer to one partition of a DeleteRecords (Kafka ``deleteRecordsOnLeader``).
+
+    On ``ErrorCode.none`` the driver carries out ``actions`` (the log start moves
+    up to ``requested_offset``), then answers at once if ``low_watermark`` has
+    reached it, or waits (``delete_records_status``) until every live replica has
+    followed.
+    """
+
+    error: ErrorCode
+    requested_offset: int = -1
+    low_watermark: int = UNKNOWN_LOW_WATERMARK
+    actions: tuple[Action, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsStatus:
+    """Where a waiting DeleteRecords stands (Kafka ``DelayedDeleteRecords.tryComplete``)."""
+
+    done: bool
+    error: ErrorCode = ErrorCode.none
+    low_watermark: int = UNKNOWN_LOW_WATERMARK
 
 
 class PartitionMachine:
@@ -364,12 +398,14 @@ class PartitionMachine:
         isolation_level: int = READ_UNCOMMITTED,
         broker_epoch: int = -1,
         isr_eligible: bool = True,
+        follower_log_start_offset: int = -1,
     ) -> FetchDecision:
         """A fetch from a follower (``replica_id >= 0``) or a consumer arrived.
 
         ``isr_eligible`` is False when the controller does not count the follower
         as a live broker: a late fetch from a crashed follower must not bring it
-        back into the ISR (KIP-903).
+        back into the ISR (KIP-903). ``follower_log_start_offset`` is the one the
+        follower's fetch carries (the low watermark is the least of them).
         """
         error = self.validate_leader_request(current_leader_epoch)
         if error is not ErrorCode.none:
@@ -387,21 +423,30 @@ class PartitionMachine:
             return FetchDecision(bounds.error, high_watermark=ls.high_watermark)
         actions: list[Action] = []
         lost = False
+        log_start_advanced = False
         if replica_id >= 0 and replica_id != self.broker_id and replica_id in ls.assigned_replicas:
+            log_start_before = ls.follower_log_start_offset(replica_id)
             outcome = ls.on_follower_fetch(
                 replica_id,
                 fetch_offset,
                 now_ms,
                 broker_epoch=broker_epoch,
                 isr_eligible=isr_eligible,
+                log_start_offset=follower_log_start_offset,
             )
+            log_start_advanced = follower_log_start_offset > log_start_before
             lost = outcome.follower_lost_records
             if outcome.high_watermark_change is not None:
                 actions.append(outcome.high_watermark_change)
             if outcome.isr_change is not None:
                 actions.append(outcome.isr_change)
         return FetchDecision(
-            ErrorCode.none, bounds, ls.high_watermark, tuple(actions), follower_lost_records=lost
+            ErrorCode.none,
+            bounds,
+            ls.high_watermark,
+            tuple(actions),
+            follower_lost_records=lost,
+            follower_log_start_advanced=log_start_advanced,
         )
 
     def answer_offsets_for_leader_epoch(
@@ -415,6 +460,84 @@ class PartitionMachine:
             self.log.epoch_entries(), self.log.log_end_offset, requested_epoch
         )
         return ErrorCode.none, answer
+
+    def validate_replica_request(self, current_leader_epoch: int) -> ErrorCode:
+        """A request any replica may answer (ListOffsets from a debugging client,
+        replica id -2): KIP-320 fencing against the epoch this replica was told of."""
+        if self.state is None:
+            return ErrorCode.not_leader_or_follower
+        return validate_current_leader_epoch(current_leader_epoch, self.state.leader_epoch)
+
+    @property
+    def high_watermark_behind_epoch_start(self) -> bool:
+        """A new leader whose high watermark has not reached the start of its epoch yet
+        (Kafka: clients get OFFSET_NOT_AVAILABLE for the latest offset meanwhile)."""
+        ls = self.leader_state
+        return ls is not None and ls.is_leading and ls.high_watermark < ls.leader_epoch_start_offset
+
+    # -- DeleteRecords ------------------------------------------------------------------------
+
+    def delete_records(
+        self, offset: int, *, delete_allowed: bool, is_live: Callable[[int], bool]
+    ) -> DeleteRecordsDecision:
+        """DeleteRecords for this partition: move the log start up to ``offset``.
+
+        Kafka ``Partition.deleteRecordsOnLeader``: only the leader deletes
+        (NOT_LEADER_OR_FOLLOWER); a topic whose cleanup.policy lacks ``delete``
+        refuses (POLICY_VIOLATION); -1 means the high watermark; any other offset
+        below 0 or above the high watermark is OFFSET_OUT_OF_RANGE. An offset at or
+        below the current log start changes nothing and succeeds. ``is_live`` says
+        which brokers count for the low watermark.
+        """
+        ls = self.leader_state
+        if ls is None or not ls.is_leading:
+            return DeleteRecordsDecision(ErrorCode.not_leader_or_follower)
+        if not delete_allowed:
+            return DeleteRecordsDecision(ErrorCode.policy_violation)
+        target = ls.high_watermark if offset == DELETE_TO_HIGH_WATERMARK else offset
+        if target < 0 or target > ls.high_watermark:
+            return DeleteRecordsDecision(ErrorCode.offset_out_of_range)
+        actions: tuple[Action, ...] = ()
+        start = self.log.log_start_offset
+        if target > start:
+            actions = (AdvanceLogStart(target),)
+            start = target
+        return DeleteRecordsDecision(
+            ErrorCode.none, target, self._low_watermark(ls, start, is_live), actions
+        )
+
+    def low_watermark(self, is_live: Callable[[int], bool]) -> int | None:
+        """Kafka ``lowWatermarkIfLeader``: the least log start offset over this leader and
+        its live followers (a follower that has not fetched in this leadership counts as
+        -1); None unless leading."""
+        ls = self.leader_state
+        if ls is None or not ls.is_leading:
+            return None
+        return self._low_watermark(ls, self.log.log_start_offset, is_live)
+
+    def _low_watermark(
+        self, ls: LeaderState, local_log_start: int, is_live: Callable[[int], bool]
+    ) -> int:
+        low = local_log_start
+        for replica_id in ls.assigned_replicas:
+            if replica_id == self.broker_id or not is_live(replica_id):
+                continue
+            low = min(low, ls.follower_log_start_offset(replica_id))
+        return low
+
+    def delete_records_status(
+        self, requested_offset: int, term: int, is_live: Callable[[int], bool]
+    ) -> DeleteRecordsStatus:
+        """Whether a DeleteRecords accepted in ``term`` is done: every live replica's log
+        start has reached ``requested_offset``, or this replica stopped leading
+        (NOT_LEADER_OR_FOLLOWER), as Kafka's ``DelayedDeleteRecords`` checks."""
+        ls = self.leader_state
+        if term != self.term or ls is None or not ls.is_leading:
+            return DeleteRecordsStatus(True, ErrorCode.not_leader_or_follower)
+        low = self._low_watermark(ls, self.log.log_start_offset, is_live)
+        if low >= requested_offset:
+            return DeleteRecordsStatus(True, ErrorCode.none, low)
+        return DeleteRecordsStatus(False, ErrorCode.none, low)
 
     # -- produce ------------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ Concurrency: owned by the event loop; no method awaits.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from kio.schema.errors import ErrorCode
 
@@ -20,6 +20,7 @@ from replog.replication.machine import (
     Action,
     AdvanceLogStart,
     AssignLeaderEpoch,
+    DeleteRecordsDecision,
     FetchDecision,
     PartitionLeadership,
     PartitionMachine,
@@ -116,7 +117,8 @@ class Partition:
                 self.waiters.wake_all()
                 rest.append(action)
             elif isinstance(action, AdvanceLogStart):
-                self.log.maybe_increment_log_start_offset(action.offset)
+                if self.log.maybe_increment_log_start_offset(action.offset):
+                    self.log.delete_segments_below_log_start()
             else:
                 rest.append(action)
         return rest
@@ -130,6 +132,17 @@ class Partition:
             return b""
         data = self.log.read(bounds.start_offset, max_bytes, max_offset=bounds.end_offset)
         return data.records
+
+    # -- DeleteRecords ------------------------------------------------------------------
+
+    def delete_records(self, offset: int, is_live: Callable[[int], bool]) -> DeleteRecordsDecision:
+        """Move the log start up to ``offset`` as leader (the machine decides; see
+        ``PartitionMachine.delete_records``); segments wholly below it are deleted."""
+        decision = self.machine.delete_records(
+            offset, delete_allowed=self.log.config.delete_enabled, is_live=is_live
+        )
+        self.carry_out(decision.actions)
+        return decision
 
     # -- writes -----------------------------------------------------------------------
 

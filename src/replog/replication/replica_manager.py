@@ -59,6 +59,24 @@ class ProduceResult:
 
 
 @dataclass(slots=True)
+class DeleteRecordsResult:
+    """One partition of a DeleteRecords: pending until the low watermark reaches
+    ``requested_offset`` (a success not yet answered), then settled."""
+
+    error: ErrorCode
+    low_watermark: int = -1
+    requested_offset: int = -1
+    term: int = -1  # the leadership the log start moved in
+    pending: bool = False
+
+    def __post_init__(self) -> None:
+        self.pending = self.error is ErrorCode.none and self.low_watermark < self.requested_offset
+
+    def settle(self, error: ErrorCode, low_watermark: int) -> None:
+        self.error, self.low_watermark, self.pending = error, low_watermark, False
+
+
+@dataclass(slots=True)
 class FetchResult:
     error: ErrorCode
     high_watermark: int = -1
@@ -172,6 +190,79 @@ class ReplicaManager:
                 remaining,
             )
 
+    # -- DeleteRecords --------------------------------------------------------
+
+    def delete_records(self, topic: str, partition: int, offset: int) -> DeleteRecordsResult:
+        """Move a leader's log start offset up (Kafka ``deleteRecordsOnLocalLog``)."""
+        part = self.partitions.get((topic, partition))
+        if part is None:
+            return DeleteRecordsResult(ErrorCode.not_leader_or_follower)
+        decision = part.delete_records(offset, self.is_live_broker)
+        if decision.error is not ErrorCode.none:
+            return DeleteRecordsResult(decision.error)
+        log.info(
+            "%s-%d: DeleteRecords to offset %d (log start %d, low watermark %d)",
+            topic,
+            partition,
+            decision.requested_offset,
+            part.log.log_start_offset,
+            decision.low_watermark,
+        )
+        return DeleteRecordsResult(
+            ErrorCode.none,
+            low_watermark=decision.low_watermark,
+            requested_offset=decision.requested_offset,
+            term=part.machine.term,
+        )
+
+    async def wait_for_delete_records(
+        self, results: dict[TopicPartition, DeleteRecordsResult], timeout_ms: int
+    ) -> None:
+        """Kafka ``DelayedDeleteRecords``: wait until every live replica's log start
+        offset (the low watermark) reaches each requested offset, or the timeout
+        passes (REQUEST_TIMED_OUT, with the low watermark known when the request
+        arrived). Updates ``results`` in place."""
+        deadline = time.monotonic() + timeout_ms / 1000
+        is_live = self.is_live_broker
+        while True:
+            waiting = []
+            for (topic, partition), result in results.items():
+                if not result.pending:
+                    continue
+                part = self.partitions.get((topic, partition))
+                if part is None:
+                    result.settle(ErrorCode.not_leader_or_follower, -1)
+                    continue
+                status = part.machine.delete_records_status(
+                    result.requested_offset, result.term, is_live
+                )
+                if status.done:
+                    result.settle(status.error, status.low_watermark)
+                else:
+                    waiting.append((part, result))
+            if not waiting:
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                for result in results.values():
+                    if result.pending:
+                        result.settle(ErrorCode.request_timed_out, result.low_watermark)
+                return
+            await wait_until(
+                [
+                    (
+                        part.waiters,
+                        lambda p=part, r=result: (
+                            p.machine.delete_records_status(
+                                r.requested_offset, r.term, is_live
+                            ).done
+                        ),
+                    )
+                    for part, result in waiting
+                ],
+                remaining,
+            )
+
     # -- fetch ----------------------------------------------------------------
 
     def read_partition(
@@ -193,9 +284,12 @@ class ReplicaManager:
             now,
             isolation_level=isolation_level,
             isr_eligible=is_follower and self.is_live_broker(replica_id),
+            follower_log_start_offset=request.log_start_offset,
         )
         if decision.actions:
             self._carry_out(part, decision.actions)
+        if decision.follower_log_start_advanced:
+            part.waiters.notify()  # DeleteRecords waiting for the low watermark
         if decision.error is not ErrorCode.none:
             if decision.error is ErrorCode.offset_out_of_range:
                 return FetchResult(
@@ -460,6 +554,7 @@ class ReplicaManager:
 
 
 __all__ = [
+    "DeleteRecordsResult",
     "FetchResult",
     "ProduceResult",
     "ReplicaManager",

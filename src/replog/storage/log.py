@@ -41,7 +41,7 @@ from replog.storage.producer_state import (
     ProducerStateManager,
     list_snapshots,
 )
-from replog.storage.segment import LogSegment
+from replog.storage.segment import LogSegment, TimestampAndOffset
 
 __all__ = [
     "AppendInfo",
@@ -51,6 +51,7 @@ __all__ = [
     "OffsetOutOfRange",
     "OutOfOrderSequence",
     "RecordTooLarge",
+    "TimestampAndOffset",
     "UnexpectedAppendOffset",
     "parse_topic_partition",
 ]
@@ -367,8 +368,10 @@ class Log:
                 return FetchDataInfo(data, first if data else start_offset)
         return FetchDataInfo(b"", start_offset)
 
-    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """``(offset, timestamp)`` of the earliest record whose timestamp is >= ``timestamp``.
+    def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
+        """The earliest record at or after the log start whose timestamp is >= ``timestamp``
+        (Kafka ``searchOffsetInLocalLog``): the first segment whose largest timestamp
+        reaches it is searched.
 
         The special ListOffsets values (-1 latest, -2 earliest, -3 max) are the caller's.
         """
@@ -382,19 +385,27 @@ class Log:
                     return found
         return None
 
-    def max_timestamp_and_offset(self) -> tuple[int, int]:
-        """``(max timestamp, offset of the first record carrying it)``; ``(-1, -1)`` if empty."""
+    def max_timestamp_and_offset(self) -> TimestampAndOffset | None:
+        """The first record carrying the log's largest timestamp (KIP-734); None if empty.
+
+        As Kafka's ``MAX_TIMESTAMP`` lookup, the segment with the largest timestamp is
+        searched whole, without regard to the log start offset.
+        """
         best: LogSegment | None = None
         for segment in self._segments:
             if segment.size and (
                 best is None or segment.max_timestamp_so_far > best.max_timestamp_so_far
             ):
                 best = segment
-        found = best.exact_max_timestamp() if best is not None else None
-        if found is None:
-            return -1, -1
-        offset, timestamp = found
-        return timestamp, offset
+        return best.exact_max_timestamp() if best is not None else None
+
+    def earliest_epoch(self) -> int | None:
+        """The leader epoch of the record at the log start offset, if the epoch cache says
+        (Kafka: its earliest entry, when that starts at or before the log start)."""
+        first = self.leader_epoch_cache.earliest_entry
+        if first is not None and first[1] <= self.log_start_offset:
+            return first[0]
+        return None
 
     # -- truncation ------------------------------------------------------
     def truncate_to(self, offset: int) -> None:
@@ -449,20 +460,33 @@ class Log:
 
     # -- retention -------------------------------------------------------
     def maybe_increment_log_start_offset(self, offset: int) -> bool:
-        """Move the log start offset up (DeleteRecords, or a follower following its leader)."""
+        """Move the log start offset up (DeleteRecords, or a follower following its leader).
+
+        Records below it are no longer readable at once; the segments wholly below it
+        go with ``delete_segments_below_log_start`` (or the next retention pass). The
+        new offset reaches ``log-start-offset-checkpoint`` with the log manager's next
+        checkpoint, as in Kafka.
+        """
         offset = min(offset, self.log_end_offset)
         if offset <= self.log_start_offset:
             return False
         self.log_start_offset = offset
         self.leader_epoch_cache.truncate_from_start(offset)
+        log.info("%s: log start offset moved up to %d", self.name, offset)
         return True
+
+    def delete_segments_below_log_start(self) -> int:
+        """Delete the segments that end at or below the log start offset (Kafka
+        ``deleteLogStartOffsetBreachedSegments``); returns the count. The active segment
+        is never one of them."""
+        return self._delete_segments(
+            None, lambda seg, nxt: nxt is not None and nxt.base_offset <= self.log_start_offset
+        )
 
     def delete_old_segments(self, now_ms: int) -> int:
         """Retention: whole segments below the log start offset, past ``retention.ms``
         or beyond ``retention.bytes``; never past the high watermark. Returns the count."""
-        deleted = self._delete_segments(
-            now_ms, lambda seg, nxt: nxt is not None and nxt.base_offset <= self.log_start_offset
-        )
+        deleted = self.delete_segments_below_log_start()
         if not self.config.delete_enabled:
             return deleted
         retention_bytes = self.config.retention_bytes
@@ -486,8 +510,11 @@ class Log:
         return deleted
 
     def _delete_segments(
-        self, now_ms: int, predicate: Callable[[LogSegment, LogSegment | None], bool]
+        self, now_ms: int | None, predicate: Callable[[LogSegment, LogSegment | None], bool]
     ) -> int:
+        """Delete leading segments while ``predicate`` holds, never past the high watermark.
+        ``now_ms`` stamps the new active segment when every segment goes (None: the
+        predicate never takes the active segment)."""
         high_watermark = self.log_end_offset if self.high_watermark is None else self.high_watermark
         deletable: list[LogSegment] = []
         for i, segment in enumerate(self._segments):
@@ -502,6 +529,7 @@ class Log:
         if not deletable:
             return 0
         if len(deletable) == len(self._segments):
+            assert now_ms is not None, "deleting the active segment needs the time of the roll"
             self.roll(now_ms)  # a log always keeps one segment
         for segment in deletable:
             segment.delete()

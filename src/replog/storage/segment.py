@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from replog.protocol.records import (
@@ -31,6 +32,19 @@ TIME_INDEX_SUFFIX = ".timeindex"
 _SCAN_CHUNK = 1 << 20
 _HEADER_CHUNK = 8192
 _POSITION_CACHE_LIMIT = 64
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampAndOffset:
+    """A record found by timestamp (Kafka ``FileRecords.TimestampAndOffset``).
+
+    ``leader_epoch`` is the partition leader epoch of the batch holding the record,
+    -1 when the batch carries none.
+    """
+
+    timestamp: int
+    offset: int
+    leader_epoch: int = -1
 
 
 def segment_name(base_offset: int) -> str:
@@ -273,9 +287,9 @@ class LogSegment:
 
     def find_offset_by_timestamp(
         self, timestamp: int, starting_offset: int
-    ) -> tuple[int, int] | None:
-        """``(offset, record timestamp)`` of the first record at or after ``starting_offset``
-        whose timestamp is >= ``timestamp``; decodes only the batch that holds it."""
+    ) -> TimestampAndOffset | None:
+        """The first record at or after ``starting_offset`` whose timestamp is >= ``timestamp``
+        (Kafka ``LogSegment.findOffsetByTimestamp``); decodes only the batch that holds it."""
         indexed_offset = self.time_index.lookup(timestamp)[1]
         position = self.offset_index.lookup(max(indexed_offset, starting_offset))[1]
         for _, header, batch in self.iter_batches(position):
@@ -283,11 +297,11 @@ class LogSegment:
                 continue
             for offset, ts in iter_record_timestamps(bytes(batch), header):
                 if ts >= timestamp and offset >= starting_offset:
-                    return offset, ts
+                    return TimestampAndOffset(ts, offset, header.partition_leader_epoch)
         return None
 
-    def exact_max_timestamp(self) -> tuple[int, int] | None:
-        """``(max timestamp, offset of the first record with it)``, None if empty."""
+    def exact_max_timestamp(self) -> TimestampAndOffset | None:
+        """The first record carrying the segment's largest timestamp; None if empty."""
         if self.size == 0 or self.max_timestamp_so_far < 0:
             return None
         return self.find_offset_by_timestamp(self.max_timestamp_so_far, self.base_offset)
