@@ -17,11 +17,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kazoo.client import KazooClient
 from kio.schema.errors import ErrorCode
 
 from fixtures.processes import free_port
 from replog.config import KafkaConfig
+from replog.controller import controller_zk
 from replog.controller.channel_manager import ControllerChannelManager
 from replog.controller.context import TopicPartition
 from replog.controller.controller import KafkaController
@@ -40,6 +42,7 @@ from replog.zk.data import (
     topic_config_path,
     topic_path,
 )
+from replog.zk.fencing import ControllerMovedError
 
 WAIT_S = 30.0  # upper bound for a condition; never reached when things work
 
@@ -353,6 +356,89 @@ def test_new_topic_gets_partition_states_and_leader_and_isr(zk_chroot: str, tmp_
                 assert sent.is_new
             outsider = ({1, 2, 3} - set(replicas)).pop()
             assert tp not in cluster.peers[outsider].leader_and_isr_states()
+
+    run(zk_chroot, tmp_path, scenario)
+
+
+def test_topics_without_ids_get_one_that_failover_keeps(zk_chroot: str, tmp_path: Path) -> None:
+    """KIP-516 in ZooKeeper mode: the controller gives a topic znode written without an id
+    (as tools older than Kafka 2.8 write it) a new one, on becoming controller and on a
+    topic change; the brokers hear it in LeaderAndIsr and UpdateMetadata; the next
+    controller reads the same ids and writes nothing; a deposed controller cannot write."""
+    old_tool = b'{"version":2,"partitions":{"0":[1,2]},"adding_replicas":{},"removing_replicas":{}}'
+
+    async def scenario(cluster: Cluster) -> None:
+        zk = cluster.admin.client
+        await asyncio.to_thread(zk.create, topic_path("legacy"), old_tool)
+        await cluster.add_broker(1)
+        await cluster.add_broker(2)
+        first, second = cluster.controllers[1], cluster.controllers[2]
+        await first.start()
+        await eventually(lambda: first.is_active, "broker 1 to be controller")
+        await second.start()
+        ids = await eventually_zk(
+            lambda: cluster.admin.get_topic_ids(["legacy"]),
+            lambda found: found.get("legacy") is not None,
+            "an id in the legacy topic's znode",
+        )
+        legacy_id = ids["legacy"]
+        assert first.context is not None and first.context.topic_ids["legacy"] == legacy_id
+        assert await asyncio.to_thread(cluster.admin.get_topic_assignment, "legacy") == {0: [1, 2]}
+
+        # A topic created by an old tool while the controller runs gets one too.
+        await asyncio.to_thread(zk.create, topic_path("late"), old_tool)
+        ids = await eventually_zk(
+            lambda: cluster.admin.get_topic_ids(["late"]),
+            lambda found: found.get("late") is not None,
+            "an id in the late topic's znode",
+        )
+        late_id = ids["late"]
+        assert late_id != legacy_id
+        for peer in cluster.peers.values():
+            await eventually(
+                lambda peer=peer: any(
+                    t.topic_name == "late" and t.topic_id == late_id
+                    for r in peer.of_type(cs.LeaderAndIsrRequest)
+                    for t in r.topic_states
+                ),
+                f"LeaderAndIsr with the late topic's id at broker {peer.broker_id}",
+            )
+            await eventually(
+                lambda peer=peer: any(
+                    t.topic_name == "late" and t.topic_id == late_id
+                    for r in peer.of_type(cs.UpdateMetadataRequest)
+                    for t in r.topic_states
+                ),
+                f"UpdateMetadata with the late topic's id at broker {peer.broker_id}",
+            )
+        versions = {
+            t: (await asyncio.to_thread(zk.get, topic_path(t)))[1].version
+            for t in ("legacy", "late")
+        }
+        old_epoch = await asyncio.to_thread(cluster.admin.get_controller_epoch)
+        assert old_epoch is not None
+
+        await first.stop()
+        await eventually(lambda: second.is_active, "broker 2 to take over")
+        assert second.context is not None
+        assert second.context.topic_ids == {"legacy": legacy_id, "late": late_id}
+        for topic, version in versions.items():
+            assert (await asyncio.to_thread(zk.get, topic_path(topic)))[1].version == version
+        assert any(
+            t.topic_name == "legacy" and t.topic_id == legacy_id
+            for r in cluster.peers[1].of_type(cs.UpdateMetadataRequest)
+            if r.controller_epoch == second.controller_epoch
+            for t in r.topic_states
+        )
+
+        # The deposed controller's epoch no longer fences anything in: no id is written.
+        await asyncio.to_thread(zk.create, topic_path("orphan"), old_tool)
+        await second.stop()
+        with pytest.raises(ControllerMovedError):
+            await asyncio.to_thread(
+                controller_zk.assign_topic_ids, cluster.admin, ["orphan"], old_epoch.zk_version
+            )
+        assert await asyncio.to_thread(cluster.admin.get_topic_ids, ["orphan"]) == {"orphan": None}
 
     run(zk_chroot, tmp_path, scenario)
 

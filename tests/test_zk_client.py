@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import queue
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
@@ -183,9 +185,14 @@ def test_decoders_read_what_kafka_writes() -> None:
         "t",
         b'{"version":2,"partitions":{"1":[2,3],"0":[1,2]},"adding_replicas":{},"removing_replicas":{}}',
     ) == {0: [1, 2], 1: [2, 3]}
+    # Kafka's Uuid text: url-safe base64 of the 16 bytes; the zero Uuid means "none".
     assert zd.decode_topic_id(
-        b'{"version":3,"topic_id":"AAAAAAAAAAAAAAAAAAAAAA","partitions":{}}'
-    ) == ("AAAAAAAAAAAAAAAAAAAAAA")
+        b'{"version":3,"topic_id":"AAAAAAAAAAAAAAAAAAAAAQ","partitions":{}}'
+    ) == uuid.UUID(int=1)
+    assert zd.decode_topic_id(b'{"version":3,"topic_id":"AAAAAAAAAAAAAAAAAAAAAA"}') is None
+    assert zd.decode_topic_id(b'{"version":2,"partitions":{"0":[1]}}') is None
+    with pytest.raises(zd.ZkDataError):
+        zd.decode_topic_id(b'{"version":3,"topic_id":"not a uuid"}')
     lisr = zd.decode_partition_state(
         b'{"controller_epoch":5,"leader":2,"version":1,"leader_epoch":7,"isr":[2,1]}', 3
     )
@@ -368,7 +375,7 @@ def test_controller_race_has_one_winner_and_epochs_increase(
 
 
 def test_create_topic_writes_kafka_znodes(zk: KafkaZkClient, raw: KazooClient) -> None:
-    zk.create_topic(
+    topic_id = zk.create_topic(
         "orders", {0: [1, 2], 1: [2, 3]}, {"retention.ms": "1000", "cleanup.policy": "delete"}
     )
     assert zk.topic_exists("orders") and not zk.topic_exists("nope")
@@ -382,7 +389,9 @@ def test_create_topic_writes_kafka_znodes(zk: KafkaZkClient, raw: KazooClient) -
         "partitions": {"0": [1, 2], "1": [2, 3]},
         "adding_replicas": {},
         "removing_replicas": {},
+        "topic_id": base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode(),
     }
+    assert zk.get_topic_ids(["orders", "nope"]) == {"orders": topic_id}
     assert json.loads(raw.get("/config/topics/orders")[0]) == {
         "version": 1,
         "config": {"retention.ms": "1000", "cleanup.policy": "delete"},

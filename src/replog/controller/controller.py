@@ -315,6 +315,9 @@ class KafkaController:
             self._zk_timeout_s,
         )
         ctx = self.context
+        ctx.topic_ids = await asyncio.to_thread(
+            controller_zk.assign_topic_ids, self.zk, ctx.all_topics, epoch.zk_version
+        )
         ignored_deletions: set[str] = set()
         if not self.config.delete_topic_enable:  # Kafka: drop the markers, delete nothing
             ignored_deletions, ctx.topics_to_be_deleted = ctx.topics_to_be_deleted, set()
@@ -499,9 +502,17 @@ class KafkaController:
         ctx = self.context
         new = topics - ctx.all_topics
         vanished = ctx.all_topics - topics
-        if not (new or vanished):
+        # Known topics still without an id (one that could not be written before) too.
+        idless = (ctx.all_topics & topics) - ctx.topic_ids.keys()
+        if not (new or vanished or idless):
             return
         assignments = await asyncio.to_thread(self.zk.get_topic_assignments, new)
+        ids = await asyncio.to_thread(
+            controller_zk.assign_topic_ids,
+            self.zk,
+            assignments.keys() | idless,
+            ctx.controller_epoch_zk_version,
+        )
         overrides = await asyncio.to_thread(
             controller_zk.read_unclean_overrides, self.zk, assignments, self._zk_timeout_s
         )
@@ -510,10 +521,13 @@ class KafkaController:
             log.warning("controller: topic %s disappeared from ZooKeeper", topic)
             ctx.remove_topic(topic)
         ctx.unclean_leader_election_enable.update(overrides)
+        ctx.topic_ids.update((t, ids[t]) for t in idless if t in ids)
         self._install(ctx)
         if assignments:
             applied = await self._apply(
-                partial(decisions.on_new_topics, assignments=assignments), None, q.enqueue_time_s
+                partial(decisions.on_new_topics, assignments=assignments, topic_ids=ids),
+                None,
+                q.enqueue_time_s,
             )
             self._report(f"new topics {sorted(assignments)}", applied)
 

@@ -9,18 +9,24 @@ context meanwhile. Never call them on the event loop or from a kazoo callback.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+import uuid
+from collections.abc import Callable, Iterable
 
 from kazoo.exceptions import NoNodeError
 
 from replog.controller.context import ControllerContext, LeaderIsrAndControllerEpoch, TopicPartition
 from replog.controller.effects import ControllerDecision, CreatePartitionState, DeleteTopic
+from replog.protocol.kafka_uuid import random_uuid
 from replog.zk import data as zd
 from replog.zk.client import KafkaZkClient
 from replog.zk.fencing import ControllerEpoch, ControllerMovedError
 from replog.zk.ops import ZkWriteError, ZkWriteResult
 
 UNCLEAN_KEY = "unclean.leader.election.enable"
+TOPIC_ID_WRITE_ATTEMPTS = 5
+
+log = logging.getLogger("replog.controller")
 
 
 def load_context(
@@ -50,6 +56,60 @@ def load_context(
     ctx.topics_to_be_deleted = zk.get_topics_marked_for_deletion() & ctx.all_topics
     ctx.unclean_leader_election_enable = read_unclean_overrides(zk, ctx.all_topics, timeout_s)
     return ctx
+
+
+def assign_topic_ids(
+    zk: KafkaZkClient,
+    topics: Iterable[str],
+    expected_controller_epoch_zk_version: int,
+    new_id: Callable[[], uuid.UUID] = random_uuid,
+) -> dict[str, uuid.UUID]:
+    """The id (KIP-516) of every topic of ``topics`` that exists, giving those whose znode
+    has none a new one (Kafka's controller ``setTopicIds``, for topics created by tools
+    older than 2.8).
+
+    An id is written into ``/brokers/topics/<t>`` with the rest of the znode kept, each
+    write conditional on the version read and guarded by the controller epoch check
+    (``ControllerMovedError`` if it fails). An id once written is never replaced: a
+    write that lost a race re-reads the znode and takes the id found there. A znode whose
+    ``topic_id`` cannot be read is left alone and its topic gets no id.
+    """
+    ids: dict[str, uuid.UUID] = {}
+    pending = sorted(set(topics))
+    for _ in range(TOPIC_ID_WRITE_ATTEMPTS):
+        if not pending:
+            break
+        proposed: dict[str, uuid.UUID] = {}
+        updates: dict[str, tuple[bytes, int]] = {}
+        for topic, (data, version) in zk.read_topic_znodes(pending).items():
+            try:
+                found = zd.decode_topic_id(data)
+            except zd.ZkDataError as exc:
+                log.error("controller: topic %s keeps no id: %s", topic, exc)
+                continue
+            if found is not None:
+                ids[topic] = found
+            else:
+                proposed[topic] = new_id()
+                updates[topic] = (zd.with_topic_id(data, proposed[topic]), version)
+        if not updates:
+            break
+        pending = []
+        for topic, result in zk.update_topic_znodes(
+            updates, expected_controller_epoch_zk_version
+        ).items():
+            if result.error is ZkWriteError.CONTROLLER_MOVED:
+                raise ControllerMovedError(f"controller epoch check failed writing {topic}'s id")
+            if result.error is None:
+                ids[topic] = proposed[topic]
+                log.info("controller: topic %s had no id: gave it %s", topic, proposed[topic])
+            elif result.error is ZkWriteError.BAD_VERSION:
+                pending.append(topic)  # written meanwhile (by us, re-sent?): read it again
+            # NO_NODE: deleted meanwhile, no id to keep
+    else:
+        if pending:
+            log.warning("controller: topics %s keep changing: left without an id", pending)
+    return ids
 
 
 def read_unclean_overrides(

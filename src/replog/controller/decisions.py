@@ -311,7 +311,7 @@ def _broker_failure(d: ControllerDecision, dead: Sequence[int]) -> None:
 def on_new_topics(
     context: ControllerContext,
     assignments: Mapping[str, Mapping[int, Sequence[int]]],
-    topic_ids: Mapping[str, uuid.UUID | str] | None = None,
+    topic_ids: Mapping[str, uuid.UUID] | None = None,
 ) -> ControllerDecision:
     """Kafka ``onNewPartitionCreation`` for topics that appeared under ``/brokers/topics``.
 
@@ -319,7 +319,8 @@ def on_new_topics(
     replica as leader, the live assigned replicas as ISR and leader epoch 0 (znode
     created); replicas go NewReplica -> OnlineReplica. A partition with no live replica
     stays NewPartition (reported in ``failed_elections``) until a replica's broker
-    starts.
+    starts. ``topic_ids`` are the topics' ids (KIP-516) as the IO layer read or assigned
+    them; LeaderAndIsr and UpdateMetadata carry them to the brokers.
     """
     d = ControllerDecision(context)
     ctx = d.context
@@ -328,9 +329,8 @@ def on_new_topics(
     for topic in sorted(assignments):
         if topic in ctx.all_topics:
             continue
-        raw_id = ids.get(topic)
-        topic_id = None if raw_id is None else uuid.UUID(str(raw_id))
-        ctx.add_topic(topic, {p: tuple(r) for p, r in assignments[topic].items()}, topic_id)
+        assignment = {p: tuple(r) for p, r in assignments[topic].items()}
+        ctx.add_topic(topic, assignment, ids.get(topic))
         new_partitions.extend(sorted(ctx.partitions_for_topic(topic)))
     new_replicas = [PartitionReplica(tp, r) for tp in new_partitions for r in ctx.replicas_for(tp)]
     partition_state_change(d, new_partitions, _P.NewPartition)

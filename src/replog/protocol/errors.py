@@ -12,6 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from replog.protocol.records import CorruptRecordBatch, InvalidRecordBatch
 from replog.storage.log import OffsetOutOfRange, RecordTooLarge
+from replog.storage.partition_metadata import InconsistentTopicId
 from replog.storage.producer_state import InvalidProducerEpoch, OutOfOrderSequence
 
 __all__ = ["error_code_for"]
@@ -23,6 +24,7 @@ _CODES: list[tuple[type[BaseException], ErrorCode]] = [
     (OutOfOrderSequence, ErrorCode.out_of_order_sequence_number),
     (InvalidProducerEpoch, ErrorCode.invalid_producer_epoch),
     (OffsetOutOfRange, ErrorCode.offset_out_of_range),
+    (InconsistentTopicId, ErrorCode.inconsistent_topic_id),
 ]
 
 

@@ -13,8 +13,9 @@ import logging
 import random
 import re
 import time
+import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
@@ -41,7 +42,15 @@ class TopicSpec:
     configs: dict[str, str | None] = field(default_factory=dict)
 
 
-Outcome = tuple[ErrorCode, str | None, int, int]
+class Outcome(NamedTuple):
+    """What became of one CreateTopics entry."""
+
+    error: ErrorCode
+    message: str | None
+    num_partitions: int
+    replication_factor: int
+    topic_id: uuid.UUID | None = None
+    """The id written with the topic (KIP-516); None unless it was created."""
 
 
 def validate_topic_name(name: str) -> str | None:
@@ -185,11 +194,12 @@ class AdminManager:
         outcomes: list[Outcome] = []
         created = []
         for spec in specs:
-            outcome, assignment, configs = self._plan(spec)
-            if outcome[0] == ErrorCode.none and assignment is not None:
+            plan, assignment, configs = self._plan(spec)
+            outcome = Outcome(*plan)
+            if outcome.error == ErrorCode.none and assignment is not None:
                 exists = await asyncio.to_thread(self.zk.topic_exists, spec.name)
                 if exists:
-                    outcome = (
+                    outcome = Outcome(
                         ErrorCode.topic_already_exists,
                         f"topic {spec.name!r} already exists",
                         -1,
@@ -197,12 +207,12 @@ class AdminManager:
                     )
                 elif not validate_only:
                     try:
-                        await asyncio.to_thread(
+                        topic_id = await asyncio.to_thread(
                             self.zk.create_topic, spec.name, assignment, configs
                         )
                     except Exception as exc:  # a race with another creator
                         if type(exc).__name__ in ("TopicExistsError", "NodeExistsError"):
-                            outcome = (
+                            outcome = Outcome(
                                 ErrorCode.topic_already_exists,
                                 f"topic {spec.name!r} already exists",
                                 -1,
@@ -211,6 +221,7 @@ class AdminManager:
                         else:
                             raise
                     else:
+                        outcome = outcome._replace(topic_id=topic_id)
                         created.append(spec.name)
                         log.info(
                             "topic %s: assignment %s written to ZooKeeper", spec.name, assignment
@@ -251,11 +262,29 @@ class AdminManager:
             -1,
             min(self.config.default_replication_factor, len(self.metadata_cache.brokers) or 1),
         )
-        [(error, message, _, _)] = await self.create_topics([spec], 0, False)
+        [(error, message, *_)] = await self.create_topics([spec], 0, False)
         if error in (ErrorCode.none, ErrorCode.topic_already_exists):
             return ErrorCode.leader_not_available
         log.info("auto-creating topic %s failed: %s", name, message)
         return error
+
+    def new_topic_config(self, overrides: dict[str, str]) -> dict[str, tuple[str, bool]]:
+        """A new topic's effective configuration, ``key -> (value, overridden)``, as
+        CreateTopics v5+ returns it: the broker's topic defaults, then the overrides."""
+        effective = {key: (value, False) for key, value in self.config.topic_defaults().items()}
+        effective.setdefault("cleanup.policy", ("delete", False))
+        effective.update((key, (value, True)) for key, value in overrides.items())
+        return effective
+
+    async def topic_name_for_id(self, topic_id: uuid.UUID) -> str | None:
+        """The topic with this id (KIP-516), or None (UNKNOWN_TOPIC_ID): the metadata cache
+        names it and its znode still holds that id (a topic deleted and created again
+        under the same name has a new one)."""
+        name = self.metadata_cache.topic_name(topic_id)
+        if name is None:
+            return None
+        found = await asyncio.to_thread(self.zk.get_topic_ids, [name])
+        return name if found.get(name) == topic_id else None
 
     async def delete_topics(
         self, names: list[str], timeout_ms: int

@@ -7,6 +7,7 @@ Concurrency: owned by the event loop; updates replace whole entries.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
@@ -48,7 +49,10 @@ class MetadataCache:
         brokers: list[BrokerEndpoint],
         partitions: list[PartitionInfo],
         deleted: set[str] = frozenset(),  # type: ignore[assignment]
+        topic_ids: Mapping[str, uuid.UUID] | None = None,
     ) -> None:
+        """Apply one UpdateMetadata: ``partitions`` replace their entries, ``deleted``
+        topics go (their ids with them), ``topic_ids`` are the ids it carried."""
         self.controller_id = controller_id
         self.controller_epoch = controller_epoch
         self.brokers = {b.broker_id: b for b in brokers}
@@ -56,6 +60,9 @@ class MetadataCache:
             self.partitions.setdefault(info.topic, {})[info.partition] = info
         for topic in deleted:
             self.remove_topic(topic)
+        for topic, topic_id in (topic_ids or {}).items():
+            if topic not in deleted:
+                self.set_topic_id(topic, topic_id)
 
     def remove_topic(self, topic: str) -> None:
         self.partitions.pop(topic, None)
@@ -65,6 +72,8 @@ class MetadataCache:
             self.topic_names.pop(topic_id, None)
 
     def set_topic_id(self, topic: str, topic_id: uuid.UUID) -> None:
+        """Learn a topic's id; a name now bearing a new id (the topic was deleted and
+        created again) forgets the old one."""
         old = self.topic_ids.get(topic)
         if old is not None and old != topic_id:
             self.topic_names.pop(old, None)

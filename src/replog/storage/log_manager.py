@@ -7,6 +7,10 @@ three files of its own: ``recovery-point-offset-checkpoint``,
 (recovering only what may be unflushed unless the marker is there) and then
 removes the marker; ``shutdown`` flushes, checkpoints and writes it again.
 
+Each partition directory may hold ``partition.metadata``, its topic id (KIP-516):
+read at ``startup``, written once by ``assign_topic_id`` (see
+``replog.storage.partition_metadata``).
+
 Concurrency: owned by the broker's event loop; not thread-safe. ``flush_dirty_logs``
 and ``checkpoint`` do fsyncs: run them where blocking is acceptable, without other
 calls on the same logs meanwhile.
@@ -17,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -30,6 +35,12 @@ from replog.storage.checkpoints import (
 )
 from replog.storage.log import Log, parse_topic_partition
 from replog.storage.log_config import LogConfig
+from replog.storage.partition_metadata import (
+    InconsistentTopicId,
+    PartitionMetadataError,
+    read_partition_metadata,
+    write_partition_metadata,
+)
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanShutdown"
 DELETE_DIR_SUFFIX = "-delete"
@@ -49,6 +60,7 @@ class LogManager:
         self.default_config = default_config
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
+        self._topic_ids: dict[TopicPartition, uuid.UUID] = {}
         self._deleted = 0
         for d in self.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
@@ -90,6 +102,15 @@ class LogManager:
                     clean_shutdown=clean,
                 )
                 self._dir_of[tp] = log_dir
+                try:
+                    topic_id = read_partition_metadata(sub)
+                except PartitionMetadataError as exc:
+                    # Written atomically, so damage is not a torn write; the next
+                    # LeaderAndIsr with an id writes the file again.
+                    log.warning("ignoring unreadable partition metadata: %s", exc)
+                    topic_id = None
+                if topic_id is not None:
+                    self._topic_ids[tp] = topic_id
             if clean:
                 marker.unlink()
                 fsync_dir(log_dir)
@@ -120,6 +141,27 @@ class LogManager:
 
     def log_dir_of(self, topic: str, partition: int) -> Path | None:
         return self._dir_of.get((topic, partition))
+
+    def topic_id(self, topic: str, partition: int) -> uuid.UUID | None:
+        """The topic id recorded in the partition's ``partition.metadata``, if any."""
+        return self._topic_ids.get((topic, partition))
+
+    def assign_topic_id(self, topic: str, partition: int, topic_id: uuid.UUID) -> None:
+        """Record the partition's topic id in ``partition.metadata`` (Kafka
+        ``UnifiedLog.assignTopicId``): written once, when the log has none. Raises
+        ``InconsistentTopicId`` if the log already belongs to another id, KeyError if
+        there is no such log."""
+        tp = (topic, partition)
+        target = self._logs[tp]
+        current = self._topic_ids.get(tp)
+        if current == topic_id:
+            return
+        if current is not None:
+            raise InconsistentTopicId(
+                f"{topic}-{partition} belongs to topic id {current}, not {topic_id}"
+            )
+        write_partition_metadata(target.dir, topic_id)
+        self._topic_ids[tp] = topic_id
 
     def get_or_create_log(self, topic: str, partition: int, config: LogConfig, now_ms: int) -> Log:
         """The existing log, or a new empty one in the log dir holding fewest partitions."""
@@ -155,6 +197,7 @@ class LogManager:
         tp = (topic, partition)
         target = self._logs.pop(tp, None)
         log_dir = self._dir_of.pop(tp, None)
+        self._topic_ids.pop(tp, None)
         if target is None or log_dir is None:
             return
         target.delete_files()

@@ -45,6 +45,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotE
 from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import KazooRetry
 
+from replog.protocol.kafka_uuid import random_uuid
 from replog.zk import data as zd
 from replog.zk.data import (
     BrokerInfo,
@@ -337,13 +338,15 @@ class KafkaZkClient:
         topic: str,
         assignment: Mapping[int, Sequence[int]],
         config: Mapping[str, str],
-        topic_id: str | None = None,
-    ) -> None:
+        topic_id: uuid.UUID | None = None,
+    ) -> uuid.UUID:
         """Write ``/config/topics/<t>`` and ``/brokers/topics/<t>`` in one transaction.
 
-        Raises :class:`TopicExistsError` (nothing written) if the topic znode exists.
-        A leftover config znode of a deleted topic is overwritten.
+        The topic znode carries ``topic_id`` (KIP-516), a new random one unless given;
+        returns the id written. Raises :class:`TopicExistsError` (nothing written) if the
+        topic znode exists. A leftover config znode of a deleted topic is overwritten.
         """
+        topic_id = random_uuid() if topic_id is None else topic_id
         config_path = zd.topic_config_path(topic)
         config_data = zd.encode_config(config)
         topic_op: Op = (
@@ -360,7 +363,7 @@ class KafkaZkClient:
                 config_op = ("set", config_path, config_data, config_stat.version)
             results = self._ops.commit(partial(apply_ops, [config_op, topic_op]))
             if not any(isinstance(r, Exception) for r in results):
-                return
+                return topic_id
             if isinstance(results[1], NodeExistsError):
                 raise TopicExistsError(f"topic {topic!r} already exists")
             if isinstance(results[1], NoNodeError):
@@ -386,6 +389,38 @@ class KafkaZkClient:
             for topic, result in zip(names, results, strict=True)
             if not isinstance(result, Exception)
         }
+
+    def read_topic_znodes(self, topics: Iterable[str]) -> dict[str, tuple[bytes, int]]:
+        """``/brokers/topics/<t>`` of many topics in batched reads: ``(data, zk version)``
+        per topic (``zd.decode_topic_id`` reads the id); absent topics are omitted."""
+        names = list(topics)
+        results = self._ops.read_many([zd.topic_path(t) for t in names], GET_DATA)
+        return {
+            topic: (result[0], int(result[1].version))
+            for topic, result in zip(names, results, strict=True)
+            if not isinstance(result, Exception)
+        }
+
+    def get_topic_ids(self, topics: Iterable[str]) -> dict[str, uuid.UUID | None]:
+        """Each existing topic's id (None where its znode has none)."""
+        return {
+            t: zd.decode_topic_id(data) for t, (data, _) in self.read_topic_znodes(topics).items()
+        }
+
+    def update_topic_znodes(
+        self,
+        updates: Mapping[str, tuple[bytes, int]],
+        expected_controller_epoch_zk_version: int,
+    ) -> dict[str, ZkWriteResult]:
+        """Set ``/brokers/topics/<t>`` to ``data`` if it is still at ``zk version``, per
+        topic (``updates``: topic -> (data, expected version)), in batches guarded by the
+        controller epoch check. BAD_VERSION: someone wrote the znode since it was read;
+        NO_NODE: it was deleted; CONTROLLER_MOVED: the epoch check failed."""
+        items = [
+            (topic, ("set", zd.topic_path(topic), data, version))
+            for topic, (data, version) in updates.items()
+        ]
+        return self._ops.write_batched(items, _epoch_check(expected_controller_epoch_zk_version))
 
     def get_topic_config(self, topic: str) -> dict[str, str]:
         try:

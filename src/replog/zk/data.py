@@ -14,7 +14,8 @@ path                                       data
                                            "listener_security_protocol_map":{..},"rack":..,
                                            "jmx_port":-1,"timestamp":"...","features":{}}``
 ``/brokers/topics/<t>``                    ``{"version":3,"partitions":{"0":[1,2]},
-                                           "adding_replicas":{},"removing_replicas":{}}``
+                                           "adding_replicas":{},"removing_replicas":{},
+                                           "topic_id":"<22-char base64 uuid>"}``
 ``/brokers/topics/<t>/partitions/<p>/state``  ``{"controller_epoch":1,"leader":1,"version":1,
                                            "leader_epoch":0,"isr":[1,2]}``
 ``/config/topics/<t>``                     ``{"version":1,"config":{"k":"v"}}``
@@ -31,9 +32,12 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from replog.protocol.kafka_uuid import ZERO_UUID, InvalidUuid, uuid_from_string, uuid_to_string
 
 TopicPartition = tuple[str, int]
 
@@ -290,8 +294,9 @@ def decode_controller_epoch(data: bytes) -> int:
 
 
 def encode_topic_assignment(
-    assignment: Mapping[int, Iterable[int]], topic_id: str | None = None
+    assignment: Mapping[int, Iterable[int]], topic_id: uuid.UUID | None = None
 ) -> bytes:
+    """Kafka ``TopicZNode.encode``: version 3, with ``topic_id`` (KIP-516) when given."""
     body: dict[str, object] = {
         "version": TOPIC_ASSIGNMENT_VERSION,
         "partitions": {str(p): list(replicas) for p, replicas in sorted(assignment.items())},
@@ -299,7 +304,7 @@ def encode_topic_assignment(
         "removing_replicas": {},
     }
     if topic_id is not None:
-        body["topic_id"] = topic_id
+        body["topic_id"] = _topic_id_text(topic_id)
     return _dumps(body)
 
 
@@ -309,9 +314,38 @@ def decode_topic_assignment(topic: str, data: bytes) -> dict[int, list[int]]:
     return {int(p): [int(r) for r in replicas] for p, replicas in partitions.items()}
 
 
-def decode_topic_id(data: bytes) -> str | None:
-    topic_id = _loads(data, "topic").get("topic_id")
-    return str(topic_id) if topic_id is not None else None
+def decode_topic_id(data: bytes) -> uuid.UUID | None:
+    """The topic's id, or None if the znode has none (written by a tool older than
+    Kafka 2.8: the controller gives it one). An unreadable id is a ``ZkDataError``."""
+    js = _loads(data, "topic")
+    text = js.get("topic_id") if isinstance(js, dict) else None
+    if text is None:
+        return None
+    try:
+        topic_id = uuid_from_string(text)
+    except InvalidUuid as exc:
+        raise ZkDataError(f"topic: bad topic_id {text!r}") from exc
+    return None if topic_id == ZERO_UUID else topic_id
+
+
+def with_topic_id(data: bytes, topic_id: uuid.UUID) -> bytes:
+    """The topic znode ``data`` with ``topic_id`` added: version 3, every other field kept
+    (an id is added to a znode once and never changed, Kafka's ``setTopicIds``)."""
+    js = _loads(data, "topic")
+    if not isinstance(js, dict):
+        raise ZkDataError(f"topic: not a JSON object: {data[:200]!r}")
+    js.setdefault("partitions", {})
+    js.setdefault("adding_replicas", {})
+    js.setdefault("removing_replicas", {})
+    js["version"] = max(int(js.get("version", 0)), TOPIC_ASSIGNMENT_VERSION)
+    js["topic_id"] = _topic_id_text(topic_id)
+    return _dumps(js)
+
+
+def _topic_id_text(topic_id: uuid.UUID) -> str:
+    if topic_id == ZERO_UUID:
+        raise ValueError("the zero Uuid is not a topic id")
+    return uuid_to_string(topic_id)
 
 
 def encode_config(config: Mapping[str, str]) -> bytes:

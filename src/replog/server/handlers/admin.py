@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from kio.schema.errors import ErrorCode
 
 from replog.protocol.apis import ApiKey, make, nested
@@ -16,9 +18,16 @@ SOURCE_STATIC_BROKER_CONFIG = 4
 SOURCE_DEFAULT_CONFIG = 5
 
 
+# CreateTopics v5+ answers each created topic's partitions, replication factor and
+# configuration (KIP-525); v7 its id (KIP-516). DeleteTopics v6 names topics by id.
+FIRST_CREATE_CONFIGS_VERSION = 5
+FIRST_DELETE_BY_ID_VERSION = 6
+
+
 async def handle_create_topics(services: BrokerServices, ctx: RequestContext, request) -> object:
     cls = response_class(ApiKey.CREATE_TOPICS, ctx.api_version)
     result_cls = nested(cls, "CreatableTopicResult")
+    config_cls = nested(cls, "CreatableTopicConfigs") if ctx.api_version >= 5 else None
     specs = [
         TopicSpec(
             name=str(t.name),
@@ -34,17 +43,33 @@ async def handle_create_topics(services: BrokerServices, ctx: RequestContext, re
     timeout_ms = int(request.timeout.total_seconds() * 1000)
     outcomes = await services.admin.create_topics(specs, timeout_ms, bool(request.validate_only))
     results = []
-    for spec, (error, message, partitions, replication) in zip(specs, outcomes, strict=True):
+    for spec, outcome in zip(specs, outcomes, strict=True):
+        configs = None
+        if config_cls is not None and outcome.error == ErrorCode.none:
+            overrides = {k: v for k, v in spec.configs.items() if v is not None}
+            configs = tuple(
+                config_cls(
+                    name=key,
+                    value=value,
+                    read_only=False,
+                    config_source=SOURCE_TOPIC_CONFIG if overridden else SOURCE_DEFAULT_CONFIG,
+                    is_sensitive=False,
+                )
+                for key, (value, overridden) in sorted(
+                    services.admin.new_topic_config(overrides).items()
+                )
+            )
         results.append(
             make(
                 result_cls,
                 name=spec.name,
-                error_code=error,
-                error_message=message,
+                topic_id=outcome.topic_id,
+                error_code=outcome.error,
+                error_message=outcome.message,
                 topic_config_error_code=0,
-                num_partitions=partitions,
-                replication_factor=replication,
-                configs=None,
+                num_partitions=outcome.num_partitions,
+                replication_factor=outcome.replication_factor,
+                configs=configs,
             )
         )
     return make(cls, throttle_time=NO_THROTTLE, topics=tuple(results))
@@ -53,14 +78,45 @@ async def handle_create_topics(services: BrokerServices, ctx: RequestContext, re
 async def handle_delete_topics(services: BrokerServices, ctx: RequestContext, request) -> object:
     cls = response_class(ApiKey.DELETE_TOPICS, ctx.api_version)
     result_cls = nested(cls, "DeletableTopicResult")
-    names = [str(n) for n in request.topic_names]
+    cache = services.metadata_cache
+    # (name, id, error) per entry: v6 names a topic by name or by id, never both.
+    entries: list[tuple[str | None, uuid.UUID | None, ErrorCode | None, str | None]] = []
+    if ctx.api_version >= FIRST_DELETE_BY_ID_VERSION:
+        for t in request.topics:
+            if (t.name is None) == (t.topic_id is None):
+                entries.append(
+                    (
+                        t.name,
+                        t.topic_id,
+                        ErrorCode.invalid_request,
+                        "give either a topic name or a topic id",
+                    )
+                )
+            elif t.topic_id is not None:
+                name = await services.admin.topic_name_for_id(t.topic_id)
+                if name is None:
+                    entries.append(
+                        (None, t.topic_id, ErrorCode.unknown_topic_id, "no topic has this id")
+                    )
+                else:
+                    entries.append((name, t.topic_id, None, None))
+            else:
+                entries.append((str(t.name), cache.topic_id(str(t.name)), None, None))
+    else:
+        entries = [(str(n), cache.topic_id(str(n)), None, None) for n in request.topic_names]
+    to_delete = [name for name, _, error, _ in entries if error is None and name is not None]
     timeout_ms = int(request.timeout.total_seconds() * 1000)
-    outcomes = await services.admin.delete_topics(names, timeout_ms)
-    results = tuple(
-        make(result_cls, name=name, error_code=error, error_message=message)
-        for name, (error, message) in zip(names, outcomes, strict=True)
+    outcomes = dict(
+        zip(to_delete, await services.admin.delete_topics(to_delete, timeout_ms), strict=True)
     )
-    return make(cls, throttle_time=NO_THROTTLE, responses=results)
+    results = []
+    for name, topic_id, error, message in entries:
+        if error is None and name is not None:
+            error, message = outcomes[name]
+        results.append(
+            make(result_cls, name=name, topic_id=topic_id, error_code=error, error_message=message)
+        )
+    return make(cls, throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
 async def handle_describe_configs(services: BrokerServices, ctx: RequestContext, request) -> object:

@@ -6,6 +6,12 @@ STALE_CONTROLLER_EPOCH, and a request claiming a newer epoch is checked
 against ``/controller`` and ``/controller_epoch`` before it is believed. A
 controller that was paused and resumes therefore cannot undo its successor's
 decisions.
+
+Topic ids (KIP-516) arrive in both LeaderAndIsr and UpdateMetadata and fill the
+metadata cache. A partition's log records its id in ``partition.metadata`` the first
+time a LeaderAndIsr with an id is applied to it (one small fsynced write); a later
+LeaderAndIsr naming another id gets INCONSISTENT_TOPIC_ID for that partition and is
+not applied, as in Kafka's ``ReplicaManager``.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from replog.protocol import controller_schemas as cs
 from replog.replication.machine import PartitionLeadership
 from replog.server.metadata_cache import BrokerEndpoint, PartitionInfo
 from replog.server.network import RequestContext
+from replog.storage.partition_metadata import has_consistent_topic_id
 from replog.zk.data import LEADER_DURING_DELETE
 from replog.zk.fencing import is_stale_broker_epoch, is_stale_controller_epoch
 
@@ -95,13 +102,31 @@ class ControllerCommands:
         live_leaders = {
             int(b.broker_id): (str(b.host_name), int(b.port)) for b in request.live_leaders
         }
+        log_manager = rm.log_manager
         started = time.perf_counter()
         topics = []
         for topic_state in request.topic_states:
             topic = str(topic_state.topic_name)
+            topic_id = topic_state.topic_id
+            if error == ErrorCode.none and topic_id is not None:
+                self.services.metadata_cache.set_topic_id(topic, topic_id)
             errors = []
             for p in topic_state.partition_states:
                 code = error
+                partition = int(p.partition_index)
+                on_disk = log_manager.topic_id(topic, partition)
+                if code == ErrorCode.none and not has_consistent_topic_id(topic_id, on_disk):
+                    # Kafka ReplicaManager: the local log belongs to another topic of
+                    # this name (deleted while this broker was away): do not apply.
+                    log.error(
+                        "%s-%d: LeaderAndIsr for topic id %s, but the local log belongs to "
+                        "topic id %s: INCONSISTENT_TOPIC_ID",
+                        topic,
+                        partition,
+                        topic_id,
+                        on_disk,
+                    )
+                    code = ErrorCode.inconsistent_topic_id
                 if code == ErrorCode.none:
                     code = rm.become_leader_or_follower(
                         topic,
@@ -116,6 +141,12 @@ class ControllerCommands:
                         ),
                         live_leaders=live_leaders,
                     )
+                    if (
+                        topic_id is not None
+                        and on_disk is None
+                        and log_manager.get_log(topic, partition) is not None
+                    ):
+                        log_manager.assign_topic_id(topic, partition, topic_id)
                 errors.append(
                     cs.LeaderAndIsrPartitionError(
                         partition_index=p.partition_index, error_code=code
@@ -175,8 +206,11 @@ class ControllerCommands:
             )
         partitions = []
         deleted: set[str] = set()
+        topic_ids = {}
         for topic_state in request.topic_states:
             topic = str(topic_state.topic_name)
+            if topic_state.topic_id is not None:
+                topic_ids[topic] = topic_state.topic_id
             for p in topic_state.partition_states:
                 if int(p.leader) == LEADER_DURING_DELETE:
                     deleted.add(topic)
@@ -198,6 +232,7 @@ class ControllerCommands:
             brokers=brokers,
             partitions=partitions,
             deleted=deleted,
+            topic_ids=topic_ids,
         )
         self.services.admin.on_metadata_update()
         return cs.UpdateMetadataResponse(error_code=ErrorCode.none)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 
 from kio.schema.errors import ErrorCode
 
@@ -11,6 +12,7 @@ from replog.protocol import apis
 from replog.protocol.apis import ApiKey, make, nested
 from replog.protocol.frames import UnsupportedVersion, encode_response
 from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
+from replog.server.metadata_cache import MetadataCache
 from replog.server.network import RequestContext
 
 log = logging.getLogger(__name__)
@@ -68,41 +70,79 @@ async def _await_first_update_metadata(services: BrokerServices) -> None:
         await services.admin.metadata_cache_changed(remaining)
 
 
+# Metadata v10 adds topic ids to the response (and lets request topics carry one); v12
+# is the first version where a request topic may be named by its id alone (KIP-516).
+FIRST_TOPIC_ID_LOOKUP_VERSION = 12
+UNKNOWN_OPERATIONS = -2147483648  # authorized operations not computed
+
+
+def requested_topics(
+    cache: MetadataCache, version: int, topics: tuple[object, ...]
+) -> list[tuple[str | None, uuid.UUID | None, ErrorCode]]:
+    """``(name, topic id, error)`` of each topic a Metadata request names (Kafka's
+    ``handleTopicMetadataRequest``): by name, or from v12 on by id alone (an id the
+    cache does not know is UNKNOWN_TOPIC_ID). Before v12 a topic must have a name and
+    no id (INVALID_REQUEST)."""
+    found: list[tuple[str | None, uuid.UUID | None, ErrorCode]] = []
+    for topic in topics:
+        name = getattr(topic, "name", None)
+        topic_id = getattr(topic, "topic_id", None)
+        if version < FIRST_TOPIC_ID_LOOKUP_VERSION and (name is None or topic_id is not None):
+            found.append((name, topic_id, ErrorCode.invalid_request))
+        elif name is not None:
+            found.append((str(name), None, ErrorCode.none))
+        elif topic_id is None:
+            found.append((None, None, ErrorCode.invalid_request))
+        else:
+            known = cache.topic_name(topic_id)
+            if known is None:
+                found.append((None, topic_id, ErrorCode.unknown_topic_id))
+            else:
+                found.append((known, topic_id, ErrorCode.none))
+    return found
+
+
 async def handle_metadata(services: BrokerServices, ctx: RequestContext, request) -> object:
     cache = services.metadata_cache
     if cache.controller_id is None:
         await _await_first_update_metadata(services)
-    cls = response_class(ApiKey.METADATA, ctx.api_version)
+    version = ctx.api_version
+    cls = response_class(ApiKey.METADATA, version)
     broker_cls = nested(cls, "MetadataResponseBroker")
     topic_cls = nested(cls, "MetadataResponseTopic")
     part_cls = nested(cls, "MetadataResponsePartition")
-    if request.topics is None or (ctx.api_version == 0 and not request.topics):
-        names = cache.topics()
+    all_topics = request.topics is None or (version == 0 and not request.topics)
+    if all_topics:
+        wanted = [(name, None, ErrorCode.none) for name in cache.topics()]
     else:
-        names = [str(t.name) for t in request.topics]
+        wanted = requested_topics(cache, version, request.topics)
     allow_auto = bool(getattr(request, "allow_auto_topic_creation", True))
     topics = []
-    for name in names:
-        partitions = cache.partitions.get(name)
-        if partitions is None:
+    for name, asked_id, error in wanted:
+        partitions = cache.partitions.get(name) if name is not None else None
+        if error == ErrorCode.none and partitions is None:
             error = ErrorCode.unknown_topic_or_partition
-            if allow_auto and services.config.auto_create_topics_enable and request.topics:
+            if allow_auto and services.config.auto_create_topics_enable and not all_topics:
                 error = await services.admin.auto_create_topic(name)
+        if error != ErrorCode.none:
             topics.append(
                 make(
                     topic_cls,
                     error_code=error,
-                    name=name,
+                    name=name
+                    if name is not None or version >= FIRST_TOPIC_ID_LOOKUP_VERSION
+                    else "",
+                    topic_id=asked_id if error == ErrorCode.unknown_topic_id else None,
                     is_internal=False,
                     partitions=(),
-                    topic_authorized_operations=-2147483648,
+                    topic_authorized_operations=UNKNOWN_OPERATIONS,
                 )
             )
             continue
         parts = []
+        live = cache.brokers
         for index in sorted(partitions):
             info = partitions[index]
-            live = cache.brokers
             offline = tuple(r for r in info.replicas if r not in live)
             leader_ok = info.leader >= 0 and info.leader in live
             parts.append(
@@ -122,9 +162,10 @@ async def handle_metadata(services: BrokerServices, ctx: RequestContext, request
                 topic_cls,
                 error_code=ErrorCode.none,
                 name=name,
+                topic_id=cache.topic_id(name),
                 is_internal=False,
                 partitions=tuple(parts),
-                topic_authorized_operations=-2147483648,
+                topic_authorized_operations=UNKNOWN_OPERATIONS,
             )
         )
     brokers = tuple(
@@ -138,5 +179,6 @@ async def handle_metadata(services: BrokerServices, ctx: RequestContext, request
         cluster_id=services.admin.cluster_id,
         controller_id=cache.controller_id if cache.controller_id is not None else -1,
         topics=tuple(topics),
-        cluster_authorized_operations=-2147483648,
+        cluster_authorized_operations=UNKNOWN_OPERATIONS,
+        error_code=ErrorCode.none,  # v13: no request-wide error (REBOOTSTRAP_REQUIRED) here
     )
