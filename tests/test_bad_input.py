@@ -350,7 +350,7 @@ def test_unknown_api_key_and_versions(replog_broker: LocalCluster, raw: Raw) -> 
     assert correlation_id == 41
     assert body.error_code == ErrorCode.unsupported_version
     advertised = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in body.api_keys}
-    assert advertised[ApiKey.PRODUCE] == (3, 8)
+    assert advertised[ApiKey.PRODUCE] == apis.CLIENT_API_VERSIONS[ApiKey.PRODUCE]
     response = raw.request(api_versions_request())
     assert response.error_code == ErrorCode.none
 

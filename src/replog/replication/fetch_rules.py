@@ -9,6 +9,9 @@
 * KIP-320: a request carrying an older leader epoch is FENCED_LEADER_EPOCH, a
   newer one UNKNOWN_LEADER_EPOCH (this broker has not heard of it yet); ``-1``
   skips the check.
+* KIP-595 (Fetch v12+): a fetcher that says which epoch its last record had
+  (``last_fetched_epoch``, consumers and followers alike) is told where its log
+  diverges from the leader's instead of being sent records (``diverging_epoch``).
 
 Concurrency: pure functions; safe anywhere.
 """
@@ -19,6 +22,8 @@ import enum
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
+
+from replog.storage.epoch_entries import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET, EpochEndOffset
 
 NO_LEADER_EPOCH = -1
 CONSUMER_REPLICA_ID = -1
@@ -102,3 +107,37 @@ def validate_current_leader_epoch(current_leader_epoch: int, leader_epoch: int) 
     if current_leader_epoch > leader_epoch:
         return ErrorCode.unknown_leader_epoch
     return ErrorCode.none
+
+
+@dataclass(frozen=True, slots=True)
+class LastFetchedEpochCheck:
+    """What a fetch with a ``last_fetched_epoch`` gets instead of records, if not records.
+
+    ``error`` OFFSET_OUT_OF_RANGE, or NONE with the ``diverging_epoch`` to answer.
+    """
+
+    error: ErrorCode
+    diverging_epoch: EpochEndOffset | None = None
+
+
+def check_last_fetched_epoch(
+    *,
+    last_fetched_epoch: int,
+    fetch_offset: int,
+    log_start_offset: int,
+    epoch_end: EpochEndOffset,
+) -> LastFetchedEpochCheck | None:
+    """Kafka ``Partition.readRecords`` before the read (KIP-595); None: read as usual.
+
+    ``epoch_end`` is the leader's OffsetsForLeaderEpoch answer for
+    ``last_fetched_epoch`` (its errors, fencing first, were answered already). The
+    fetcher's log diverges when the leader's largest epoch up to that one is
+    smaller, or ends before ``fetch_offset``.
+    """
+    if epoch_end.leader_epoch == UNDEFINED_EPOCH or epoch_end.end_offset == UNDEFINED_EPOCH_OFFSET:
+        return LastFetchedEpochCheck(ErrorCode.offset_out_of_range)
+    if fetch_offset < log_start_offset:
+        return LastFetchedEpochCheck(ErrorCode.offset_out_of_range)
+    if epoch_end.leader_epoch < last_fetched_epoch or epoch_end.end_offset < fetch_offset:
+        return LastFetchedEpochCheck(ErrorCode.none, epoch_end)
+    return None

@@ -18,7 +18,10 @@ from replog.protocol.client import KafkaConnection
 from replog.replication.fetch_rules import FetchPartitionRequest
 
 TopicPartition = tuple[str, int]
-FETCH_VERSION = 11  # the last non-flexible version, which the hand codec covers
+# The last non-flexible version. Followers stay there: v12+ would add varints to the hottest
+# frames and, from v13, need topic ids; replog's followers find where to truncate with
+# OffsetForLeaderEpoch rather than v12's diverging_epoch.
+FETCH_VERSION = 11
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +107,7 @@ class RemoteLeaderEndpoint:
         frame = await conn.request_encoded(
             ApiKey.FETCH, FETCH_VERSION, body, timeout_s=self.timeout_s + max_wait_ms / 1000
         )
-        _, answers = fetch_codec.decode_fetch_response(FETCH_VERSION, frame, 4)
+        answers = fetch_codec.decode_fetch_response(FETCH_VERSION, frame, 4).partitions
         return {
             (a.topic, a.partition): FetchPartitionResult(
                 error=ErrorCode(a.error_code),

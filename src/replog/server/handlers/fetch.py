@@ -1,50 +1,171 @@
-"""Fetch: consumers read below the high watermark; followers read to the log end."""
+"""Fetch: consumers read below the high watermark; followers read to the log end.
+
+Besides the read itself (the replica manager's), the handler answers what a
+version adds around it: topics named by id from v13 (an id this broker does
+not know is UNKNOWN_TOPIC_ID, echoing the id), the KIP-595 check of a
+``last_fetched_epoch`` (v12+; a diverging fetcher gets ``diverging_epoch`` and
+no records, and the response goes out at once, as Kafka's
+``Partition.readRecords``), and KIP-951 leader discovery (v16+).
+"""
 
 from __future__ import annotations
 
+import uuid
+from dataclasses import replace
+
+from kio.schema.errors import ErrorCode
+
 from replog.protocol import fetch_codec, frames
-from replog.replication.fetch_rules import FetchPartitionRequest
+from replog.protocol.fetch_codec import FetchResponsePartitionData
+from replog.protocol.wire import NodeEndpoint
+from replog.replication.fetch_rules import FetchPartitionRequest, check_last_fetched_epoch
+from replog.replication.replica_manager import ReplicaManager
 from replog.server.handlers.context import BrokerServices
+from replog.server.handlers.leader_discovery import NOT_LEADER_OR_FENCED_ERRORS, LeaderDiscovery
 from replog.server.network import RequestContext
+
+ZERO_UUID = uuid.UUID(int=0)  # Kafka's Uuid.ZERO_UUID: no topic has it
 
 
 async def handle_fetch(services: BrokerServices, ctx: RequestContext, request) -> object:
-    partitions = [
-        FetchPartitionRequest(
-            topic=str(topic.topic),
-            partition=int(part.partition),
-            fetch_offset=int(part.fetch_offset),
-            max_bytes=int(part.partition_max_bytes),
-            current_leader_epoch=int(getattr(part, "current_leader_epoch", -1)),
-            log_start_offset=int(getattr(part, "log_start_offset", -1)),
-        )
-        for topic in request.topics
-        for part in topic.partitions
-    ]
-    max_bytes = int(getattr(request, "max_bytes", 0x7FFFFFFF))
-    results = await services.replica_manager.fetch(
-        int(request.replica_id),
-        int(request.max_wait.total_seconds() * 1000),
-        int(request.min_bytes),
-        max_bytes,
-        partitions,
-        isolation_level=int(getattr(request, "isolation_level", 0)),
-    )
-    # The hand codec covers every version served (apis: Fetch 4-11).
-    return frames.EncodedBody(
-        fetch_codec.encode_fetch_response(
-            ctx.api_version,
-            [
-                fetch_codec.FetchResponsePartitionData(
-                    topic=req.topic,
-                    partition=req.partition,
-                    error_code=result.error,
-                    high_watermark=result.high_watermark,
-                    last_stable_offset=result.last_stable_offset,
-                    log_start_offset=result.log_start_offset,
-                    records=result.records,
+    version = ctx.api_version
+    by_id = version >= fetch_codec.FIRST_TOPIC_ID
+    # One answer per requested partition, in request order: made here or by the read.
+    answers: list[FetchResponsePartitionData | None] = []
+    reads: list[FetchPartitionRequest] = []
+    read_slots: list[tuple[int, uuid.UUID | None]] = []
+    answer_now = False
+    for topic_request in request.topics:
+        topic_id = None
+        if by_id:
+            # kio reads the all-zero id, which no topic has, as None.
+            topic_id = topic_request.topic_id or ZERO_UUID
+            topic = services.metadata_cache.topic_name(topic_id)
+        else:
+            topic = str(topic_request.topic)
+        for part in topic_request.partitions:
+            if topic is None:
+                answers.append(_unknown_topic_id(topic_id, int(part.partition)))
+                continue
+            fetch = FetchPartitionRequest(
+                topic=topic,
+                partition=int(part.partition),
+                fetch_offset=int(part.fetch_offset),
+                max_bytes=int(part.partition_max_bytes),
+                current_leader_epoch=int(getattr(part, "current_leader_epoch", -1)),
+                log_start_offset=int(getattr(part, "log_start_offset", -1)),
+            )
+            last_fetched_epoch = int(getattr(part, "last_fetched_epoch", -1))
+            if last_fetched_epoch >= 0:
+                early = _check_last_fetched_epoch(
+                    services.replica_manager, fetch, last_fetched_epoch, topic_id
                 )
-                for req, result in zip(partitions, results, strict=True)
-            ],
+                if early is not None:
+                    answers.append(early)
+                    answer_now = True
+                    continue
+            read_slots.append((len(answers), topic_id))
+            answers.append(None)
+            reads.append(fetch)
+    if reads:
+        replica_id = (
+            request.replica_state.replica_id
+            if version >= fetch_codec.FIRST_REPLICA_STATE
+            else request.replica_id
         )
+        results = await services.replica_manager.fetch(
+            int(replica_id),
+            0 if answer_now else int(request.max_wait.total_seconds() * 1000),
+            int(request.min_bytes),
+            int(getattr(request, "max_bytes", 0x7FFFFFFF)),
+            reads,
+            isolation_level=int(getattr(request, "isolation_level", 0)),
+        )
+        for (slot, topic_id), req, result in zip(read_slots, reads, results, strict=True):
+            answers[slot] = FetchResponsePartitionData(
+                topic=req.topic,
+                partition=req.partition,
+                error_code=result.error,
+                high_watermark=result.high_watermark,
+                last_stable_offset=result.last_stable_offset,
+                log_start_offset=result.log_start_offset,
+                records=result.records,
+                topic_id=topic_id,
+            )
+    node_endpoints: list[NodeEndpoint] = []
+    if version >= fetch_codec.FIRST_NODE_ENDPOINTS:
+        answers, node_endpoints = _with_current_leaders(services, answers)
+    # The hand codec covers every version served (apis: Fetch 4-17).
+    return frames.EncodedBody(
+        fetch_codec.encode_fetch_response(version, answers, node_endpoints=node_endpoints),
+        flexible=version >= fetch_codec.FIRST_FLEXIBLE,
     )
+
+
+def _unknown_topic_id(topic_id: uuid.UUID, partition: int) -> FetchResponsePartitionData:
+    """Kafka's answer for a topic id it cannot resolve: the id echoed, -1 offsets."""
+    return FetchResponsePartitionData(
+        topic="",
+        partition=partition,
+        error_code=ErrorCode.unknown_topic_id,
+        high_watermark=-1,
+        last_stable_offset=-1,
+        log_start_offset=-1,
+        records=b"",
+        topic_id=topic_id,
+    )
+
+
+def _check_last_fetched_epoch(
+    rm: ReplicaManager,
+    fetch: FetchPartitionRequest,
+    last_fetched_epoch: int,
+    topic_id: uuid.UUID | None,
+) -> FetchResponsePartitionData | None:
+    """The answer to a fetch whose log diverges from the leader's; None: read as usual.
+
+    A partition this broker does not lead, or a fenced epoch, is left to the read,
+    which answers the same error from the same check.
+    """
+    part = rm.get_partition(fetch.topic, fetch.partition)
+    if part is None:
+        return None
+    error, epoch_end = part.machine.answer_offsets_for_leader_epoch(
+        fetch.current_leader_epoch, last_fetched_epoch
+    )
+    if error is not ErrorCode.none:
+        return None
+    check = check_last_fetched_epoch(
+        last_fetched_epoch=last_fetched_epoch,
+        fetch_offset=fetch.fetch_offset,
+        log_start_offset=part.log.log_start_offset,
+        epoch_end=epoch_end,
+    )
+    if check is None:
+        return None
+    return FetchResponsePartitionData(
+        topic=fetch.topic,
+        partition=fetch.partition,
+        error_code=check.error,
+        high_watermark=part.high_watermark,
+        last_stable_offset=part.high_watermark,
+        log_start_offset=part.log.log_start_offset,
+        records=b"",
+        topic_id=topic_id,
+        diverging_epoch=check.diverging_epoch,
+    )
+
+
+def _with_current_leaders(
+    services: BrokerServices, answers: list[FetchResponsePartitionData]
+) -> tuple[list[FetchResponsePartitionData], list[NodeEndpoint]]:
+    """KIP-951: NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH answers name the leader."""
+    if all(a.error_code not in NOT_LEADER_OR_FENCED_ERRORS for a in answers):
+        return answers, []
+    discovery = LeaderDiscovery(services)
+    out = []
+    for a in answers:
+        if a.error_code in NOT_LEADER_OR_FENCED_ERRORS:
+            a = replace(a, current_leader=discovery.current_leader(a.topic, a.partition))
+        out.append(a)
+    return out, discovery.node_endpoints

@@ -7,6 +7,7 @@ from kio.schema.errors import ErrorCode
 from replog.protocol import frames, produce_codec
 from replog.replication.replica_manager import ProduceResult, now_ms
 from replog.server.handlers.context import BrokerServices
+from replog.server.handlers.leader_discovery import NOT_LEADER_ERRORS, LeaderDiscovery
 from replog.server.network import RequestContext
 
 
@@ -34,21 +35,33 @@ async def handle_produce(services: BrokerServices, ctx: RequestContext, request)
         return None
     if acks == -1:
         await rm.wait_for_acks_all(results, int(request.timeout.total_seconds() * 1000))
-    # The hand codec covers every version served (apis: Produce 3-8).
+    version = ctx.api_version
+    discovery = (
+        LeaderDiscovery(services) if version >= produce_codec.FIRST_LEADER_DISCOVERY else None
+    )
+    answers = []
+    for (topic, partition), result in results.items():
+        leader = None
+        if discovery is not None and result.error in NOT_LEADER_ERRORS:
+            leader = discovery.current_leader(topic, partition)
+        answers.append(
+            produce_codec.ProducePartitionResult(
+                topic=topic,
+                partition=partition,
+                error_code=result.error,
+                base_offset=result.base_offset,
+                log_append_time_ms=result.log_append_time,
+                log_start_offset=result.log_start_offset,
+                error_message=result.error_message,
+                current_leader=leader,
+            )
+        )
+    # The hand codec covers every version served (apis: Produce 3-12).
     return frames.EncodedBody(
         produce_codec.encode_produce_response(
-            ctx.api_version,
-            [
-                produce_codec.ProducePartitionResult(
-                    topic=topic_name,
-                    partition=index,
-                    error_code=result.error,
-                    base_offset=result.base_offset,
-                    log_append_time_ms=result.log_append_time,
-                    log_start_offset=result.log_start_offset,
-                    error_message=result.error_message,
-                )
-                for (topic_name, index), result in results.items()
-            ],
-        )
+            version,
+            answers,
+            node_endpoints=() if discovery is None else discovery.node_endpoints,
+        ),
+        flexible=version >= produce_codec.FIRST_FLEXIBLE,
     )
