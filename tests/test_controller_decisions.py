@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 
 import pytest
@@ -175,6 +176,30 @@ def test_new_topic_initial_leader_and_isr() -> None:
         assert reqs[b][LeaderAndIsrRequest].broker_epoch == 100
         assert set(um_partitions(reqs[b][UpdateMetadataRequest])) == set(states)
     assert not d.base.partition_leadership, "the input context is never mutated"
+
+
+def test_new_topic_ids_reach_brokers_and_leave_with_the_topic() -> None:
+    """KIP-516: the ids the IO layer read or assigned ride in LeaderAndIsr and
+    UpdateMetadata (a later failover's full UpdateMetadata too) and go with deletion."""
+    ids = {"a": uuid.UUID(int=1 << 100), "b": uuid.UUID(int=2 << 100)}
+    ctx = cluster([1, 2], {})
+    d = decisions.on_new_topics(ctx, {"a": {0: [1, 2]}, "b": {0: [2, 1]}}, topic_ids=ids)
+    new = apply(d)
+    assert new.topic_ids == ids
+    assert not d.base.topic_ids
+    for requests in requests_by_type(d).values():
+        assert {t.topic_name: t.topic_id for t in requests[LeaderAndIsrRequest].topic_states} == ids
+        assert {t.topic_name: t.topic_id for t in requests[UpdateMetadataRequest].topic_states} == (
+            ids
+        )
+    failover = decisions.on_controller_failover(new)
+    for requests in requests_by_type(failover).values():
+        assert {t.topic_name: t.topic_id for t in requests[UpdateMetadataRequest].topic_states} == (
+            ids
+        )
+    gone = new.copy()
+    gone.remove_topic("a")
+    assert gone.topic_ids == {"b": ids["b"]}
 
 
 def test_broker_startup_initializes_partition_that_had_no_live_replica() -> None:
