@@ -15,6 +15,7 @@ Processes are stopped by pid by the cluster fixtures, pass or fail.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import uuid
 from typing import Any
@@ -30,7 +31,9 @@ from kio.static.primitive import i32Timedelta
 
 from cluster_util import ZkView, create_topic, producer, wait_for
 from replog.cluster.launcher import LocalCluster
+from replog.protocol import apis
 from replog.protocol import controller_schemas as cs
+from replog.protocol.apis import ApiKey
 from replog.protocol.client import KafkaConnection
 from replog.protocol.controller_schemas.leader_and_isr import TYPE_INCREMENTAL
 from replog.storage.partition_metadata import read_partition_metadata
@@ -227,6 +230,49 @@ def test_recreated_topic_gets_a_new_id_everywhere(cluster_factory) -> None:
             second_id: (ErrorCode.none, "again"),
         }
         wait_for(lambda: "again" not in zk.topics(), what="deletion by id to finish")
+    finally:
+        zk.close()
+
+
+def test_every_metadata_version_answers_and_v10_on_carry_the_id(cluster_factory) -> None:
+    cluster = cluster_factory(brokers=1)
+    zk = ZkView(cluster)
+    try:
+        create_topic(cluster.bootstrap_servers(), "versions", partitions=2, replication=1)
+        topic_id = znode_topic_id(zk, "versions")
+        lo, hi = apis.CLIENT_API_VERSIONS[ApiKey.METADATA]
+        assert (lo, hi) == (0, 13)
+        for version in range(lo, hi + 1):
+            cls = apis.request_schema(ApiKey.METADATA, version)
+            topic_cls = apis.nested(cls, "MetadataRequestTopic")
+            asked = apis.make(topic_cls, name="versions", topic_id=None)
+            body = apis.make(
+                cls,
+                topics=(asked,),
+                allow_auto_topic_creation=False,
+                include_cluster_authorized_operations=False,
+                include_topic_authorized_operations=False,
+            )
+            (topic,) = request(cluster, 0, body).topics
+            assert (topic.error_code, topic.name) == (ErrorCode.none, "versions"), version
+            assert sorted(p.partition_index for p in topic.partitions) == [0, 1], version
+            assert getattr(topic, "topic_id", None) == (topic_id if version >= 10 else None)
+            if version in (10, 11):  # ids are for v12+ requests only (Kafka: INVALID_REQUEST)
+                by_id = apis.make(topic_cls, name="versions", topic_id=topic_id)
+                body = dataclasses.replace(body, topics=(by_id,))
+                (topic,) = request(cluster, 0, body).topics
+                assert topic.error_code == ErrorCode.invalid_request, version
+        # DeleteTopics v6 names a topic by name or by id, never both.
+        both = request(
+            cluster,
+            0,
+            delete_v6.DeleteTopicsRequest(
+                topics=(delete_v6.DeleteTopicState(name="versions", topic_id=topic_id),),
+                timeout=TIMEOUT,
+            ),
+        )
+        assert [r.error_code for r in both.responses] == [ErrorCode.invalid_request]
+        assert "versions" in zk.topics()
     finally:
         zk.close()
 
