@@ -24,7 +24,7 @@ from replog.replication.fetcher import FetcherConfig, ReplicaFetcherManager
 from replog.replication.replica_manager import ReplicaManager
 from replog.server.admin import AdminManager
 from replog.server.handlers import admin as admin_handlers
-from replog.server.handlers import fetch, metadata, offsets, produce
+from replog.server.handlers import cluster, fetch, metadata, offsets, produce, producers, records
 from replog.server.handlers.context import BrokerServices
 from replog.server.handlers.controller_rpc import ControllerCommands
 from replog.server.metadata_cache import MetadataCache
@@ -120,8 +120,12 @@ class Broker:
             ApiKey.CREATE_TOPICS: admin_handlers.handle_create_topics,
             ApiKey.DELETE_TOPICS: admin_handlers.handle_delete_topics,
             ApiKey.DESCRIBE_CONFIGS: admin_handlers.handle_describe_configs,
-            ApiKey.INIT_PRODUCER_ID: admin_handlers.handle_init_producer_id,
+            ApiKey.INIT_PRODUCER_ID: producers.handle_init_producer_id,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: offsets.handle_offset_for_leader_epoch,
+            ApiKey.DELETE_RECORDS: records.handle_delete_records,
+            ApiKey.DESCRIBE_LOG_DIRS: cluster.handle_describe_log_dirs,
+            ApiKey.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
+            ApiKey.DESCRIBE_PRODUCERS: producers.handle_describe_producers,
         }
         handlers = {int(key): partial(handler, s) for key, handler in table.items()}
         commands = self.controller_commands

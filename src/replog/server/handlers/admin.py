@@ -1,4 +1,4 @@
-"""CreateTopics, DeleteTopics, DescribeConfigs, InitProducerId."""
+"""CreateTopics, DeleteTopics, DescribeConfigs (InitProducerId is in ``producers``)."""
 
 from __future__ import annotations
 
@@ -178,24 +178,3 @@ async def handle_describe_configs(services: BrokerServices, ctx: RequestContext,
             )
         )
     return make(cls, throttle_time=NO_THROTTLE, results=tuple(results))
-
-
-async def handle_init_producer_id(services: BrokerServices, ctx: RequestContext, request) -> object:
-    cls = response_class(ApiKey.INIT_PRODUCER_ID, ctx.api_version)
-    if request.transactional_id is not None:
-        # Transactions are not implemented; idempotent producers are.
-        return make(
-            cls,
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.transactional_id_authorization_failed,
-            producer_id=-1,
-            producer_epoch=-1,
-        )
-    producer_id = await services.producer_ids.generate_producer_id()
-    return make(
-        cls,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        producer_id=producer_id,
-        producer_epoch=0,
-    )

@@ -11,6 +11,7 @@ from kio.schema.errors import ErrorCode
 from replog.protocol import apis
 from replog.protocol.apis import ApiKey, make, nested
 from replog.protocol.frames import UnsupportedVersion, encode_response
+from replog.server.handlers.cluster import AUTHORIZED_CLUSTER_OPERATIONS
 from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
 from replog.server.metadata_cache import MetadataCache
 from replog.server.network import RequestContext
@@ -179,6 +180,10 @@ async def handle_metadata(services: BrokerServices, ctx: RequestContext, request
         cluster_id=services.admin.cluster_id,
         controller_id=cache.controller_id if cache.controller_id is not None else -1,
         topics=tuple(topics),
-        cluster_authorized_operations=UNKNOWN_OPERATIONS,
+        cluster_authorized_operations=(
+            AUTHORIZED_CLUSTER_OPERATIONS
+            if getattr(request, "include_cluster_authorized_operations", False)
+            else UNKNOWN_OPERATIONS
+        ),
         error_code=ErrorCode.none,  # v13: no request-wide error (REBOOTSTRAP_REQUIRED) here
     )

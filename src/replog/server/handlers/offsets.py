@@ -1,59 +1,141 @@
-"""ListOffsets and OffsetForLeaderEpoch."""
+"""ListOffsets and OffsetForLeaderEpoch: where a partition's log starts and ends, and
+where a leader epoch ends (KIP-320), as Kafka answers them.
+
+ListOffsets (Kafka ``ReplicaManager.fetchOffset``, ``Partition.fetchOffsetForTimestamp``
+and ``UnifiedLog.fetchOffsetByTimestamp``):
+
+* consumers (replica id -1) see up to the high watermark (the last stable offset
+  under read_committed, which is the high watermark here: no transactions);
+  followers (replica id >= 0) up to the log end; both ask the leader. A debugging
+  client (replica id -2) may ask any replica and sees up to the log end;
+* -1 latest: the end a consumer may read to, with the current leader epoch;
+  -2 earliest and -4 earliest-local (KIP-405; all of a log is local here): the log
+  start offset, with the epoch of its first record; -3 max timestamp (KIP-734): the
+  first record carrying the largest timestamp; -5 latest-tiered (KIP-1005): -1, as
+  Kafka answers without tiered storage; a timestamp >= 0: the first record at or
+  after it. Each special value needs the request version that introduced it
+  (UNSUPPORTED_VERSION otherwise), other negative values are unsupported;
+* a record found at or beyond the end the asker may read is not returned (-1, -1);
+* a new leader whose high watermark has not reached the start of its epoch
+  answers a consumer's -1 (and a lookup past the HW) with OFFSET_NOT_AVAILABLE
+  (LEADER_NOT_AVAILABLE before v5).
+
+OffsetForLeaderEpoch (Kafka ``ReplicaManager.lastOffsetForLeaderEpoch``): the
+leader answers where the requested epoch ends in its log, for followers
+truncating (KIP-101) and consumers detecting truncation after a leader change
+(KIP-320); the rule is the partition machine's.
+"""
 
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
 from replog.protocol.apis import ApiKey, make, nested
+from replog.replication.partition import Partition
 from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
 from replog.server.network import RequestContext
 
-EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+# The first ListOffsets version that may ask for each special timestamp
+# (Kafka ``ReplicaManager.timestampMinSupportedVersion``).
+SPECIAL_TIMESTAMP_MIN_VERSION = {
+    EARLIEST_TIMESTAMP: 1,
+    LATEST_TIMESTAMP: 1,
+    MAX_TIMESTAMP: 7,
+    EARLIEST_LOCAL_TIMESTAMP: 8,
+    LATEST_TIERED_TIMESTAMP: 9,
+}
+CONSUMER_REPLICA_ID = -1
+DEBUGGING_REPLICA_ID = -2
+FIRST_OFFSET_NOT_AVAILABLE_VERSION = 5
+UNKNOWN = -1  # timestamp, offset and leader epoch of an answer without a record
 
 
-def _list_offset(services: BrokerServices, topic: str, part_req, replica_id: int) -> dict:
-    partition = services.replica_manager.get_partition(topic, int(part_req.partition_index))
-    base = {
-        "partition_index": int(part_req.partition_index),
-        "timestamp": -1,
-        "offset": -1,
-        "leader_epoch": -1,
-    }
-    if partition is None:
-        known = services.metadata_cache.partition(topic, int(part_req.partition_index))
-        code = ErrorCode.not_leader_or_follower if known else ErrorCode.unknown_topic_or_partition
-        return {**base, "error_code": code}
-    if not partition.is_leader:
-        return {**base, "error_code": ErrorCode.not_leader_or_follower}
-    fenced = partition.check_leader_epoch(int(getattr(part_req, "current_leader_epoch", -1)))
-    if fenced != ErrorCode.none:
-        return {**base, "error_code": fenced}
-    ts = int(part_req.timestamp)
-    log_ = partition.log
-    # Consumers see only what is committed; a follower (replica_id >= 0) sees the log end.
-    latest = log_.log_end_offset if replica_id >= 0 else partition.high_watermark
-    if ts == EARLIEST_TIMESTAMP:
-        return {**base, "error_code": ErrorCode.none, "offset": log_.log_start_offset}
-    if ts == LATEST_TIMESTAMP:
-        return {**base, "error_code": ErrorCode.none, "offset": latest}
-    if ts == MAX_TIMESTAMP:
-        found = log_.max_timestamp_and_offset()  # (timestamp, offset)
-    elif ts < 0:
-        return {**base, "error_code": ErrorCode.invalid_request}
-    else:
-        by_time = log_.offset_for_timestamp(ts)  # (offset, timestamp)
-        found = None if by_time is None else (by_time[1], by_time[0])
-    if found is None or found[1] < 0 or found[1] >= latest:
-        return {**base, "error_code": ErrorCode.none}
-    found_ts, found_offset = found
-    return {
-        **base,
+def _timestamp_unsupported(timestamp: int, version: int) -> bool:
+    """Kafka ``isListOffsetsTimestampUnsupported``."""
+    return timestamp < 0 and SPECIAL_TIMESTAMP_MIN_VERSION.get(timestamp, 1 << 15) > version
+
+
+def _not_hosted(services: BrokerServices, topic: str, partition: int) -> ErrorCode:
+    """Kafka ``getPartitionOrError`` for a partition with no local replica."""
+    known = services.metadata_cache.partition(topic, partition) is not None
+    return ErrorCode.not_leader_or_follower if known else ErrorCode.unknown_topic_or_partition
+
+
+def _list_offset(
+    services: BrokerServices,
+    topic: str,
+    partition_index: int,
+    timestamp: int,
+    current_leader_epoch: int,
+    replica_id: int,
+    version: int,
+) -> dict:
+    """One partition's ListOffsets answer, as the fields of ``ListOffsetsPartitionResponse``."""
+    answer = {
+        "partition_index": partition_index,
         "error_code": ErrorCode.none,
-        "timestamp": found_ts,
-        "offset": found_offset,
-        "leader_epoch": partition.leader_epoch,
+        "timestamp": UNKNOWN,
+        "offset": UNKNOWN,
+        "leader_epoch": UNKNOWN,
+    }
+    if _timestamp_unsupported(timestamp, version):
+        return {**answer, "error_code": ErrorCode.unsupported_version}
+    partition = services.replica_manager.get_partition(topic, partition_index)
+    if partition is None:
+        return {**answer, "error_code": _not_hosted(services, topic, partition_index)}
+    machine = partition.machine
+    if replica_id == DEBUGGING_REPLICA_ID:
+        error = machine.validate_replica_request(current_leader_epoch)
+    else:
+        error = machine.validate_leader_request(current_leader_epoch)
+    if error is not ErrorCode.none:
+        return {**answer, "error_code": error}
+    found = _lookup(partition, timestamp, replica_id == CONSUMER_REPLICA_ID)
+    if found is None:
+        not_available = (
+            ErrorCode.offset_not_available
+            if version >= FIRST_OFFSET_NOT_AVAILABLE_VERSION
+            else ErrorCode.leader_not_available
+        )
+        return {**answer, "error_code": not_available}
+    return {**answer, **found}
+
+
+def _lookup(partition: Partition, timestamp: int, is_client: bool) -> dict | None:
+    """The offset, timestamp and epoch for ``timestamp``; None: OFFSET_NOT_AVAILABLE."""
+    log_ = partition.log
+    # Consumers read to the high watermark; followers and debugging clients to the log end.
+    last_fetchable = partition.high_watermark if is_client else log_.log_end_offset
+    # A new leader's HW may still be below its epoch's start: its "latest" is not known yet.
+    lagging = is_client and partition.machine.high_watermark_behind_epoch_start
+    if timestamp == LATEST_TIMESTAMP:
+        if lagging:
+            return None
+        return {"offset": last_fetchable, "leader_epoch": partition.leader_epoch}
+    if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+        epoch = log_.earliest_epoch()
+        return {
+            "offset": log_.log_start_offset,
+            "leader_epoch": UNKNOWN if epoch is None else epoch,
+        }
+    if timestamp == LATEST_TIERED_TIMESTAMP:
+        return {}  # no tiered storage: nothing is tiered (Kafka answers -1)
+    found = (
+        log_.max_timestamp_and_offset()
+        if timestamp == MAX_TIMESTAMP
+        else log_.offset_for_timestamp(timestamp)
+    )
+    if found is None or found.offset >= last_fetchable:
+        return None if lagging else {}
+    return {
+        "timestamp": found.timestamp,
+        "offset": found.offset,
+        "leader_epoch": found.leader_epoch if found.leader_epoch >= 0 else UNKNOWN,
     }
 
 
@@ -62,14 +144,46 @@ async def handle_list_offsets(services: BrokerServices, ctx: RequestContext, req
     topic_cls = nested(cls, "ListOffsetsTopicResponse")
     part_cls = nested(cls, "ListOffsetsPartitionResponse")
     replica_id = int(request.replica_id)
-    topics = []
+    # A partition named twice is INVALID_REQUEST, answered once (Kafka's duplicatePartitions).
+    seen: dict[tuple[str, int], int] = {}
     for topic in request.topics:
-        parts = [
-            make(part_cls, **_list_offset(services, str(topic.name), p, replica_id))
-            for p in topic.partitions
-        ]
-        topics.append(make(topic_cls, name=topic.name, partitions=tuple(parts)))
-    return make(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
+        for p in topic.partitions:
+            key = (str(topic.name), int(p.partition_index))
+            seen[key] = seen.get(key, 0) + 1
+    topics: dict[str, list[object]] = {}
+    for topic in request.topics:
+        name = str(topic.name)
+        for p in topic.partitions:
+            index = int(p.partition_index)
+            count = seen.pop((name, index), None)
+            if count is None:
+                continue  # a duplicate already answered
+            if count > 1:
+                fields = {
+                    "partition_index": index,
+                    "error_code": ErrorCode.invalid_request,
+                    "timestamp": UNKNOWN,
+                    "offset": UNKNOWN,
+                    "leader_epoch": UNKNOWN,
+                }
+            else:
+                fields = _list_offset(
+                    services,
+                    name,
+                    index,
+                    int(p.timestamp),
+                    int(getattr(p, "current_leader_epoch", -1)),
+                    replica_id,
+                    ctx.api_version,
+                )
+            topics.setdefault(name, []).append(make(part_cls, **fields))
+    return make(
+        cls,
+        throttle_time=NO_THROTTLE,
+        topics=tuple(
+            make(topic_cls, name=name, partitions=tuple(parts)) for name, parts in topics.items()
+        ),
+    )
 
 
 async def handle_offset_for_leader_epoch(
@@ -80,12 +194,14 @@ async def handle_offset_for_leader_epoch(
     part_cls = nested(cls, "EpochEndOffset")
     topics = []
     for topic in request.topics:
+        name = str(topic.topic)
         parts = []
         for p in topic.partitions:
-            partition = services.replica_manager.get_partition(str(topic.topic), int(p.partition))
-            answer = {"partition": int(p.partition), "leader_epoch": -1, "end_offset": -1}
+            index = int(p.partition)
+            partition = services.replica_manager.get_partition(name, index)
+            answer = {"partition": index, "leader_epoch": -1, "end_offset": -1}
             if partition is None:
-                answer["error_code"] = ErrorCode.unknown_topic_or_partition
+                answer["error_code"] = _not_hosted(services, name, index)
             else:
                 error, end = partition.machine.answer_offsets_for_leader_epoch(
                     int(p.current_leader_epoch), int(p.leader_epoch)

@@ -1,0 +1,166 @@
+"""DescribeCluster and DescribeLogDirs: what the cluster is made of, and what this
+broker keeps where.
+
+DescribeCluster (Kafka ``handleDescribeCluster`` / ``AuthHelper.computeDescribeClusterResponse``):
+the live brokers of the metadata cache, the cluster id and the controller (-1 unless
+it is among those brokers). A broker answers for brokers only: asking it for
+controllers (endpoint type 2, KIP-919) is MISMATCHED_ENDPOINT_TYPE, an unknown
+type UNSUPPORTED_ENDPOINT_TYPE. Without an authorizer every operation a cluster
+supports is allowed, which is what ``cluster_authorized_operations`` says when asked
+(INT32_MIN, "not computed", otherwise). No broker is fenced in ZooKeeper mode.
+
+DescribeLogDirs (Kafka ``ReplicaManager.describeLogDirs``): each ``log.dirs``
+entry by absolute path with its volume's total and usable bytes (v4), and per
+hosted partition asked for (every one when the request says null): its size, its
+offset lag (max(HW - LEO, 0), 0 for a current replica; -1 for a log no replica is
+hosted for) and ``is_future_key`` (always False: no AlterReplicaLogDirs here).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from kio.schema.errors import ErrorCode
+
+from replog.protocol.apis import ApiKey, make, nested
+from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
+from replog.server.network import RequestContext
+
+ENDPOINT_TYPE_BROKER = 1
+ENDPOINT_TYPE_CONTROLLER = 2
+UNKNOWN_AUTHORIZED_OPERATIONS = -(1 << 31)
+# Kafka ``AclEntry.supportedOperations(CLUSTER)`` by AclOperation code: CREATE 5,
+# ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11,
+# IDEMPOTENT_WRITE 12.
+CLUSTER_OPERATIONS = (5, 7, 8, 9, 10, 11, 12)
+INVALID_OFFSET_LAG = -1
+
+
+def to_32_bit_field(operations: tuple[int, ...]) -> int:
+    """Kafka ``Utils.to32BitField``: one bit per operation code."""
+    field = 0
+    for op in operations:
+        field |= 1 << op
+    return field
+
+
+# What DescribeCluster and Metadata v8-v10 say of the cluster when a client asks
+# (librdkafka's describe_cluster uses the latter).
+AUTHORIZED_CLUSTER_OPERATIONS = to_32_bit_field(CLUSTER_OPERATIONS)
+
+
+async def handle_describe_cluster(services: BrokerServices, ctx: RequestContext, request) -> object:
+    cls = response_class(ApiKey.DESCRIBE_CLUSTER, ctx.api_version)
+    broker_cls = nested(cls, "DescribeClusterBroker")
+    endpoint_type = int(getattr(request, "endpoint_type", ENDPOINT_TYPE_BROKER))
+    error, message = ErrorCode.none, None
+    if endpoint_type not in (ENDPOINT_TYPE_BROKER, ENDPOINT_TYPE_CONTROLLER):
+        error = ErrorCode.unsupported_endpoint_type
+        message = f"Unsupported endpoint type {endpoint_type}"
+    elif endpoint_type != ENDPOINT_TYPE_BROKER:
+        error = ErrorCode.mismatched_endpoint_type
+        message = "The request was sent to an endpoint of type BROKER, but we wanted CONTROLLER"
+    if error is not ErrorCode.none:
+        if ctx.api_version == 0:
+            error = ErrorCode.invalid_request
+        return make(
+            cls,
+            throttle_time=NO_THROTTLE,
+            error_code=error,
+            error_message=message,
+            endpoint_type=ENDPOINT_TYPE_BROKER,
+            cluster_id="",
+            controller_id=-1,
+            brokers=(),
+            cluster_authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS,
+        )
+    cache = services.metadata_cache
+    brokers = tuple(
+        make(
+            broker_cls,
+            broker_id=b.broker_id,
+            host=b.host,
+            port=b.port,
+            rack=b.rack,
+            is_fenced=False,
+        )
+        for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id)
+    )
+    controller_id = cache.controller_id if cache.controller_id in cache.brokers else -1
+    operations = (
+        AUTHORIZED_CLUSTER_OPERATIONS
+        if request.include_cluster_authorized_operations
+        else UNKNOWN_AUTHORIZED_OPERATIONS
+    )
+    return make(
+        cls,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        endpoint_type=ENDPOINT_TYPE_BROKER,
+        cluster_id=services.admin.cluster_id or "",
+        controller_id=controller_id,
+        brokers=brokers,
+        cluster_authorized_operations=operations,
+    )
+
+
+async def handle_describe_log_dirs(
+    services: BrokerServices, ctx: RequestContext, request
+) -> object:
+    cls = response_class(ApiKey.DESCRIBE_LOG_DIRS, ctx.api_version)
+    result_cls = nested(cls, "DescribeLogDirsResult")
+    topic_cls = nested(cls, "DescribeLogDirsTopic")
+    part_cls = nested(cls, "DescribeLogDirsPartition")
+    replica_manager = services.replica_manager
+    log_manager = replica_manager.log_manager
+    wanted = (
+        None
+        if request.topics is None
+        else {(str(t.topic), int(p)) for t in request.topics for p in t.partitions}
+    )
+    results = []
+    for log_dir in dict.fromkeys(log_manager.log_dirs):
+        path = os.path.abspath(log_dir)
+        try:
+            usage = shutil.disk_usage(log_dir)
+        except OSError:
+            results.append(
+                make(result_cls, error_code=ErrorCode.kafka_storage_error, log_dir=path, topics=())
+            )
+            continue
+        by_topic: dict[str, list[object]] = {}
+        for log_ in sorted(log_manager.all_logs(), key=lambda lg: (lg.topic, lg.partition)):
+            tp = (log_.topic, log_.partition)
+            if log_manager.log_dir_of(*tp) != log_dir or (wanted is not None and tp not in wanted):
+                continue
+            hosted = replica_manager.get_partition(*tp)
+            lag = (
+                INVALID_OFFSET_LAG
+                if hosted is None
+                else max(hosted.high_watermark - log_.log_end_offset, 0)
+            )
+            by_topic.setdefault(log_.topic, []).append(
+                make(
+                    part_cls,
+                    partition_index=log_.partition,
+                    partition_size=log_.size_in_bytes(),
+                    offset_lag=lag,
+                    is_future_key=False,
+                )
+            )
+        results.append(
+            make(
+                result_cls,
+                error_code=ErrorCode.none,
+                log_dir=path,
+                topics=tuple(
+                    make(topic_cls, name=topic, partitions=tuple(parts))
+                    for topic, parts in by_topic.items()
+                ),
+                total_bytes=usage.total,
+                usable_bytes=usage.free,
+            )
+        )
+    return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, results=tuple(results))
