@@ -7,8 +7,9 @@ broker's reading of Fetch requests (kio's reader, backed by one that skips unkno
   as if the tags were not there: our response decoder (the follower's) and the broker's
   request path (``frames.decode_request``).
 * Malformed input (a varint past 5 bytes, a negative or overrunning compact length, a
-  truncated tagged field, trailing bytes, any truncation) is ``FetchCodecError`` from our
-  decoder and ``InvalidFrame`` (the connection closes) on the broker's request path.
+  truncated tagged field, any truncation) is ``FetchCodecError`` from our decoder and
+  ``InvalidFrame`` (the connection closes) on the broker's request path. Trailing bytes
+  are an error in a response; after a request they are ignored, as Kafka does.
 """
 
 from __future__ import annotations
@@ -531,7 +532,6 @@ def test_broker_reads_requests_with_unknown_tags_in_every_section(version) -> No
             ),
             id="truncated-tagged-field",
         ),
-        pytest.param(lambda b: b + b"\x00", id="trailing-bytes"),
     ],
 )
 def test_malformed_requests_close_the_connection(mangle) -> None:
@@ -539,6 +539,12 @@ def test_malformed_requests_close_the_connection(mangle) -> None:
     frames.decode_request(header_v2(12, 1) + body)
     with pytest.raises(frames.InvalidFrame):
         frames.decode_request(header_v2(12, 1) + mangle(body))
+
+
+def test_bytes_after_a_request_are_ignored_as_kafka_does() -> None:
+    """Kafka's parseRequest reads the body and leaves the rest (librdkafka relies on it)."""
+    frame = header_v2(12, 1) + flexible_request(12, unknown=False)
+    assert frames.decode_request(frame + b"\x01\x00\x00").body == frames.decode_request(frame).body
 
 
 @pytest.mark.parametrize("version", [11, 12, 16])

@@ -7,7 +7,8 @@ reading of Produce requests (kio's reader, backed by one that skips unknown tags
   requests built by hand with unknown tagged fields in every tagged section decode as if
   the tags were not there.
 * Malformed requests (a varint past 5 bytes, a negative compact length, a truncated tagged
-  field, trailing bytes, any truncation) are ``InvalidFrame``: the connection closes.
+  field, any truncation) are ``InvalidFrame``: the connection closes. Bytes after the body
+  are ignored, as Kafka does.
 """
 
 from __future__ import annotations
@@ -225,7 +226,6 @@ def _fixed(data: bytes, old: bytes, new: bytes) -> bytes:
         ),
         pytest.param(lambda f: _fixed(f, b"\x02t\x03", b"\x00t\x03"), id="null-topic-name"),
         pytest.param(lambda f: f[:-1] + b"\x01\x05\x30abc", id="truncated-tagged-field"),
-        pytest.param(lambda f: f + b"\x00", id="trailing-bytes"),
     ],
 )
 def test_malformed_requests_close_the_connection(mangle) -> None:
@@ -233,6 +233,11 @@ def test_malformed_requests_close_the_connection(mangle) -> None:
     frames.decode_request(frame)
     with pytest.raises(frames.InvalidFrame):
         frames.decode_request(mangle(frame))
+
+
+def test_bytes_after_a_request_are_ignored_as_kafka_does() -> None:
+    frame = flexible_request(9, unknown=False)
+    assert frames.decode_request(frame + b"\x00\x07").body == frames.decode_request(frame).body
 
 
 @pytest.mark.parametrize("version", [8, 9, 12])

@@ -74,11 +74,8 @@ def decode_request(frame: bytes) -> Request:
             raise InvalidFrame(
                 f"malformed {apis.ApiKey(api_key).name} v{api_version} request: {exc}"
             ) from None
-    if offset + used != len(frame):
-        raise InvalidFrame(
-            f"{apis.ApiKey(api_key).name} v{api_version} request has "
-            f"{len(frame) - offset - used} trailing bytes"
-        )
+    # Bytes after the body are ignored, as Kafka's parseRequest does: librdkafka's
+    # all-topics Metadata v9+ leaves 3 of its array count placeholder behind them.
     return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame))
 
 
