@@ -194,3 +194,10 @@ def test_header_v2_with_unknown_tags_decodes_alone() -> None:
     header, used = schema_reader.read_entity(RequestHeaderV2, data)
     assert used == len(data)
     assert (int(header.correlation_id), header.client_id) == (5, "x")
+
+
+def test_bytes_after_the_body_are_ignored_as_kafka_does() -> None:
+    # librdkafka's all-topics Metadata v9+ leaves 3 bytes of a 4-byte array-count
+    # placeholder after the body (librdkafka issue 5049); Kafka's parser ignores them.
+    request = frames.decode_request(_api_versions_v3_frame(_tags(), _tags()) + b"\0\0\0")
+    assert request.body.client_software_name == "replog-test"
