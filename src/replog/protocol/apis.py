@@ -50,8 +50,8 @@ class ApiKey(enum.IntEnum):
 # least what librdkafka 2.16 asks for (tests/test_protocol_currency.py). Unknown tagged
 # fields of flexible versions are skipped (frames falls back to schema_reader).
 CLIENT_API_VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKey.PRODUCE: (3, 8),
-    ApiKey.FETCH: (4, 11),
+    ApiKey.PRODUCE: (3, 12),
+    ApiKey.FETCH: (4, 17),
     ApiKey.LIST_OFFSETS: (1, 10),
     ApiKey.METADATA: (0, 13),
     ApiKey.API_VERSIONS: (0, 4),
