@@ -83,6 +83,7 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any], str]] = {
         "60000",
     ),
     "log.index.interval.bytes": ("log_index_interval_bytes", _int, "4096"),
+    "log.cleanup.policy": ("log_cleanup_policy", _str, "delete"),
     "log.message.timestamp.type": ("log_message_timestamp_type", _str, "CreateTime"),
     "message.max.bytes": ("message_max_bytes", _int, "1048588"),
     "socket.request.max.bytes": ("socket_request_max_bytes", _int, "104857600"),
@@ -108,6 +109,29 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any], str]] = {
 }
 
 KNOWN_KEYS = frozenset(_KEYS)
+# Each key's default as server.properties would spell it (DescribeConfigs' DEFAULT_CONFIG).
+DEFAULT_VALUES: dict[str, str] = {key: default for key, (_, _, default) in _KEYS.items()}
+# Each key's Kafka ConfigDef type name (DescribeConfigs v3+ reports it).
+_LONG_KEYS = frozenset(
+    {
+        "log.roll.ms",
+        "log.retention.ms",
+        "log.retention.bytes",
+        "log.retention.check.interval.ms",
+        "log.flush.offset.checkpoint.interval.ms",
+        "replica.lag.time.max.ms",
+        "replica.high.watermark.checkpoint.interval.ms",
+        "replica.fetch.backoff.ms",
+    }
+)
+KEY_TYPES: dict[str, str] = {
+    key: "LIST"
+    if key == "log.cleanup.policy"
+    else "LONG"
+    if key in _LONG_KEYS
+    else {_int: "INT", _bool: "BOOLEAN", _str: "STRING"}[parse]
+    for key, (_, parse, _) in _KEYS.items()
+}
 
 
 @dataclass(frozen=True)
@@ -132,6 +156,7 @@ class KafkaConfig:
     log_flush_offset_checkpoint_interval_ms: int
     log_index_interval_bytes: int
     log_message_timestamp_type: str
+    log_cleanup_policy: str
     message_max_bytes: int
     socket_request_max_bytes: int
     min_insync_replicas: int
@@ -152,6 +177,8 @@ class KafkaConfig:
     listeners: list[Listener] = field(default_factory=list)
     advertised_listeners: list[Listener] = field(default_factory=list)
     log_dirs: list[Path] = field(default_factory=list)
+    static_properties: dict[str, str] = field(default_factory=dict, compare=False)
+    """The keys given in server.properties (and overrides), as given."""
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> KafkaConfig:
@@ -177,7 +204,11 @@ class KafkaConfig:
                 raise ConfigError(f"invalid value for advertised.listeners: {exc}") from None
         log_dirs = [Path(p.strip()) for p in values["log_dirs_raw"].split(",") if p.strip()]
         config = cls(
-            **values, listeners=listeners, advertised_listeners=advertised, log_dirs=log_dirs
+            **values,
+            listeners=listeners,
+            advertised_listeners=advertised,
+            log_dirs=log_dirs,
+            static_properties=dict(props),
         )
         config._validate()
         return config
@@ -204,6 +235,12 @@ class KafkaConfig:
             "log.message.timestamp.type",
             "must be CreateTime or LogAppendTime",
         )
+        policies = [p.strip() for p in self.log_cleanup_policy.split(",") if p.strip()]
+        need(
+            bool(policies) and all(p in ("delete", "compact") for p in policies),
+            "log.cleanup.policy",
+            "must be delete, compact or both",
+        )
         names = [listener.name for listener in self.listeners]
         need(len(set(names)) == len(names), "listeners", "listener names must be unique")
 
@@ -219,6 +256,7 @@ class KafkaConfig:
             "message.timestamp.type": self.log_message_timestamp_type,
             "min.insync.replicas": str(self.min_insync_replicas),
             "unclean.leader.election.enable": str(self.unclean_leader_election_enable).lower(),
+            "cleanup.policy": self.log_cleanup_policy,
         }
 
     def as_properties(self) -> dict[str, str]:

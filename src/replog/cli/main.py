@@ -8,7 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
-from replog.cli import api_versions_cmd, cluster_cmd, topics_cmd
+from replog.cli import api_versions_cmd, cluster_cmd, configs_cmd, topics_cmd
 from replog.config import ConfigError, KafkaConfig, parse_overrides, read_properties
 
 
@@ -79,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cluster_cmd.add_parser(sub)
     topics_cmd.add_parser(sub)
+    configs_cmd.add_parser(sub)
     api_versions_cmd.add_parser(sub)
     return parser
 

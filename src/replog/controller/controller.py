@@ -130,7 +130,13 @@ class KafkaController:
             ev.IsrChangeNotification: self._process_isr_change,
             ev.ControlledShutdown: self._process_controlled_shutdown,
             ev.ReplicaLeaderElection: self._process_replica_leader_election,
+            ev.TopicUncleanLeaderElectionEnable: self._process_topic_unclean_election_enable,
+            ev.UncleanLeaderElectionEnable: self._process_unclean_election_enable,
         }
+        self.unclean_leader_election_default: Callable[[], bool] = lambda: (
+            config.unclean_leader_election_enable
+        )
+        """This broker's ``unclean.leader.election.enable``, dynamic configs included."""
 
     # --- public API --------------------------------------------------------------------
 
@@ -178,6 +184,17 @@ class KafkaController:
         )
         self.events.put(ev.ControlledShutdown(broker_id, broker_epoch, callback=_resolver(future)))
         return await future
+
+    def on_topic_config_change(self, topic: str) -> None:
+        """A topic's dynamic config changed (Kafka ``TopicConfigHandler``); only the
+        active controller acts on it."""
+        if self.is_active:
+            self.events.put(ev.TopicUncleanLeaderElectionEnable(topic))
+
+    def on_unclean_default_change(self) -> None:
+        """``unclean_leader_election_default()`` changed (Kafka ``DynamicLogConfig``)."""
+        if self.is_active:
+            self.events.put(ev.UncleanLeaderElectionEnable())
 
     # --- event dispatch ----------------------------------------------------------------
 
@@ -311,7 +328,7 @@ class KafkaController:
             self.zk,
             self.broker_id,
             epoch,
-            self.config.unclean_leader_election_enable,
+            self.unclean_leader_election_default(),
             self._zk_timeout_s,
         )
         ctx = self.context
@@ -624,6 +641,40 @@ class KafkaController:
         finally:
             if e.callback is not None:
                 e.callback(failed)
+
+    async def _process_topic_unclean_election_enable(
+        self, e: ev.TopicUncleanLeaderElectionEnable, q: QueuedEvent
+    ) -> None:
+        if self.context is None or e.topic not in self.context.all_topics:
+            return
+        overrides = await asyncio.to_thread(
+            controller_zk.read_unclean_overrides, self.zk, [e.topic], self._zk_timeout_s
+        )
+        ctx = self.context.copy()
+        ctx.unclean_leader_election_enable.pop(e.topic, None)
+        ctx.unclean_leader_election_enable.update(overrides)
+        self._install(ctx)
+        if ctx.unclean_election_enabled(e.topic):
+            applied = await self._apply(
+                partial(decisions.on_unclean_leader_election_enable, topics={e.topic}),
+                None,
+                q.enqueue_time_s,
+            )
+            self._report(f"unclean leader election enabled for topic {e.topic}", applied)
+
+    async def _process_unclean_election_enable(
+        self, _e: ev.UncleanLeaderElectionEnable, q: QueuedEvent
+    ) -> None:
+        if self.context is None:
+            return
+        ctx = self.context.copy()
+        ctx.default_unclean_leader_election_enable = self.unclean_leader_election_default()
+        self._install(ctx)
+        if ctx.default_unclean_leader_election_enable:
+            applied = await self._apply(
+                decisions.on_unclean_leader_election_enable, None, q.enqueue_time_s
+            )
+            self._report("unclean leader election enabled by default", applied)
 
 
 def _rerun_failure(ctx: ControllerContext, stale: set[TopicPartition]) -> ControllerDecision:

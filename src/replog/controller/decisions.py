@@ -28,6 +28,7 @@ from replog.controller.context import (
 from replog.controller.effects import ControllerDecision
 from replog.controller.state_machines import (
     ControlledShutdownElection,
+    OfflineElection,
     PreferredReplicaElection,
     partition_state_change,
     replica_state_change,
@@ -465,4 +466,25 @@ def on_preferred_replica_election(
         if state.leader_and_isr.leader != replicas[0]:
             eligible.append(tp)
     partition_state_change(d, eligible, _P.OnlinePartition, PreferredReplicaElection())
+    return d
+
+
+def on_unclean_leader_election_enable(
+    context: ControllerContext, topics: Iterable[str] | None = None
+) -> ControllerDecision:
+    """Kafka ``processTopicUncleanLeaderElectionEnable`` (``topics``) and
+    ``processUncleanLeaderElectionEnable`` (None: every topic): unclean election was just
+    allowed, so the New and Offline partitions of those topics are elected again, each
+    unclean where its topic now allows it (``context`` already holds the new setting)."""
+    d = ControllerDecision(context)
+    ctx = d.context
+    wanted = None if topics is None else set(topics)
+    candidates = [
+        tp
+        for tp, state in sorted(ctx.partition_states.items())
+        if state in (_P.NewPartition, _P.OfflinePartition)
+        and tp[0] not in ctx.topics_to_be_deleted
+        and (wanted is None or tp[0] in wanted)
+    ]
+    partition_state_change(d, candidates, _P.OnlinePartition, OfflineElection())
     return d

@@ -103,6 +103,23 @@ class ReplicaLeaderElection:
 
 
 @dataclass(frozen=True, slots=True)
+class TopicUncleanLeaderElectionEnable:
+    """Kafka ``TopicUncleanLeaderElectionEnable``: a topic's dynamic config changed (the
+    broker's config manager saw its change notification). The controller re-reads the
+    topic's ``unclean.leader.election.enable``; when now allowed, its leaderless
+    partitions get a leader. Decision: ``decisions.on_unclean_leader_election_enable``."""
+
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class UncleanLeaderElectionEnable:
+    """Kafka ``UncleanLeaderElectionEnable``: this broker's default
+    ``unclean.leader.election.enable`` changed (a dynamic broker config). Decision:
+    ``decisions.on_unclean_leader_election_enable`` for every topic, when now allowed."""
+
+
+@dataclass(frozen=True, slots=True)
 class ShutdownEventThread:
     """Kafka ``ShutdownEventThread``: stop the controller task after this event."""
 
@@ -120,5 +137,7 @@ ControllerEvent = (
     | IsrChangeNotification
     | ControlledShutdown
     | ReplicaLeaderElection
+    | TopicUncleanLeaderElectionEnable
+    | UncleanLeaderElectionEnable
     | ShutdownEventThread
 )

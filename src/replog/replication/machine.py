@@ -242,6 +242,17 @@ class PartitionMachine:
         # A restart: the checkpointed HW, within what the log still holds.
         self._high_watermark = min(max(high_watermark, log.log_start_offset), log.log_end_offset)
 
+    # -- configuration ----------------------------------------------------------------
+
+    def set_min_insync_replicas(self, min_insync_replicas: int) -> None:
+        """A live ``min.insync.replicas`` change (a topic or broker config): acks=all
+        checks from now on use it, as Kafka reads the log's current config at each check."""
+        if min_insync_replicas < 1:
+            raise ValueError(f"min.insync.replicas must be at least 1, not {min_insync_replicas}")
+        self.min_insync_replicas = min_insync_replicas
+        if self.leader_state is not None:
+            self.leader_state.min_insync_replicas = min_insync_replicas
+
     # -- queries ------------------------------------------------------------------------
 
     @property

@@ -28,6 +28,7 @@ from replog.replication.machine import (
 )
 from replog.replication.waiters import Waiters
 from replog.storage.log import AppendInfo, Log
+from replog.storage.log_config import LogConfig
 
 
 class LogFacts:
@@ -96,6 +97,11 @@ class Partition:
     @property
     def in_sync_replicas(self) -> tuple[int, ...]:
         return self.machine.in_sync_replicas
+
+    def update_config(self, config: LogConfig) -> None:
+        """A topic config change reaches the log and the replication state."""
+        self.log.update_config(config)
+        self.machine.set_min_insync_replicas(config.min_insync_replicas)
 
     def check_leader_epoch(self, current_leader_epoch: int) -> ErrorCode:
         """NOT_LEADER_OR_FOLLOWER, or KIP-320 fencing of a request's leader epoch."""

@@ -316,16 +316,3 @@ class AdminManager:
                     for name, outcome in zip(names, outcomes, strict=True)
                 ]
         return outcomes
-
-    async def describe_topic_config(self, name: str) -> dict[str, tuple[str, bool]] | None:
-        """Effective topic configuration: value and whether the topic overrides it."""
-        exists = await asyncio.to_thread(self.zk.topic_exists, name)
-        if not exists:
-            return None
-        overrides = await asyncio.to_thread(self.zk.get_topic_config, name)
-        defaults = self.config.topic_defaults()
-        effective = {key: (value, False) for key, value in defaults.items()}
-        effective["cleanup.policy"] = ("delete", False)
-        for key, value in overrides.items():
-            effective[key] = (value, True)
-        return effective

@@ -23,8 +23,10 @@ from replog.protocol.apis import ApiKey
 from replog.replication.fetcher import FetcherConfig, ReplicaFetcherManager
 from replog.replication.replica_manager import ReplicaManager
 from replog.server.admin import AdminManager
+from replog.server.config_manager import ConfigManager
 from replog.server.handlers import admin as admin_handlers
 from replog.server.handlers import cluster, fetch, metadata, offsets, produce, producers, records
+from replog.server.handlers import configs as config_handlers
 from replog.server.handlers.context import BrokerServices
 from replog.server.handlers.controller_rpc import ControllerCommands
 from replog.server.metadata_cache import MetadataCache
@@ -54,11 +56,11 @@ class Broker:
             session_timeout_ms=config.zookeeper_session_timeout_ms,
             connection_timeout_ms=config.zookeeper_connection_timeout_ms,
         )
-        self.topic_configs: dict[str, LogConfig] = {}
         self.replica_manager = ReplicaManager(
             config, self.log_manager, self.log_config_for, self.zk
         )
-        self.replica_manager.on_replica_deleted = lambda topic: self.topic_configs.pop(topic, None)
+        self.configs = ConfigManager(config, self.zk, self.log_manager, self.replica_manager)
+        self.replica_manager.on_replica_deleted = self.configs.forget_topic
         self.replica_manager.is_live_broker = lambda broker_id: (
             broker_id in self.metadata_cache.brokers
         )
@@ -81,6 +83,7 @@ class Broker:
             metadata_cache=self.metadata_cache,
             admin=self.admin,
             producer_ids=self.producer_ids,
+            configs=self.configs,
         )
         self.controller_commands = ControllerCommands(
             self.services, self.zk, lambda: self.broker_epoch
@@ -102,12 +105,7 @@ class Broker:
         return LogConfig.from_properties(self.config.topic_defaults())
 
     def log_config_for(self, topic: str) -> LogConfig:
-        found = self.topic_configs.get(topic)
-        if found is None:
-            overrides = self.zk.get_topic_config(topic)
-            found = LogConfig.from_properties(overrides, base=self._default_log_config())
-            self.topic_configs[topic] = found
-        return found
+        return self.configs.log_config_for(topic)
 
     def _handlers(self) -> dict[int, Any]:
         s = self.services
@@ -119,7 +117,9 @@ class Broker:
             ApiKey.API_VERSIONS: metadata.handle_api_versions,
             ApiKey.CREATE_TOPICS: admin_handlers.handle_create_topics,
             ApiKey.DELETE_TOPICS: admin_handlers.handle_delete_topics,
-            ApiKey.DESCRIBE_CONFIGS: admin_handlers.handle_describe_configs,
+            ApiKey.DESCRIBE_CONFIGS: config_handlers.handle_describe_configs,
+            ApiKey.ALTER_CONFIGS: config_handlers.handle_alter_configs,
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: config_handlers.handle_incremental_alter_configs,
             ApiKey.INIT_PRODUCER_ID: producers.handle_init_producer_id,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: offsets.handle_offset_for_leader_epoch,
             ApiKey.DELETE_RECORDS: records.handle_delete_records,
@@ -139,6 +139,7 @@ class Broker:
     async def start(self) -> None:
         self.log_manager.startup(now_ms())
         await asyncio.to_thread(self.zk.start)
+        await self.configs.start()  # dynamic configs before any log is served
         self.admin.cluster_id = await asyncio.to_thread(self.zk.get_or_create_cluster_id)
         await self.server.start()
         advertised = self.config.advertised_listeners[0]
@@ -150,6 +151,13 @@ class Broker:
         self.broker_epoch = await self._register(info)
         self.controller = KafkaController(
             self.config.broker_id, self.zk, self.config, register_broker=self._reregister
+        )
+        self.controller.unclean_leader_election_default = (
+            lambda: self.configs.layers.unclean_leader_election_enable
+        )
+        self.configs.on_topic_config_change = self.controller.on_topic_config_change
+        self.configs.on_unclean_default_change = lambda _enabled: (
+            self.controller.on_unclean_default_change()
         )
         await self.controller.start()
         log.info(
@@ -273,6 +281,7 @@ class Broker:
         if self.controller is not None:
             await self.controller.stop()
         await self.server.stop()
+        await self.configs.stop()
         await self.replica_manager.shutdown()
         self.log_manager.shutdown()
         await asyncio.to_thread(self.zk.close)

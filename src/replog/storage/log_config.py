@@ -1,10 +1,16 @@
-"""Topic-level log configuration, with Kafka's keys and defaults.
+"""Topic-level log configuration, with Kafka's keys, types, defaults and validators.
 
 ``LogConfig`` is an immutable value: a topic config change builds a new one and
 hands it to ``Log.update_config``. Keys are spelled as Kafka spells them
 (``segment.bytes``, ``retention.ms`` ...); broker-level defaults
 (``log.segment.bytes``, ``log.roll.ms`` ...) are mapped by
-``LogConfig.from_broker_properties``.
+``LogConfig.from_broker_properties``. ``TOPIC_CONFIGS`` describes every key
+(its type, documentation and broker synonyms) for DescribeConfigs and for the
+incremental alter rules (APPEND/SUBTRACT apply to LIST keys only).
+
+Errors are ``ValueError`` with Kafka's one-line wording: ``Unknown topic config
+name: x``, ``Invalid value abc for configuration retention.ms: Not a number of
+type LONG``.
 """
 
 from __future__ import annotations
@@ -15,73 +21,143 @@ from typing import Any
 
 CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
-_TIMESTAMP_TYPES = frozenset({CREATE_TIME, LOG_APPEND_TIME})
-_CLEANUP_POLICIES = frozenset({"delete", "compact"})
+_TIMESTAMP_TYPES = (CREATE_TIME, LOG_APPEND_TIME)
+_CLEANUP_POLICIES = ("compact", "delete")
+
+INT_MAX = 2**31 - 1
+LONG_MAX = 2**63 - 1
 
 
-def _parse_int(key: str, raw: str, minimum: int | None) -> int:
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        raise ValueError(f"invalid value {raw!r} for {key}: not an integer") from None
-    if minimum is not None and value < minimum:
-        raise ValueError(f"invalid value {raw!r} for {key}: must be at least {minimum}")
-    return value
+def _invalid(key: str, raw: object, why: str) -> ValueError:
+    return ValueError(f"Invalid value {raw} for configuration {key}: {why}")
+
+
+def _number(type_name: str, upper: int, minimum: int | None) -> Callable[[str, str], int]:
+    def parse(key: str, raw: str) -> int:
+        try:
+            value = int(str(raw).strip())
+        except ValueError:
+            raise _invalid(key, raw, f"Not a number of type {type_name}") from None
+        if not -upper - 1 <= value <= upper:
+            raise _invalid(key, raw, f"Not a number of type {type_name}")
+        if minimum is not None and value < minimum:
+            raise _invalid(key, raw, f"Value must be at least {minimum}")
+        return value
+
+    return parse
 
 
 def _parse_bool(key: str, raw: str) -> bool:
     text = str(raw).strip().lower()
-    if text == "true":
-        return True
-    if text == "false":
-        return False
-    raise ValueError(f"invalid value {raw!r} for {key}: expected true or false")
+    if text in ("true", "false"):
+        return text == "true"
+    raise _invalid(key, raw, "Expected value to be either true or false")
 
 
 def _parse_timestamp_type(key: str, raw: str) -> str:
     text = str(raw).strip()
     if text not in _TIMESTAMP_TYPES:
-        raise ValueError(f"invalid value {raw!r} for {key}: expected CreateTime or LogAppendTime")
+        raise _invalid(key, raw, f"String must be one of: {', '.join(_TIMESTAMP_TYPES)}")
     return text
 
 
 def _parse_cleanup_policy(key: str, raw: str) -> str:
     parts = [p.strip().lower() for p in str(raw).split(",") if p.strip()]
     if not parts or any(p not in _CLEANUP_POLICIES for p in parts):
-        raise ValueError(f"invalid value {raw!r} for {key}: expected delete, compact or both")
-    return ",".join(sorted(set(parts), key=["compact", "delete"].index))
+        raise _invalid(key, raw, f"String must be one of: {', '.join(_CLEANUP_POLICIES)}")
+    return ",".join(sorted(set(parts), key=_CLEANUP_POLICIES.index))
 
 
-def _int(minimum: int | None) -> Callable[[str, str], Any]:
-    return lambda key, raw: _parse_int(key, raw, minimum)
+@dataclass(frozen=True)
+class TopicConfigKey:
+    """One topic config key: Kafka's name, ``LogConfig`` field, type and broker synonyms.
+
+    ``broker_synonyms`` are the broker keys that give this key's default, the primary
+    one first (Kafka ``ServerTopicConfigSynonyms``; the time keys have unit variants).
+    """
+
+    name: str
+    field: str
+    parse: Callable[[str, str], Any]
+    type: str  # Kafka ConfigDef.Type: INT, LONG, BOOLEAN, STRING, LIST
+    broker_synonyms: tuple[str, ...]
+    documentation: str
 
 
-# Kafka topic key -> (LogConfig field, parser). Minimums follow Kafka's TopicConfig validators.
-_TOPIC_KEYS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
-    "segment.bytes": ("segment_bytes", _int(14)),
-    "segment.ms": ("segment_ms", _int(1)),
-    "retention.ms": ("retention_ms", _int(-1)),
-    "retention.bytes": ("retention_bytes", _int(None)),
-    "max.message.bytes": ("max_message_bytes", _int(0)),
-    "index.interval.bytes": ("index_interval_bytes", _int(0)),
-    "message.timestamp.type": ("message_timestamp_type", _parse_timestamp_type),
-    "min.insync.replicas": ("min_insync_replicas", _int(1)),
-    "unclean.leader.election.enable": ("unclean_leader_election_enable", _parse_bool),
-    "cleanup.policy": ("cleanup_policy", _parse_cleanup_policy),
-}
+def _key(name, field_name, parse, type_name, synonyms, doc) -> TopicConfigKey:
+    return TopicConfigKey(name, field_name, parse, type_name, tuple(synonyms), doc)
 
-TOPIC_CONFIG_KEYS: frozenset[str] = frozenset(_TOPIC_KEYS)
+
+# Minimums follow Kafka's TopicConfig validators.
+TOPIC_CONFIGS: dict[str, TopicConfigKey] = {
+    k.name: k
+    for k in (
+        _key(
+            "segment.bytes", "segment_bytes", _number("INT", INT_MAX, 14), "INT",
+            ["log.segment.bytes"],
+            "The segment file size for the log: retention and cleaning work a whole "
+            "segment at a time.",
+        ),
+        _key(
+            "segment.ms", "segment_ms", _number("LONG", LONG_MAX, 1), "LONG",
+            ["log.roll.ms", "log.roll.hours"],
+            "The time after which the log rolls a new segment even if the current one is "
+            "not full, so that retention can delete or compact old data.",
+        ),
+        _key(
+            "retention.ms", "retention_ms", _number("LONG", LONG_MAX, -1), "LONG",
+            ["log.retention.ms", "log.retention.minutes", "log.retention.hours"],
+            "The longest time a log keeps a segment before discarding it, with the delete "
+            "cleanup policy; -1 means no time limit.",
+        ),
+        _key(
+            "retention.bytes", "retention_bytes", _number("LONG", LONG_MAX, None), "LONG",
+            ["log.retention.bytes"],
+            "The largest size a partition's log may grow to before old segments are "
+            "discarded, with the delete cleanup policy; -1 means no size limit.",
+        ),
+        _key(
+            "max.message.bytes", "max_message_bytes", _number("INT", INT_MAX, 0), "INT",
+            ["message.max.bytes"],
+            "The largest record batch size the log accepts.",
+        ),
+        _key(
+            "index.interval.bytes", "index_interval_bytes", _number("INT", INT_MAX, 0), "INT",
+            ["log.index.interval.bytes"],
+            "How often an entry is added to the offset index (in bytes of the log).",
+        ),
+        _key(
+            "message.timestamp.type", "message_timestamp_type", _parse_timestamp_type,
+            "STRING", ["log.message.timestamp.type"],
+            "Whether a record's timestamp is the producer's create time or the time the "
+            "log appended it: CreateTime or LogAppendTime.",
+        ),
+        _key(
+            "min.insync.replicas", "min_insync_replicas", _number("INT", INT_MAX, 1), "INT",
+            ["min.insync.replicas"],
+            "The fewest replicas that must acknowledge a write with acks=all; fewer in "
+            "sync and the producer gets NOT_ENOUGH_REPLICAS.",
+        ),
+        _key(
+            "unclean.leader.election.enable", "unclean_leader_election_enable", _parse_bool,
+            "BOOLEAN", ["unclean.leader.election.enable"],
+            "Whether a replica not in the ISR may be elected leader as a last resort, even "
+            "though that may lose data.",
+        ),
+        _key(
+            "cleanup.policy", "cleanup_policy", _parse_cleanup_policy, "LIST",
+            ["log.cleanup.policy"],
+            "delete (discard old segments by time or size), compact (keep the last value "
+            "per key) or both.",
+        ),
+    )
+}  # fmt: skip
+
+TOPIC_CONFIG_KEYS: frozenset[str] = frozenset(TOPIC_CONFIGS)
 
 # Broker key -> topic key it provides the default for (Kafka's LogConfig synonyms).
 _BROKER_SYNONYMS: dict[str, str] = {
-    "log.segment.bytes": "segment.bytes",
-    "log.retention.bytes": "retention.bytes",
-    "message.max.bytes": "max.message.bytes",
-    "log.index.interval.bytes": "index.interval.bytes",
-    "log.message.timestamp.type": "message.timestamp.type",
-    "min.insync.replicas": "min.insync.replicas",
-    "unclean.leader.election.enable": "unclean.leader.election.enable",
-    "log.cleanup.policy": "cleanup.policy",
+    k.broker_synonyms[0]: k.name for k in TOPIC_CONFIGS.values() if len(k.broker_synonyms) == 1
 }
 # Time keys with unit synonyms, most precise first (Kafka: log.retention.ms wins over .minutes/.hours).
 _BROKER_TIME_SYNONYMS: dict[str, tuple[tuple[str, int], ...]] = {
@@ -92,6 +168,10 @@ _BROKER_TIME_SYNONYMS: dict[str, tuple[tuple[str, int], ...]] = {
     ),
     "segment.ms": (("log.roll.ms", 1), ("log.roll.hours", 3_600_000)),
 }
+
+
+def unknown_topic_config(key: str) -> ValueError:
+    return ValueError(f"Unknown topic config name: {key}")
 
 
 @dataclass(frozen=True)
@@ -127,13 +207,12 @@ class LogConfig:
         """
         changes: dict[str, Any] = {}
         for key, raw in props.items():
-            entry = _TOPIC_KEYS.get(key)
+            entry = TOPIC_CONFIGS.get(key)
             if entry is None:
-                raise ValueError(f"unknown topic config key {key}")
-            field_name, parse = entry
+                raise unknown_topic_config(key)
             if raw is None:
-                raise ValueError(f"invalid value None for {key}")
-            changes[field_name] = parse(key, raw)
+                raise _invalid(key, raw, "a value is required")
+            changes[entry.field] = entry.parse(key, raw)
         return replace(base if base is not None else cls(), **changes)
 
     @classmethod
@@ -149,7 +228,7 @@ class LogConfig:
         for topic_key, synonyms in _BROKER_TIME_SYNONYMS.items():
             for broker_key, scale in synonyms:
                 if broker_key in props:
-                    value = _parse_int(broker_key, props[broker_key], None)
+                    value = _number("LONG", LONG_MAX, None)(broker_key, props[broker_key])
                     topic_props[topic_key] = str(value * scale if value >= 0 else value)
                     break
         return cls.from_properties(topic_props)
@@ -158,7 +237,7 @@ class LogConfig:
         """Topic keys and string values, as stored in ZooKeeper's topic config znode."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         out: dict[str, str] = {}
-        for key, (field_name, _) in _TOPIC_KEYS.items():
-            value = values[field_name]
+        for key, entry in TOPIC_CONFIGS.items():
+            value = values[entry.field]
             out[key] = ("true" if value else "false") if isinstance(value, bool) else str(value)
         return out

@@ -41,11 +41,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 
 from kazoo.client import KazooClient, TransactionRequest
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.exceptions import (
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    RolledBackError,
+)
 from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import KazooRetry
 
 from replog.protocol.kafka_uuid import random_uuid
+from replog.zk import config_znodes as cz
 from replog.zk import data as zd
 from replog.zk.data import (
     BrokerInfo,
@@ -614,6 +621,83 @@ class KafkaZkClient:
         )
         if any(r.error is ZkWriteError.CONTROLLER_MOVED for r in results.values()):
             raise ControllerMovedError("controller moved while deleting ISR change notifications")
+
+    # --- dynamic configs (Kafka AdminZkClient.changeConfigs, ZkConfigManager) ---------
+
+    def get_entity_config(
+        self, entity_type: str, entity_name: str
+    ) -> tuple[dict[str, str], int | None]:
+        """``/config/<type>/<name>`` and its znode version; ``({}, None)`` when absent."""
+        path = cz.entity_config_path(entity_type, entity_name)
+        try:
+            data, stat = self._ops.call(self._zk.get, path)
+        except NoNodeError:
+            return {}, None
+        return cz.decode_entity_config(data), stat.version
+
+    def get_entity_configs(
+        self, entity_type: str, names: Iterable[str]
+    ) -> dict[str, dict[str, str]]:
+        """Many entities' configs in batched reads; absent ones are omitted."""
+        wanted = list(names)
+        paths = [cz.entity_config_path(entity_type, name) for name in wanted]
+        return {
+            name: cz.decode_entity_config(result[0])
+            for name, result in zip(wanted, self._ops.read_many(paths, GET_DATA), strict=True)
+            if not isinstance(result, Exception)
+        }
+
+    def change_entity_config(
+        self,
+        entity_type: str,
+        entity_name: str,
+        config: Mapping[str, str],
+        expected_version: int | None,
+    ) -> None:
+        """Kafka ``AdminZkClient.changeEntityConfig`` in one transaction: write
+        ``/config/<type>/<name>`` and create ``/config/changes/config_change_<seq>``.
+
+        ``expected_version`` fences the write: the znode version the caller read, or
+        ``None`` if it read no znode. Raises ``BadVersionError``/``NodeExistsError``
+        (nothing written) when another writer came first.
+        """
+        path = cz.entity_config_path(entity_type, entity_name)
+        data = cz.encode_entity_config(config)
+        note = cz.encode_config_change(cz.ConfigChange(entity_type, entity_name))
+
+        def build(txn: TransactionRequest) -> None:
+            if expected_version is None:
+                txn.create(path, data)
+            else:
+                txn.set_data(path, data, expected_version)
+            txn.create(cz.config_change_path(cz.CONFIG_CHANGE_PREFIX), note, sequence=True)
+
+        for result in self._ops.commit(build):
+            if isinstance(result, Exception) and not isinstance(result, RolledBackError):
+                raise result
+
+    def get_config_change_notifications(self) -> list[str]:
+        return sorted(self._ops.call(self._zk.get_children, cz.CONFIG_CHANGES_PATH))
+
+    def read_config_change_notifications(
+        self, names: Iterable[str]
+    ) -> dict[str, tuple[bytes, int]]:
+        """Each notification's data and creation time (ms); vanished ones are omitted."""
+        wanted = list(names)
+        paths = [cz.config_change_path(name) for name in wanted]
+        return {
+            name: (result[0], int(result[1].ctime))
+            for name, result in zip(wanted, self._ops.read_many(paths, GET_DATA), strict=True)
+            if not isinstance(result, Exception)
+        }
+
+    def delete_config_change_notifications(self, names: Iterable[str]) -> None:
+        """Delete expired notifications; one already deleted by another broker is fine."""
+        for name in names:
+            try:
+                self._ops.call(self._zk.delete, cz.config_change_path(name))
+            except NoNodeError:
+                pass
 
     # --- watches and session ---------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""CreateTopics, DeleteTopics, DescribeConfigs (InitProducerId is in ``producers``)."""
+"""CreateTopics and DeleteTopics (DescribeConfigs is in ``configs``, InitProducerId in
+``producers``)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,7 @@ from replog.server.admin import TopicSpec
 from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
 from replog.server.network import RequestContext
 
-RESOURCE_TOPIC = 2
-RESOURCE_BROKER = 4
 SOURCE_TOPIC_CONFIG = 1
-SOURCE_STATIC_BROKER_CONFIG = 4
 SOURCE_DEFAULT_CONFIG = 5
 
 
@@ -117,64 +115,3 @@ async def handle_delete_topics(services: BrokerServices, ctx: RequestContext, re
             make(result_cls, name=name, topic_id=topic_id, error_code=error, error_message=message)
         )
     return make(cls, throttle_time=NO_THROTTLE, responses=tuple(results))
-
-
-async def handle_describe_configs(services: BrokerServices, ctx: RequestContext, request) -> object:
-    cls = response_class(ApiKey.DESCRIBE_CONFIGS, ctx.api_version)
-    result_cls = nested(cls, "DescribeConfigsResult")
-    entry_cls = nested(cls, "DescribeConfigsResourceResult")
-    results = []
-    for resource in request.resources:
-        rtype = int(resource.resource_type)
-        name = str(resource.resource_name)
-        wanted = None if resource.configuration_keys is None else set(resource.configuration_keys)
-        error, message, entries = ErrorCode.none, None, []
-        if rtype == RESOURCE_TOPIC:
-            found = await services.admin.describe_topic_config(name)
-            if found is None:
-                error, message = (
-                    ErrorCode.unknown_topic_or_partition,
-                    f"topic {name!r} does not exist",
-                )
-            else:
-                entries = [
-                    (key, value, SOURCE_TOPIC_CONFIG if overridden else SOURCE_DEFAULT_CONFIG)
-                    for key, (value, overridden) in sorted(found.items())
-                ]
-        elif rtype == RESOURCE_BROKER:
-            if name not in ("", str(services.config.broker_id)):
-                error, message = ErrorCode.invalid_request, f"broker {name!r} is not this broker"
-            else:
-                entries = [
-                    (key, value, SOURCE_STATIC_BROKER_CONFIG)
-                    for key, value in sorted(services.config.as_properties().items())
-                ]
-        else:
-            error, message = ErrorCode.invalid_request, f"unsupported resource type {rtype}"
-        configs = tuple(
-            make(
-                entry_cls,
-                name=key,
-                value=value,
-                read_only=rtype == RESOURCE_BROKER,
-                config_source=source,
-                is_default=source == SOURCE_DEFAULT_CONFIG,
-                is_sensitive=False,
-                synonyms=(),
-                config_type=0,
-                documentation=None,
-            )
-            for key, value, source in entries
-            if wanted is None or key in wanted
-        )
-        results.append(
-            make(
-                result_cls,
-                error_code=error,
-                error_message=message,
-                resource_type=rtype,
-                resource_name=name,
-                configs=configs,
-            )
-        )
-    return make(cls, throttle_time=NO_THROTTLE, results=tuple(results))

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from replog.config import KafkaConfig
     from replog.replication.replica_manager import ReplicaManager
     from replog.server.admin import AdminManager
+    from replog.server.config_manager import ConfigManager
     from replog.server.metadata_cache import MetadataCache
     from replog.server.producer_ids import ProducerIdManager
 
@@ -27,6 +28,7 @@ class BrokerServices:
     metadata_cache: MetadataCache
     admin: AdminManager
     producer_ids: ProducerIdManager
+    configs: ConfigManager
 
 
 def response_class(api_key: int, version: int) -> type[Any]:
