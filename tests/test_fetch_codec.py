@@ -14,6 +14,7 @@ broker's reading of Fetch requests (kio's reader, backed by one that skips unkno
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import io
 import struct
@@ -35,6 +36,8 @@ from replog.protocol.fetch_codec import (
     NodeEndpoint,
     SnapshotId,
 )
+from replog.replication.fetch_rules import FetchPartitionRequest
+from replog.replication.leader_endpoint import RemoteLeaderEndpoint
 from replog.storage.epoch_entries import EpochEndOffset
 
 VERSIONS = range(fetch_codec.MIN_VERSION, fetch_codec.MAX_VERSION + 1)
@@ -591,3 +594,43 @@ def test_follower_request_frame_decodes_with_the_broker_decoder() -> None:
     assert request.client_id == "replica-2"
     assert int(request.body.replica_id) == 2
     assert int(request.body.topics[0].partitions[0].fetch_offset) == 100
+
+
+def test_a_follower_drops_a_leader_connection_that_answers_garbage() -> None:
+    """A malformed response closes that one connection; the fetcher sees a ConnectionError
+    (and backs off) instead of a crash."""
+
+    async def go() -> None:
+        closed = asyncio.Event()
+
+        async def leader(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            (size,) = struct.unpack(">i", await reader.readexactly(4))
+            _, _, correlation_id = frames.peek_header(await reader.readexactly(size))
+            good = fetch_codec.encode_fetch_response(
+                11, [FetchResponsePartitionData("t", 0, 0, 5, 5, 0, b"x" * 10)]
+            )
+            bad = good[:-3]  # the record set is 3 bytes short of its length
+            writer.write(struct.pack(">ii", len(bad) + 4, correlation_id) + bad)
+            await writer.drain()
+            if await reader.read() == b"":
+                closed.set()
+            writer.close()
+
+        server = await asyncio.start_server(leader, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        endpoint = RemoteLeaderEndpoint(2, "127.0.0.1", port, timeout_ms=5000)
+        try:
+            with pytest.raises(ConnectionError, match="malformed Fetch response"):
+                await endpoint.fetch(
+                    [FetchPartitionRequest("t", 0, fetch_offset=0, max_bytes=1 << 20)],
+                    max_wait_ms=0,
+                    min_bytes=1,
+                    max_bytes=1 << 20,
+                )
+            await asyncio.wait_for(closed.wait(), 10)
+        finally:
+            await endpoint.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(go())

@@ -12,7 +12,7 @@ Readers take ``(data, pos)`` and return ``(value, new position)``; they raise
 :class:`CodecError` for anything that does not parse: a varint longer than 5
 bytes, a negative or overrunning length, a null where the schema forbids one,
 a tagged field that overruns its frame or whose content disagrees with its
-declared size. Callers turn it into closing the one connection.
+declared size. Callers turn it into dropping the one connection it came from.
 
 The KIP-951 structures (``LeaderIdAndEpoch``, ``NodeEndpoint``), which both
 Produce and Fetch responses carry in tagged fields, live here too.

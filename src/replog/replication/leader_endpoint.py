@@ -107,7 +107,14 @@ class RemoteLeaderEndpoint:
         frame = await conn.request_encoded(
             ApiKey.FETCH, FETCH_VERSION, body, timeout_s=self.timeout_s + max_wait_ms / 1000
         )
-        answers = fetch_codec.decode_fetch_response(FETCH_VERSION, frame, 4).partitions
+        try:
+            answers = fetch_codec.decode_fetch_response(FETCH_VERSION, frame, 4).partitions
+        except fetch_codec.FetchCodecError as exc:
+            # A leader that answers garbage: drop this connection, the fetcher backs off.
+            await self.close()
+            raise ConnectionError(
+                f"malformed Fetch response from {self.host}:{self.port}: {exc}"
+            ) from exc
         return {
             (a.topic, a.partition): FetchPartitionResult(
                 error=ErrorCode(a.error_code),
