@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 import uuid
 
@@ -33,6 +35,7 @@ from kio.static.primitive import i8
 
 from clients_util import Rec, create_topic, produce_confluent, segment_bases, wait_for_leaders
 from cluster_util import ZkView, leader_of, wait_for
+from replog.cli.configs_cmd import CommandError, parse_add_config
 from replog.protocol.client import KafkaConnection
 from replog.storage.log_config import TOPIC_CONFIGS
 
@@ -450,7 +453,7 @@ def test_unclean_leader_election_enabled_live_elects_a_leader(cluster_factory) -
     topic = unique("unclean")
     client = admin(bootstrap)
     futures = client.create_topics(
-        [NewTopic(topic, replica_assignment=[[0, 1]])], operation_timeout=30
+        [NewTopic(topic, 1, replica_assignment=[[0, 1]])], operation_timeout=30
     )
     futures[topic].result(timeout=60)
     wait_for_leaders(bootstrap, {topic: 1})
@@ -474,3 +477,94 @@ def test_unclean_leader_election_enabled_live_elects_a_leader(cluster_factory) -
         assert zk.partition_state(topic, 0)["isr"] == [1]
     finally:
         zk.close()
+
+
+# --- replog configs (kafka-configs.sh) ------------------------------------------------------
+
+
+def replog_configs(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "replog.cli.main", "configs", "--bootstrap-server", bootstrap,
+         *args],
+        capture_output=True, text=True, timeout=90, check=False,
+    )  # fmt: skip
+
+
+def test_parse_add_config_keeps_bracketed_lists() -> None:
+    assert parse_add_config("retention.ms=1000, cleanup.policy=[compact,delete],x=a=b") == {
+        "retention.ms": "1000",
+        "cleanup.policy": "compact,delete",
+        "x": "a=b",
+    }
+    with pytest.raises(CommandError):
+        parse_add_config("retention.ms")
+
+
+def test_configs_command(replog_broker) -> None:
+    bootstrap = replog_broker.bootstrap_servers()
+    topic = unique("cli")
+    create_topic(bootstrap, topic, config={"segment.ms": "100000"})
+    entity = ("--entity-type", "topics", "--entity-name", topic)
+
+    done = replog_configs(
+        bootstrap, *entity, "--alter",
+        "--add-config", "retention.ms=60000,cleanup.policy=[compact,delete]",
+        "--delete-config", "segment.ms",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"Completed updating config for topic {topic}.\n"
+    shown = replog_configs(bootstrap, *entity, "--describe")
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0] == f"Dynamic configs for topic {topic} are:"
+    assert sorted(lines[1:]) == [
+        "  cleanup.policy=compact,delete sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:"
+        "cleanup.policy=compact,delete, DEFAULT_CONFIG:log.cleanup.policy=delete}",
+        "  retention.ms=60000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=60000, "
+        "DEFAULT_CONFIG:log.retention.ms=604800000}",
+    ]
+    every = replog_configs(bootstrap, *entity, "--describe", "--all")
+    assert every.stdout.splitlines()[0] == f"All configs for topic {topic} are:"
+    assert any(line.startswith("  segment.bytes=1073741824 ") for line in every.stdout.splitlines())
+
+    # The cluster-wide broker default, then this broker's own.
+    default = ("--entity-type", "brokers", "--entity-default")
+    try:
+        done = replog_configs(bootstrap, *default, "--alter", "--add-config", "log.roll.ms=3600000")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == "Completed updating default config for brokers in the cluster.\n"
+        shown = replog_configs(bootstrap, *default, "--describe")
+        assert shown.stdout.splitlines() == [
+            "Default configs for brokers in the cluster are:",
+            "  log.roll.ms=3600000 sensitive=false "
+            "synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.roll.ms=3600000}",
+        ]
+        assert describe(bootstrap, TOPIC, topic)["segment.ms"].value == "3600000"
+        mine = replog_configs(
+            bootstrap, "--entity-type", "brokers", "--entity-name", "0", "--describe", "--all"
+        )
+        assert mine.returncode == 0, mine.stderr
+        assert mine.stdout.splitlines()[0] == "All configs for broker 0 are:"
+        assert "  log.roll.ms=3600000 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:" in (
+            mine.stdout
+        )
+    finally:
+        replog_configs(bootstrap, *default, "--alter", "--delete-config", "log.roll.ms")
+    assert describe(bootstrap, TOPIC, topic)["segment.ms"].value == "604800000"
+
+    # Failures: one line, exit 1, nothing changed.
+    for args, reason in [
+        (("--entity-type", "topics", "--entity-name", unique("nope"), "--describe"),
+         "UNKNOWN_TOPIC_OR_PARTITION"),
+        ((*entity, "--alter", "--add-config", "retention.ms=soon"), "INVALID_CONFIG"),
+        ((*entity, "--alter", "--add-config", "no.such.key=1"), "INVALID_CONFIG"),
+        (("--entity-type", "brokers", "--entity-name", "0", "--alter", "--add-config",
+          "broker.id=3"), "INVALID_REQUEST"),
+        (("--entity-type", "brokers", "--entity-name", "9", "--describe"), "not in the cluster"),
+        ((*entity, "--alter"), "--add-config or --delete-config"),
+    ]:  # fmt: skip
+        failed = replog_configs(bootstrap, *args)
+        assert failed.returncode == 1, (args, failed.stdout)
+        assert len(failed.stderr.strip().splitlines()) == 1, failed.stderr
+        assert reason in failed.stderr, (args, failed.stderr)
+    assert describe(bootstrap, TOPIC, topic)["retention.ms"].value == "60000"

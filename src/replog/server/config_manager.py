@@ -301,7 +301,9 @@ class ConfigManager:
         include_synonyms: bool,
         include_documentation: bool,
     ) -> Described:
-        """One DescribeConfigs resource, from ZooKeeper (a write is seen at once)."""
+        """One DescribeConfigs resource, read from ZooKeeper: a write is seen at once,
+        before its change notification has reached this broker (Kafka answers from the
+        broker's applied configs; the two differ while the notification travels)."""
         try:
             if resource_type == ResourceType.TOPIC:
                 entries = await self._describe_topic(
@@ -330,7 +332,8 @@ class ConfigManager:
         await self._require_topic(topic)
         raw, _ = await asyncio.to_thread(self.zk.get_entity_config, cz.TOPICS, topic)
         overrides, _ = sanitize_topic_config(raw)
-        return describe_topic(self.layers, overrides, keys, include_synonyms, include_documentation)
+        layers = await self._read_layers()
+        return describe_topic(layers, overrides, keys, include_synonyms, include_documentation)
 
     async def _require_topic(self, topic: str) -> None:
         if not await asyncio.to_thread(self.zk.topic_exists, topic):
