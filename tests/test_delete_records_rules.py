@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from replog.replication.machine import (
-    AdvanceLogStart,
+from replog.replication.delete_records import (
     DeleteRecordsStatus,
-    PartitionLeadership,
-    PartitionMachine,
+    delete_records_progress,
+    delete_records_target,
+    low_watermark,
 )
+from replog.replication.machine import AdvanceLogStart, PartitionLeadership, PartitionMachine
 from replog.replication.truncation import TruncationDecision
 from test_replication_machine import MemLog, lai
 
@@ -41,6 +42,22 @@ def fetch(m: PartitionMachine, replica: int, offset: int, log_start: int):
     decision = m.on_fetch(replica, offset, 5, 1, follower_log_start_offset=log_start)
     assert decision.error is ErrorCode.none
     return decision
+
+
+def test_the_pure_rules() -> None:
+    assert delete_records_target(5, 10, delete_allowed=True) == (ErrorCode.none, 5)
+    assert delete_records_target(-1, 10, delete_allowed=True) == (ErrorCode.none, 10)
+    assert delete_records_target(0, 10, delete_allowed=True) == (ErrorCode.none, 0)
+    for offset in (11, -2, -3):
+        assert delete_records_target(offset, 10, delete_allowed=True)[0] is (
+            ErrorCode.offset_out_of_range
+        )
+    assert delete_records_target(5, 10, delete_allowed=False)[0] is ErrorCode.policy_violation
+    assert low_watermark(7, []) == 7
+    assert low_watermark(7, [9, 3]) == 3
+    assert low_watermark(7, [-1, 9]) == -1
+    assert delete_records_progress(5, 5) == DeleteRecordsStatus(True, ErrorCode.none, 5)
+    assert delete_records_progress(4, 5) == DeleteRecordsStatus(False, ErrorCode.none, 4)
 
 
 def test_only_the_leader_deletes() -> None:

@@ -40,6 +40,13 @@ from replog.replication.core import (
     ReplicationInvariantError,
     StopLeading,
 )
+from replog.replication.delete_records import (
+    UNKNOWN_LOW_WATERMARK,
+    DeleteRecordsStatus,
+    delete_records_progress,
+    delete_records_target,
+    low_watermark,
+)
 from replog.replication.fetch_rules import (
     READ_UNCOMMITTED,
     FetchBounds,
@@ -182,10 +189,6 @@ class FetchDecision:
     follower_log_start_advanced: bool = False
 
 
-DELETE_TO_HIGH_WATERMARK = -1  # DeleteRecords' offset meaning "up to the high watermark"
-UNKNOWN_LOW_WATERMARK = -1  # Kafka ``DeleteRecordsResponse.INVALID_LOW_WATERMARK``
-
-
 @dataclass(frozen=True, slots=True)
 class DeleteRecordsDecision:
     """The leader's answer to one partition of a DeleteRecords (Kafka ``deleteRecordsOnLeader``).
@@ -200,15 +203,6 @@ class DeleteRecordsDecision:
     requested_offset: int = -1
     low_watermark: int = UNKNOWN_LOW_WATERMARK
     actions: tuple[Action, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteRecordsStatus:
-    """Where a waiting DeleteRecords stands (Kafka ``DelayedDeleteRecords.tryComplete``)."""
-
-    done: bool
-    error: ErrorCode = ErrorCode.none
-    low_watermark: int = UNKNOWN_LOW_WATERMARK
 
 
 class PartitionMachine:
@@ -486,69 +480,56 @@ class PartitionMachine:
         ls = self.leader_state
         return ls is not None and ls.is_leading and ls.high_watermark < ls.leader_epoch_start_offset
 
-    # -- DeleteRecords ------------------------------------------------------------------------
+    # -- DeleteRecords (rules in ``delete_records``) ------------------------------------------
 
     def delete_records(
         self, offset: int, *, delete_allowed: bool, is_live: Callable[[int], bool]
     ) -> DeleteRecordsDecision:
-        """DeleteRecords for this partition: move the log start up to ``offset``.
-
-        Kafka ``Partition.deleteRecordsOnLeader``: only the leader deletes
-        (NOT_LEADER_OR_FOLLOWER); a topic whose cleanup.policy lacks ``delete``
-        refuses (POLICY_VIOLATION); -1 means the high watermark; any other offset
-        below 0 or above the high watermark is OFFSET_OUT_OF_RANGE. An offset at or
-        below the current log start changes nothing and succeeds. ``is_live`` says
-        which brokers count for the low watermark.
-        """
+        """DeleteRecords for this partition: only the leader moves its log start up to
+        ``offset`` (NOT_LEADER_OR_FOLLOWER elsewhere). ``is_live`` says which brokers
+        count for the low watermark."""
         ls = self.leader_state
         if ls is None or not ls.is_leading:
             return DeleteRecordsDecision(ErrorCode.not_leader_or_follower)
-        if not delete_allowed:
-            return DeleteRecordsDecision(ErrorCode.policy_violation)
-        target = ls.high_watermark if offset == DELETE_TO_HIGH_WATERMARK else offset
-        if target < 0 or target > ls.high_watermark:
-            return DeleteRecordsDecision(ErrorCode.offset_out_of_range)
-        actions: tuple[Action, ...] = ()
-        start = self.log.log_start_offset
-        if target > start:
-            actions = (AdvanceLogStart(target),)
-            start = target
-        return DeleteRecordsDecision(
-            ErrorCode.none, target, self._low_watermark(ls, start, is_live), actions
+        error, target = delete_records_target(
+            offset, ls.high_watermark, delete_allowed=delete_allowed
         )
+        if error is not ErrorCode.none:
+            return DeleteRecordsDecision(error)
+        start = self.log.log_start_offset
+        actions: tuple[Action, ...] = (AdvanceLogStart(target),) if target > start else ()
+        low = self._low_watermark(ls, max(start, target), is_live)
+        return DeleteRecordsDecision(ErrorCode.none, target, low, actions)
 
     def low_watermark(self, is_live: Callable[[int], bool]) -> int | None:
-        """Kafka ``lowWatermarkIfLeader``: the least log start offset over this leader and
-        its live followers (a follower that has not fetched in this leadership counts as
-        -1); None unless leading."""
+        """Kafka ``lowWatermarkIfLeader``; None unless leading."""
         ls = self.leader_state
         if ls is None or not ls.is_leading:
             return None
         return self._low_watermark(ls, self.log.log_start_offset, is_live)
 
     def _low_watermark(
-        self, ls: LeaderState, local_log_start: int, is_live: Callable[[int], bool]
+        self, ls: LeaderState, leader_log_start: int, is_live: Callable[[int], bool]
     ) -> int:
-        low = local_log_start
-        for replica_id in ls.assigned_replicas:
-            if replica_id == self.broker_id or not is_live(replica_id):
-                continue
-            low = min(low, ls.follower_log_start_offset(replica_id))
-        return low
+        return low_watermark(
+            leader_log_start,
+            (
+                ls.follower_log_start_offset(r)
+                for r in ls.assigned_replicas
+                if r != self.broker_id and is_live(r)
+            ),
+        )
 
     def delete_records_status(
         self, requested_offset: int, term: int, is_live: Callable[[int], bool]
     ) -> DeleteRecordsStatus:
-        """Whether a DeleteRecords accepted in ``term`` is done: every live replica's log
-        start has reached ``requested_offset``, or this replica stopped leading
-        (NOT_LEADER_OR_FOLLOWER), as Kafka's ``DelayedDeleteRecords`` checks."""
+        """Whether a DeleteRecords accepted in ``term`` is done: the low watermark reached
+        ``requested_offset``, or this replica stopped leading (NOT_LEADER_OR_FOLLOWER)."""
         ls = self.leader_state
         if term != self.term or ls is None or not ls.is_leading:
             return DeleteRecordsStatus(True, ErrorCode.not_leader_or_follower)
         low = self._low_watermark(ls, self.log.log_start_offset, is_live)
-        if low >= requested_offset:
-            return DeleteRecordsStatus(True, ErrorCode.none, low)
-        return DeleteRecordsStatus(False, ErrorCode.none, low)
+        return delete_records_progress(low, requested_offset)
 
     # -- produce ------------------------------------------------------------------------------
 
