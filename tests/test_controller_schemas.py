@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import uuid_zero
 
@@ -24,6 +25,7 @@ from replog.protocol.controller_schemas import (
     StopReplicaRequest,
     StopReplicaTopicState,
 )
+from replog.protocol.controller_schemas.controlled_shutdown import REMAINING_PARTITIONS
 
 ALL_ENTITIES = [
     cls for by_version in (*REQUESTS.values(), *RESPONSES.values()) for cls in by_version.values()
@@ -67,13 +69,39 @@ def test_roundtrip(cls: type) -> None:
 
 
 def test_registry_is_consistent() -> None:
-    assert set(REQUESTS) == set(RESPONSES) == set(API_VERSIONS) == {4, 5, 6}
+    assert set(REQUESTS) == set(RESPONSES) == set(API_VERSIONS) == {4, 5, 6, 7}
+    assert API_VERSIONS[7] == (1, 3)
     for api_key, (low, high) in API_VERSIONS.items():
         for version in range(low, high + 1):
             request, response = REQUESTS[api_key][version], RESPONSES[api_key][version]
             assert request.__api_key__ == response.__api_key__ == api_key
             assert request.__version__ == response.__version__ == version
-            assert request.__flexible__ and response.__flexible__
+            # ControlledShutdown is flexible from v3 (Kafka's flexibleVersions "3+").
+            flexible = api_key != 7 or version >= 3
+            assert request.__flexible__ == response.__flexible__ == flexible
+
+
+def test_controlled_shutdown_known_bytes() -> None:
+    """v2: broker id and epoch; v3 adds the tagged-field section (0) after them, and
+    its answer uses compact arrays and strings (length + 1)."""
+    v2 = REQUESTS[7][2](broker_id=3, broker_epoch=0x1122)
+    v3 = REQUESTS[7][3](broker_id=3, broker_epoch=0x1122)
+    v1 = REQUESTS[7][1](broker_id=3)
+    assert _encode(REQUESTS[7][1], v1) == bytes.fromhex("00000003")
+    assert _encode(REQUESTS[7][2], v2) == bytes.fromhex("000000030000000000001122")
+    assert _encode(REQUESTS[7][3], v3) == bytes.fromhex("00000003000000000000112200")
+    answer_cls = RESPONSES[7][3]
+    answer = answer_cls(
+        error_code=ErrorCode.stale_broker_epoch,
+        remaining_partitions=(REMAINING_PARTITIONS[3](topic_name="t", partition_index=1),),
+    )
+    assert _encode(answer_cls, answer) == bytes.fromhex("004d020274000000010000")
+
+
+def _encode(cls: type, value: Any) -> bytes:
+    buffer = io.BytesIO()
+    entity_writer(cls)(buffer, value)
+    return buffer.getvalue()
 
 
 def test_leader_and_isr_known_bytes() -> None:

@@ -103,6 +103,19 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "request.timeout.ms": ("request_timeout_ms", _int, "30000"),
     "controller.socket.timeout.ms": ("controller_socket_timeout_ms", _int, "30000"),
     "controlled.shutdown.enable": ("controlled_shutdown_enable", _bool, "true"),
+    "controlled.shutdown.max.retries": ("controlled_shutdown_max_retries", _int, "3"),
+    "controlled.shutdown.retry.backoff.ms": ("controlled_shutdown_retry_backoff_ms", _int, "5000"),
+    "auto.leader.rebalance.enable": ("auto_leader_rebalance_enable", _bool, "true"),
+    "leader.imbalance.check.interval.seconds": (
+        "leader_imbalance_check_interval_seconds",
+        _int,
+        "300",
+    ),
+    "leader.imbalance.per.broker.percentage": (
+        "leader_imbalance_per_broker_percentage",
+        _int,
+        "10",
+    ),
     "offsets.topic.replication.factor": ("offsets_topic_replication_factor", _int, "3"),
     "offsets.topic.num.partitions": ("offsets_topic_num_partitions", _int, "50"),
     "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", _int, "3000"),
@@ -122,6 +135,8 @@ _LONG_KEYS = frozenset(
         "replica.lag.time.max.ms",
         "replica.high.watermark.checkpoint.interval.ms",
         "replica.fetch.backoff.ms",
+        "controlled.shutdown.retry.backoff.ms",
+        "leader.imbalance.check.interval.seconds",
     }
 )
 KEY_TYPES: dict[str, str] = {
@@ -171,6 +186,11 @@ class KafkaConfig:
     request_timeout_ms: int
     controller_socket_timeout_ms: int
     controlled_shutdown_enable: bool
+    controlled_shutdown_max_retries: int
+    controlled_shutdown_retry_backoff_ms: int
+    auto_leader_rebalance_enable: bool
+    leader_imbalance_check_interval_seconds: int
+    leader_imbalance_per_broker_percentage: int
     offsets_topic_replication_factor: int
     offsets_topic_num_partitions: int
     group_initial_rebalance_delay_ms: int

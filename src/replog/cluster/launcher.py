@@ -158,6 +158,9 @@ class LocalCluster:
             "zookeeper.connect": self.zookeeper_connect,
             "zookeeper.session.timeout.ms": "6000",
             "offsets.topic.replication.factor": "1",
+            # A local cluster is often stopped whole: the last broker's controlled
+            # shutdown cannot move its leaderships, so retry sooner than Kafka's 5 s.
+            "controlled.shutdown.retry.backoff.ms": "1000",
         }
         if entry.get("rack"):
             props["broker.rack"] = entry["rack"]
@@ -200,8 +203,10 @@ class LocalCluster:
         os.kill(pid, sig)
         return pid
 
-    def stop_broker(self, broker_id: int, timeout_s: float = 30) -> None:
-        """SIGTERM, wait for a clean exit, SIGKILL past the timeout."""
+    def stop_broker(self, broker_id: int, timeout_s: float = 60) -> None:
+        """SIGTERM, wait for a clean exit, SIGKILL past the timeout. With
+        ``controlled.shutdown.enable`` (the default) the broker first moves its
+        leaderships away (``replog.server.controlled_shutdown``)."""
         pid = self._signal_broker(broker_id, signal.SIGTERM)
         if pid is None:
             return

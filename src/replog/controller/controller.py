@@ -117,6 +117,7 @@ class KafkaController:
         self._controller_watch: WatchHandle | None = None
         self._watches: list[WatchHandle] = []
         self._background: set[asyncio.Task[None]] = set()
+        self._rebalance_timer: asyncio.Task[None] | None = None
         self._handlers: dict[type, Callable[[Any, QueuedEvent], Awaitable[None]]] = {
             ev.Startup: self._process_startup,
             ev.ControllerChange: self._process_controller_change,
@@ -130,6 +131,7 @@ class KafkaController:
             ev.IsrChangeNotification: self._process_isr_change,
             ev.ControlledShutdown: self._process_controlled_shutdown,
             ev.ReplicaLeaderElection: self._process_replica_leader_election,
+            ev.AutoPreferredReplicaLeaderElection: self._process_auto_preferred_election,
             ev.TopicUncleanLeaderElectionEnable: self._process_topic_unclean_election_enable,
             ev.UncleanLeaderElectionEnable: self._process_unclean_election_enable,
         }
@@ -183,6 +185,22 @@ class KafkaController:
             asyncio.get_running_loop().create_future()
         )
         self.events.put(ev.ControlledShutdown(broker_id, broker_epoch, callback=_resolver(future)))
+        return await future
+
+    async def elect_leaders(
+        self, partitions: frozenset[TopicPartition], election_type: int
+    ) -> dict[TopicPartition, decisions.ElectionOutcome] | None:
+        """Kafka ``electLeaders`` (KIP-460): the outcome per partition once the new
+        leaders acknowledged their LeaderAndIsr; None if this broker is not the
+        controller (NOT_CONTROLLER)."""
+        future: asyncio.Future[dict[TopicPartition, decisions.ElectionOutcome] | None] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self.events.put(
+            ev.ReplicaLeaderElection(
+                partitions, election_type, ev.ElectionTrigger.ADMIN_CLIENT, _resolver(future)
+            )
+        )
         return await future
 
     def on_topic_config_change(self, topic: str) -> None:
@@ -350,6 +368,10 @@ class KafkaController:
         )
         applied = await self._apply(decisions.on_controller_failover, _rerun_failure, started)
         self._report(what, applied)
+        if self.config.auto_leader_rebalance_enable:
+            self._rebalance_timer = asyncio.get_running_loop().create_task(
+                self._auto_rebalance_timer()
+            )
         if ignored_deletions:
             await self._remove_deletion_markers(ignored_deletions)
 
@@ -358,6 +380,9 @@ class KafkaController:
         for watch in self._watches:
             watch.cancel()
         self._watches = []
+        if self._rebalance_timer is not None:
+            self._rebalance_timer.cancel()
+            self._rebalance_timer = None
         if self.context is not None:
             log.info("broker %d: resigned as controller", self.broker_id)
         self.context = None
@@ -372,7 +397,31 @@ class KafkaController:
             (zd.DELETE_TOPICS_PATH, ev.TopicDeletion),
             (zd.ISR_CHANGE_NOTIFICATION_PATH, ev.IsrChangeNotification),
         ]
-        return [self.zk.watch_children(p, self._enqueue_on_change(make)) for p, make in paths]
+        watches = [self.zk.watch_children(p, self._enqueue_on_change(make)) for p, make in paths]
+
+        def on_preferred_election(data: bytes | None, _version: int | None) -> None:
+            # Kafka PreferredReplicaElectionHandler; also a znode left from before failover.
+            if data is not None:
+                self.events.put_threadsafe(
+                    ev.ReplicaLeaderElection(
+                        None, decisions.PREFERRED_ELECTION, ev.ElectionTrigger.ZK
+                    )
+                )
+
+        watches.append(
+            self.zk.watch_data(zd.PREFERRED_REPLICA_ELECTION_PATH, on_preferred_election)
+        )
+        return watches
+
+    async def _auto_rebalance_timer(self) -> None:
+        """Kafka ``scheduleAutoLeaderRebalanceTask``: the first check 5 s after failover
+        (sooner if the interval is shorter), then every
+        ``leader.imbalance.check.interval.seconds``. Only enqueues."""
+        interval = max(self.config.leader_imbalance_check_interval_seconds, 0.1)
+        await asyncio.sleep(min(5.0, interval))
+        while True:
+            self.events.put(ev.AutoPreferredReplicaLeaderElection())
+            await asyncio.sleep(interval)
 
     # --- applying decisions ------------------------------------------------------------
 
@@ -609,6 +658,7 @@ class KafkaController:
 
     async def _process_controlled_shutdown(self, e: ev.ControlledShutdown, q: QueuedEvent) -> None:
         answer = decisions.ControlledShutdownResult(NOT_CONTROLLER, ())
+        applied: _Applied | None = None
         try:
             if self.context is not None:
                 results: list[decisions.ControlledShutdownResult] = []
@@ -618,29 +668,99 @@ class KafkaController:
                     results.append(result)
                     return d
 
-                await self._apply(decide, lambda ctx, _stale: decide(ctx), q.enqueue_time_s)
+                applied = await self._apply(
+                    decide, lambda ctx, _stale: decide(ctx), q.enqueue_time_s
+                )
                 answer = results[-1]
+                log.info(
+                    "controller: controlled shutdown of broker %d (epoch %d): error %d, "
+                    "%d partitions still led by it",
+                    e.broker_id,
+                    e.broker_epoch,
+                    answer.error_code,
+                    len(answer.remaining),
+                )
+                self._report(f"controlled shutdown of broker {e.broker_id}", applied)
         finally:
             if e.callback is not None:
-                e.callback(answer)
+                # Answer once the new leaders acknowledged (off the event task), so the
+                # broker closes its listeners only after clients can find them.
+                self._answer_after_acks(applied, e.callback, answer)
 
     async def _process_replica_leader_election(
         self, e: ev.ReplicaLeaderElection, q: QueuedEvent
     ) -> None:
-        failed: tuple[TopicPartition, ...] | None = None
+        outcomes: dict[TopicPartition, decisions.ElectionOutcome] | None = None
+        applied: _Applied | None = None
         try:
-            if self.context is not None:
-                partitions = e.partitions or frozenset(self.context.all_partitions())
-                applied = await self._apply(
-                    partial(decisions.on_preferred_replica_election, partitions=partitions),
-                    lambda ctx, stale: decisions.on_preferred_replica_election(ctx, stale),
-                    q.enqueue_time_s,
+            if self.context is None:
+                return
+            if e.trigger is ev.ElectionTrigger.ZK:
+                listed = await asyncio.to_thread(self.zk.get_preferred_replica_election)
+                if listed is None:
+                    return
+                partitions = frozenset(TopicPartition(t, p) for t, p in listed)
+            else:
+                partitions = e.partitions or frozenset()
+            outcomes = {}
+
+            def decide(ctx: ControllerContext, tps: Iterable[TopicPartition]) -> ControllerDecision:
+                d, result = decisions.on_replica_election(ctx, tps, e.election_type)
+                outcomes.update(result)
+                return d
+
+            applied = await self._apply(partial(decide, tps=partitions), decide, q.enqueue_time_s)
+            errors = {
+                tp: o.error_code
+                for tp, o in outcomes.items()
+                if o.error_code not in (0, decisions.ELECTION_NOT_NEEDED)
+            }
+            what = "preferred" if e.election_type == decisions.PREFERRED_ELECTION else "unclean"
+            self._report(f"{what} replica leader election by {e.trigger.value}", applied)
+            if errors:
+                log.warning("controller: %s election failed for %s", what, sorted(errors.items()))
+            if e.trigger is ev.ElectionTrigger.ZK:
+                await asyncio.to_thread(
+                    self.zk.delete_preferred_replica_election,
+                    self.context.controller_epoch_zk_version,
                 )
-                assert applied.decision is not None
-                failed = tuple(applied.decision.failed_elections)
         finally:
             if e.callback is not None:
-                e.callback(failed)
+                self._answer_after_acks(applied, e.callback, outcomes)
+
+    async def _process_auto_preferred_election(
+        self, _e: ev.AutoPreferredReplicaLeaderElection, q: QueuedEvent
+    ) -> None:
+        if self.context is None:
+            return
+        percentage = self.config.leader_imbalance_per_broker_percentage
+        if not decisions.auto_rebalance_candidates(self.context, percentage):
+            return
+        applied = await self._apply(
+            partial(decisions.on_auto_leader_rebalance, imbalance_percentage=percentage),
+            None,
+            q.enqueue_time_s,
+        )
+        self._report("auto leader rebalance", applied)
+
+    def _answer_after_acks(
+        self, applied: _Applied | None, callback: Callable[[Any], None], answer: Any
+    ) -> None:
+        """Call ``callback(answer)`` once every LeaderAndIsr of ``applied`` is answered
+        (or failed); at once if there are none."""
+        if applied is None or not applied.leader_and_isr:
+            callback(answer)
+            return
+
+        async def wait_then_answer() -> None:
+            try:
+                await asyncio.gather(*applied.leader_and_isr, return_exceptions=True)
+            finally:
+                callback(answer)
+
+        task = asyncio.get_running_loop().create_task(wait_then_answer())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _process_topic_unclean_election_enable(
         self, e: ev.TopicUncleanLeaderElectionEnable, q: QueuedEvent

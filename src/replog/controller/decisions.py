@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from replog.controller import topic_deletion
 from replog.controller.context import (
+    NO_LEADER,
     BrokerInfo,
     ControllerContext,
     LeaderIsrAndControllerEpoch,
@@ -488,3 +489,136 @@ def on_unclean_leader_election_enable(
     ]
     partition_state_change(d, candidates, _P.OnlinePartition, OfflineElection())
     return d
+
+
+# --- replica leader election (KIP-460) ------------------------------------------------
+
+# ElectLeaders election_type (Kafka ``ElectionType``).
+PREFERRED_ELECTION = 0
+UNCLEAN_ELECTION = 1
+
+# Kafka error codes of an election's per-partition answer.
+UNKNOWN_TOPIC_OR_PARTITION = 3
+INVALID_TOPIC_EXCEPTION = 17
+PREFERRED_LEADER_NOT_AVAILABLE = 80
+ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
+ELECTION_NOT_NEEDED = 84
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionOutcome:
+    """One partition's answer to a replica leader election: ``error_code`` NONE and the
+    ``leader`` elected, or an error (Kafka's ``Either[ApiError, Int]``)."""
+
+    error_code: int
+    leader: int = -1
+    message: str | None = None
+
+
+def on_replica_election(
+    context: ControllerContext, partitions: Iterable[TopicPartition], election_type: int
+) -> tuple[ControllerDecision, dict[TopicPartition, ElectionOutcome]]:
+    """Kafka ``processReplicaLeaderElection`` + ``onReplicaElection``.
+
+    Preferred (0): partitions whose first assigned replica is not leading get it as
+    leader when it is live and in the ISR (else PREFERRED_LEADER_NOT_AVAILABLE).
+    Unclean (1): partitions without a live leader get the first live ISR member, or
+    else the first live assigned replica (else ELIGIBLE_LEADERS_NOT_AVAILABLE).
+    A partition that already has the leader the election would give is
+    ELECTION_NOT_NEEDED; unknown partitions UNKNOWN_TOPIC_OR_PARTITION; partitions of
+    topics being deleted INVALID_TOPIC_EXCEPTION. Nothing else changes.
+    """
+    if election_type not in (PREFERRED_ELECTION, UNCLEAN_ELECTION):
+        raise ValueError(f"unknown election type {election_type}")
+    d = ControllerDecision(context)
+    ctx = d.context
+    outcomes: dict[TopicPartition, ElectionOutcome] = {}
+    electable: list[TopicPartition] = []
+    live = ctx.live_broker_ids
+    for raw_tp in sorted(set(partitions)):
+        tp = TopicPartition(raw_tp[0], raw_tp[1])
+        state = ctx.partition_leadership.get(tp)
+        replicas = ctx.replicas_for(tp) if tp[0] in ctx.partition_assignments else ()
+        if not replicas:
+            outcomes[tp] = ElectionOutcome(
+                UNKNOWN_TOPIC_OR_PARTITION, message="The partition does not exist."
+            )
+        elif tp[0] in ctx.topics_to_be_deleted:
+            outcomes[tp] = ElectionOutcome(
+                INVALID_TOPIC_EXCEPTION, message="The topic is being deleted"
+            )
+        elif election_type == PREFERRED_ELECTION:
+            if state is not None and state.leader_and_isr.leader == replicas[0]:
+                outcomes[tp] = ElectionOutcome(ELECTION_NOT_NEEDED)
+            else:
+                electable.append(tp)
+        else:
+            leader = state.leader_and_isr.leader if state is not None else NO_LEADER
+            if leader != NO_LEADER and leader in live:
+                outcomes[tp] = ElectionOutcome(ELECTION_NOT_NEEDED)
+            else:
+                electable.append(tp)
+    if election_type == PREFERRED_ELECTION:
+        # A partition not yet initialized (New) has no ISR to elect from.
+        online = [tp for tp in electable if ctx.partition_state(tp) is not _P.NewPartition]
+        failed = set(electable) - set(online)
+        failed |= set(
+            partition_state_change(d, online, _P.OnlinePartition, PreferredReplicaElection())
+        )
+        error = PREFERRED_LEADER_NOT_AVAILABLE
+    else:
+        failed = set(
+            partition_state_change(
+                d, electable, _P.OnlinePartition, OfflineElection(allow_unclean=True)
+            )
+        )
+        error = ELIGIBLE_LEADERS_NOT_AVAILABLE
+    for tp in electable:
+        if tp in failed:
+            outcomes[tp] = ElectionOutcome(
+                error, message=f"Failed to elect leader for partition {tp[0]}-{tp[1]}"
+            )
+        else:
+            outcomes[tp] = ElectionOutcome(NONE, ctx.partition_leadership[tp].leader_and_isr.leader)
+    return d, outcomes
+
+
+def auto_rebalance_candidates(
+    context: ControllerContext, imbalance_percentage: int
+) -> list[TopicPartition]:
+    """Kafka ``checkAndTriggerAutoLeaderRebalance``: for every broker that is the
+    preferred replica of some partitions, the share of those it does not lead; where
+    that share is over ``leader.imbalance.per.broker.percentage``, its partitions whose
+    preferred replica could lead now (live and in the ISR). Topics being deleted are
+    left alone."""
+    ctx = context
+    by_preferred: dict[int, list[TopicPartition]] = {}
+    for tp in ctx.all_partitions():
+        replicas = ctx.replicas_for(tp)
+        if replicas and tp[0] not in ctx.topics_to_be_deleted:
+            by_preferred.setdefault(replicas[0], []).append(tp)
+    live = ctx.live_broker_ids
+    candidates: list[TopicPartition] = []
+    for preferred, tps in sorted(by_preferred.items()):
+        not_led = [
+            tp
+            for tp in tps
+            if (state := ctx.partition_leadership.get(tp)) is not None
+            and state.leader_and_isr.leader != preferred
+        ]
+        if len(not_led) / len(tps) <= imbalance_percentage / 100:
+            continue
+        for tp in not_led:
+            lai = ctx.partition_leadership[tp].leader_and_isr
+            if preferred in live and preferred in lai.isr:
+                candidates.append(tp)
+    return sorted(candidates)
+
+
+def on_auto_leader_rebalance(
+    context: ControllerContext, imbalance_percentage: int
+) -> ControllerDecision:
+    """Kafka ``processAutoPreferredReplicaLeaderElection``: a preferred replica
+    election for ``auto_rebalance_candidates``."""
+    candidates = auto_rebalance_candidates(context, imbalance_percentage)
+    return on_replica_election(context, candidates, PREFERRED_ELECTION)[0]

@@ -11,6 +11,7 @@ event, so a burst of watches costs one read. Events are immutable; the optional
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,14 +93,33 @@ class ControlledShutdown:
     callback: Callable[[Any], None] | None = field(default=None, compare=False, repr=False)
 
 
+class ElectionTrigger(enum.Enum):
+    """Kafka ``ElectionTrigger``: who asked for a replica leader election."""
+
+    ADMIN_CLIENT = "admin client"
+    """An ElectLeaders request; the answer goes to the event's callback."""
+    ZK = "zookeeper"
+    """``/admin/preferred_replica_election`` was written; the znode is deleted after."""
+    AUTO = "auto rebalance"
+
+
 @dataclass(frozen=True, slots=True)
 class ReplicaLeaderElection:
-    """Kafka ``ReplicaLeaderElection`` -> ``processReplicaLeaderElection`` (preferred
-    election only). Decision: ``decisions.on_preferred_replica_election``."""
+    """Kafka ``ReplicaLeaderElection`` -> ``processReplicaLeaderElection``: preferred (0)
+    or unclean (1) election (KIP-460). Decision: ``decisions.on_replica_election``; the
+    per-partition outcomes go to ``callback``."""
 
     partitions: frozenset[TopicPartition] | None = None
-    """None: every partition whose preferred replica is not leading."""
+    """None: the partitions listed in ``/admin/preferred_replica_election`` (ZK trigger)."""
+    election_type: int = 0
+    trigger: ElectionTrigger = ElectionTrigger.ADMIN_CLIENT
     callback: Callable[[Any], None] | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class AutoPreferredReplicaLeaderElection:
+    """Kafka ``AutoPreferredReplicaLeaderElection``: the periodic leader-imbalance check
+    (``auto.leader.rebalance.enable``). Decision: ``decisions.on_auto_leader_rebalance``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +157,7 @@ ControllerEvent = (
     | IsrChangeNotification
     | ControlledShutdown
     | ReplicaLeaderElection
+    | AutoPreferredReplicaLeaderElection
     | TopicUncleanLeaderElectionEnable
     | UncleanLeaderElectionEnable
     | ShutdownEventThread

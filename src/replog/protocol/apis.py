@@ -1,7 +1,8 @@
 """Which Kafka APIs replog serves, at which versions, and their schema classes.
 
 Schemas come from kio; the ZooKeeper-era controller APIs (LeaderAndIsr,
-StopReplica, UpdateMetadata) come from ``replog.protocol.controller_schemas``.
+StopReplica, UpdateMetadata, ControlledShutdown) come from
+``replog.protocol.controller_schemas``.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     DESCRIBE_LOG_DIRS = 35
+    ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
@@ -65,6 +67,7 @@ CLIENT_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.ALTER_CONFIGS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.ELECT_LEADERS: (0, 2),
     ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
     ApiKey.DESCRIBE_CLUSTER: (0, 2),
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),

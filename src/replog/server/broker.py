@@ -24,10 +24,12 @@ from replog.replication.fetcher import FetcherConfig, ReplicaFetcherManager
 from replog.replication.replica_manager import ReplicaManager
 from replog.server.admin import AdminManager
 from replog.server.config_manager import ConfigManager
+from replog.server.controlled_shutdown import ControllerEndpoint, controlled_shutdown
 from replog.server.handlers import admin as admin_handlers
 from replog.server.handlers import cluster, fetch, metadata, offsets, produce, producers, records
 from replog.server.handlers import configs as config_handlers
 from replog.server.handlers.context import BrokerServices
+from replog.server.handlers.controller_requests import ControllerRequests
 from replog.server.handlers.controller_rpc import ControllerCommands
 from replog.server.metadata_cache import MetadataCache
 from replog.server.network import KafkaServer
@@ -88,6 +90,7 @@ class Broker:
         self.controller_commands = ControllerCommands(
             self.services, self.zk, lambda: self.broker_epoch
         )
+        self.controller_requests = ControllerRequests(lambda: self.controller, self.metadata_cache)
         listener = config.listeners[0]
         self.server = KafkaServer(
             listener.host,
@@ -132,6 +135,8 @@ class Broker:
         handlers[ApiKey.LEADER_AND_ISR] = commands.handle_leader_and_isr
         handlers[ApiKey.STOP_REPLICA] = commands.handle_stop_replica
         handlers[ApiKey.UPDATE_METADATA] = commands.handle_update_metadata
+        handlers[ApiKey.CONTROLLED_SHUTDOWN] = self.controller_requests.handle_controlled_shutdown
+        handlers[ApiKey.ELECT_LEADERS] = self.controller_requests.handle_elect_leaders
         return handlers
 
     # -- lifecycle ----------------------------------------------------------
@@ -263,6 +268,46 @@ class Broker:
             self.log_manager.flush_dirty_logs()
             self.log_manager.checkpoint()
 
+    async def _controlled_shutdown(self) -> None:
+        """Kafka ``controlledShutdown``: leaderships move away while the listeners
+        still serve (see ``replog.server.controlled_shutdown``)."""
+        started = time.monotonic()
+        c = self.config
+        done = await controlled_shutdown(
+            c.broker_id,
+            lambda: self.broker_epoch,
+            self._find_controller,
+            c.controlled_shutdown_max_retries,
+            c.controlled_shutdown_retry_backoff_ms / 1000,
+            c.controller_socket_timeout_ms / 1000,
+        )
+        log.info(
+            "broker %d: controlled shutdown %s in %.3f s",
+            c.broker_id,
+            "completed" if done else "gave up",
+            time.monotonic() - started,
+        )
+
+    async def _find_controller(self) -> ControllerEndpoint | None:
+        """The controller as ZooKeeper names it (the metadata cache may lag a move)."""
+        try:
+            controller_id = await asyncio.to_thread(self.zk.get_controller_id)
+            info = (
+                None
+                if controller_id is None
+                else await asyncio.to_thread(self.zk.get_broker, controller_id)
+            )
+        except Exception as exc:  # ZooKeeper unreachable: fall back to the cache
+            log.warning("controlled shutdown: ZooKeeper lookup failed: %s", exc)
+            controller_id, info = self.metadata_cache.controller_id, None
+            endpoint = self.metadata_cache.brokers.get(controller_id or -1)
+            if controller_id is None or endpoint is None:
+                return None
+            return ControllerEndpoint(controller_id, endpoint.host, endpoint.port)
+        if controller_id is None or info is None:
+            return None
+        return ControllerEndpoint(controller_id, info.host, info.port)
+
     async def run_until_stopped(self) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -273,6 +318,8 @@ class Broker:
 
     async def stop(self) -> None:
         log.info("broker %d shutting down", self.config.broker_id)
+        if self.config.controlled_shutdown_enable and self.broker_epoch >= 0:
+            await self._controlled_shutdown()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -587,6 +587,26 @@ class KafkaZkClient:
         if result[path].error is ZkWriteError.CONTROLLER_MOVED:
             raise ControllerMovedError(f"controller moved while removing deletion of {topic!r}")
 
+    # --- preferred replica election -------------------------------------------------
+
+    def get_preferred_replica_election(self) -> set[TopicPartition] | None:
+        """The partitions ``/admin/preferred_replica_election`` lists; None if absent."""
+        try:
+            data, _stat = self._ops.call(self._zk.get, zd.PREFERRED_REPLICA_ELECTION_PATH)
+        except NoNodeError:
+            return None
+        return zd.decode_preferred_replica_election(data)
+
+    def delete_preferred_replica_election(self, expected_controller_epoch_zk_version: int) -> None:
+        """Delete ``/admin/preferred_replica_election`` (the controller is done with it),
+        guarded by the epoch check."""
+        path = zd.PREFERRED_REPLICA_ELECTION_PATH
+        result = self._ops.write_batched(
+            [(path, ("delete", path, b"", -1))], _epoch_check(expected_controller_epoch_zk_version)
+        )
+        if result[path].error is ZkWriteError.CONTROLLER_MOVED:
+            raise ControllerMovedError("controller moved while ending a preferred election")
+
     # --- ISR change notifications ----------------------------------------------------
 
     def propagate_isr_changes(self, partitions: Iterable[TopicPartition]) -> str:

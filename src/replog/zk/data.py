@@ -23,6 +23,8 @@ path                                       data
 ``/admin/delete_topics/<t>``               empty
 ``/isr_change_notification/isr_change_N``  ``{"version":1,"partitions":[{"topic":..,
                                            "partition":..}]}``
+``/admin/preferred_replica_election``       ``{"version":1,"partitions":[{"topic":..,
+                                           "partition":..}]}``
 =========================================  ===============================================
 
 No IO here; everything is a plain function of its arguments.
@@ -47,6 +49,7 @@ BROKER_IDS_PATH = "/brokers/ids"
 BROKER_SEQID_PATH = "/brokers/seqid"
 TOPICS_PATH = "/brokers/topics"
 DELETE_TOPICS_PATH = "/admin/delete_topics"
+PREFERRED_REPLICA_ELECTION_PATH = "/admin/preferred_replica_election"
 CONFIG_PATH = "/config"
 CONFIG_CHANGES_PATH = "/config/changes"
 ISR_CHANGE_NOTIFICATION_PATH = "/isr_change_notification"
@@ -84,6 +87,7 @@ TOPIC_ASSIGNMENT_VERSION = 3
 PARTITION_STATE_VERSION = 1
 CONFIG_VERSION = 1
 ISR_CHANGE_VERSION = 1
+PREFERRED_REPLICA_ELECTION_VERSION = 1
 CONTROLLER_VERSION = 1
 
 
@@ -430,3 +434,25 @@ def encode_isr_change(partitions: Iterable[TopicPartition]) -> bytes:
 def decode_isr_change(data: bytes) -> set[TopicPartition]:
     js = _loads(data, "isr change notification")
     return {(str(e["topic"]), int(e["partition"])) for e in js.get("partitions", [])}
+
+
+# --- preferred replica election ------------------------------------------------------------
+
+
+def encode_preferred_replica_election(partitions: Iterable[TopicPartition]) -> bytes:
+    """Kafka ``PreferredReplicaElectionZNode.encode`` (what kafka-preferred-replica-election
+    writes)."""
+    return _dumps(
+        {
+            "version": PREFERRED_REPLICA_ELECTION_VERSION,
+            "partitions": [{"topic": t, "partition": p} for t, p in sorted(set(partitions))],
+        }
+    )
+
+
+def decode_preferred_replica_election(data: bytes) -> set[TopicPartition]:
+    js = _loads(data, "preferred replica election")
+    try:
+        return {(str(e["topic"]), int(e["partition"])) for e in js.get("partitions", [])}
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise ZkDataError(f"preferred replica election: {data!r}") from exc
