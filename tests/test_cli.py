@@ -6,6 +6,7 @@ Brokers started here are children of the test, stopped by their pid in a
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
+from kazoo.client import KazooClient
 
 from clients_util import (
     Rec,
@@ -275,7 +277,22 @@ def test_topics_create_describe_list_delete(replog_broker: LocalCluster) -> None
     described = run_replog("topics", "describe", "--bootstrap-server", bootstrap, "--topic", topic)
     assert described.returncode == 0, described.stderr
     lines = described.stdout.strip().splitlines()
-    assert lines[0].split("\t") == [f"Topic: {topic}", "PartitionCount: 3", "ReplicationFactor: 1"]
+    head = dict(f.split(": ", 1) for f in lines[0].split("\t"))
+    assert head == {
+        "Topic": topic,
+        "TopicId": head["TopicId"],
+        "PartitionCount": "3",
+        "ReplicationFactor": "1",
+    }
+    # Kafka's text form of the topic's id, the one in its ZooKeeper znode.
+    zk = KazooClient(hosts=replog_broker.zookeeper_connect)
+    zk.start(timeout=30)
+    try:
+        znode, _ = zk.get(f"/brokers/topics/{topic}")
+    finally:
+        zk.stop()
+        zk.close()
+    assert head["TopicId"] == json.loads(znode)["topic_id"]
     rows = [dict(f.split(": ", 1) for f in line.strip().split("\t")) for line in lines[1:]]
     assert [row["Partition"] for row in rows] == ["0", "1", "2"]
     assert all(

@@ -10,10 +10,11 @@ import sys
 from kio.schema.create_topics.v4 import request as create_req
 from kio.schema.delete_topics.v3 import request as delete_req
 from kio.schema.errors import ErrorCode
-from kio.schema.metadata.v8 import request as metadata_req
+from kio.schema.metadata.v12 import request as metadata_req
 from kio.static.primitive import i32Timedelta
 
 from replog.protocol.client import KafkaConnection
+from replog.protocol.kafka_uuid import uuid_to_string
 
 
 def _timeout(ms: int) -> i32Timedelta:
@@ -37,9 +38,8 @@ async def _metadata(conn: KafkaConnection, topics: list[str] | None):
     body = metadata_req.MetadataRequest(
         topics=None
         if topics is None
-        else tuple(metadata_req.MetadataRequestTopic(name=t) for t in topics),
+        else tuple(metadata_req.MetadataRequestTopic(name=t, topic_id=None) for t in topics),
         allow_auto_topic_creation=False,
-        include_cluster_authorized_operations=False,
         include_topic_authorized_operations=False,
     )
     return await conn.request(body)
@@ -103,7 +103,8 @@ async def _run(args: argparse.Namespace) -> int:
                     continue
                 rf = len(topic.partitions[0].replica_nodes) if topic.partitions else 0
                 print(
-                    f"Topic: {topic.name}\tPartitionCount: {len(topic.partitions)}\tReplicationFactor: {rf}"
+                    f"Topic: {topic.name}\tTopicId: {uuid_to_string(topic.topic_id)}"
+                    f"\tPartitionCount: {len(topic.partitions)}\tReplicationFactor: {rf}"
                 )
                 for p in sorted(topic.partitions, key=lambda p: p.partition_index):
                     print(
