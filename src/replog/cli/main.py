@@ -8,7 +8,13 @@ import logging
 import sys
 from pathlib import Path
 
-from replog.cli import api_versions_cmd, cluster_cmd, configs_cmd, topics_cmd
+from replog.cli import (
+    api_versions_cmd,
+    cluster_cmd,
+    configs_cmd,
+    elect_leaders_cmd,
+    topics_cmd,
+)
 from replog.config import ConfigError, KafkaConfig, parse_overrides, read_properties
 
 
@@ -81,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     topics_cmd.add_parser(sub)
     configs_cmd.add_parser(sub)
     api_versions_cmd.add_parser(sub)
+    elect_leaders_cmd.add_parser(sub)
     return parser
 
 
