@@ -70,7 +70,10 @@ _REQUEST_PARTITION_V12 = struct.Struct(">iiqiqi")  # partition, .., partition_ma
 _REPLICA_STATE = struct.Struct(">iq")  # replica_id, replica_epoch
 _RESPONSE_HEAD = struct.Struct(">ihi")  # throttle, error, session_id
 _RESPONSE_PARTITION_HEAD = struct.Struct(">ihqq")  # partition, error, hw, last stable offset
-_RESPONSE_PARTITION_HEAD_V12 = struct.Struct(">ihqqq")  # ... and log start offset
+# partition, error, hw, last stable offset, log start offset, aborted_transactions (null:
+# compact length 0, no transactions), preferred read replica
+_RESPONSE_PARTITION_HEAD_V12 = struct.Struct(">ihqqqBi")
+_RESPONSE_PARTITION_FIXED_V12 = struct.Struct(">ihqqq")  # what a decoder reads before aborted
 _EPOCH_END_OFFSET = struct.Struct(">iq")  # diverging_epoch: epoch, end_offset
 _SNAPSHOT_ID = struct.Struct(">qi")  # snapshot_id: end_offset, epoch
 _ABORTED = struct.Struct(">qq")
@@ -135,19 +138,28 @@ def _check_version(version: int) -> None:
         )
 
 
-def _grouped(
-    items: Iterable[FetchRequestPartitionData | FetchResponsePartitionData], by_id: bool
+def _grouped(items: Iterable[FetchRequestPartitionData | FetchResponsePartitionData]) -> dict:
+    by_topic: dict = {}
+    for item in items:
+        by_topic.setdefault(item.topic, []).append(item)
+    return by_topic
+
+
+def _grouped_by_id(
+    items: Iterable[FetchRequestPartitionData | FetchResponsePartitionData],
 ) -> dict:
     by_topic: dict = {}
-    if by_id:
-        for item in items:
-            if item.topic_id is None:
-                raise ValueError(f"partition {item.topic}-{item.partition} has no topic id")
-            by_topic.setdefault(item.topic_id, []).append(item)
-    else:
-        for item in items:
-            by_topic.setdefault(item.topic, []).append(item)
+    for item in items:
+        if item.topic_id is None:
+            raise ValueError(f"partition {item.topic}-{item.partition} has no topic id")
+        by_topic.setdefault(item.topic_id, []).append(item)
     return by_topic
+
+
+def _string(out: list[bytes], value: str) -> None:
+    data = value.encode()
+    out.append(_I16.pack(len(data)))
+    out.append(data)
 
 
 # -- requests ------------------------------------------------------------------------------
@@ -184,10 +196,10 @@ def encode_fetch_request(
     out = [_REQUEST_HEAD.pack(replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level)]
     if version >= 7:
         out.append(_SESSION.pack(session_id, session_epoch))
-    by_topic = _grouped(partitions, by_id=False)
+    by_topic = _grouped(partitions)
     out.append(_I32.pack(len(by_topic)))
     for topic, parts in by_topic.items():
-        out.append(wire.string(topic))
+        _string(out, topic)
         out.append(_I32.pack(len(parts)))
         for p in parts:
             out.append(_I32.pack(p.partition))
@@ -200,7 +212,7 @@ def encode_fetch_request(
     if version >= 7:
         out.append(_I32.pack(0))  # no forgotten topics: sessionless
     if version >= 11:
-        out.append(wire.string(rack_id))
+        _string(out, rack_id)
     return b"".join(out)
 
 
@@ -221,7 +233,7 @@ def _encode_request_flexible(
         out = [_REQUEST_HEAD.pack(replica_id, *head)]
     out.append(_SESSION.pack(*session))
     by_id = version >= FIRST_TOPIC_ID
-    by_topic = _grouped(partitions, by_id)
+    by_topic = _grouped_by_id(partitions) if by_id else _grouped(partitions)
     out.append(wire.uvarint(len(by_topic) + 1))
     for topic, parts in by_topic.items():
         out.append(topic.bytes if by_id else wire.compact_string(topic))
@@ -285,10 +297,10 @@ def encode_fetch_response(
     if version >= 7:
         out.append(_I16.pack(error_code))
         out.append(_I32.pack(session_id))
-    by_topic = _grouped(partitions, by_id=False)
+    by_topic = _grouped(partitions)
     out.append(_I32.pack(len(by_topic)))
     for topic, parts in by_topic.items():
-        out.append(wire.string(topic))
+        _string(out, topic)
         out.append(_I32.pack(len(parts)))
         for p in parts:
             out.append(
@@ -319,7 +331,7 @@ def _encode_response_flexible(
 ) -> bytes:
     out = [_RESPONSE_HEAD.pack(throttle_time_ms, error_code, session_id)]
     by_id = version >= FIRST_TOPIC_ID
-    by_topic = _grouped(partitions, by_id)
+    by_topic = _grouped_by_id(partitions) if by_id else _grouped(partitions)
     uvarint = wire.uvarint
     out.append(uvarint(len(by_topic) + 1))
     for topic, parts in by_topic.items():
@@ -333,10 +345,10 @@ def _encode_response_flexible(
                     p.high_watermark,
                     p.last_stable_offset,
                     p.log_start_offset,
+                    0,
+                    p.preferred_read_replica,
                 )
             )
-            out.append(b"\x00")  # aborted_transactions: null (no transactions)
-            out.append(_I32.pack(p.preferred_read_replica))
             if p.records is None:
                 out.append(b"\x00")
             else:
@@ -439,10 +451,10 @@ def _decode_response_flexible(version: int, data: bytes | memoryview, pos: int):
         topic, topic_id, pos = _read_topic_key(data, pos, by_id)
         n_parts, pos = wire.read_compact_array_count(data, pos)
         for _ in range(n_parts):
-            partition, error, hw, lso, log_start = _RESPONSE_PARTITION_HEAD_V12.unpack_from(
+            partition, error, hw, lso, log_start = _RESPONSE_PARTITION_FIXED_V12.unpack_from(
                 data, pos
             )
-            pos += _RESPONSE_PARTITION_HEAD_V12.size
+            pos += _RESPONSE_PARTITION_FIXED_V12.size
             n_aborted, pos = wire.read_compact_length(data, pos)
             for _ in range(max(n_aborted, 0)):
                 _ABORTED.unpack_from(data, pos)

@@ -69,6 +69,11 @@ def uvarint(value: int) -> bytes:
         if value < 0:
             raise ValueError(f"unsigned varint of negative {value}")
         return _SMALL_UVARINTS[value]
+    # Record sets up to 2 MB take 2 or 3 bytes: spelled out, they skip the loop.
+    if value < 0x4000:
+        return bytes(((value & 0x7F) | 0x80, value >> 7))
+    if value < 0x200000:
+        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
