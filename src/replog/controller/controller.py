@@ -702,6 +702,9 @@ class KafkaController:
                 partitions = frozenset(TopicPartition(t, p) for t, p in listed)
             else:
                 partitions = e.partitions or frozenset()
+            # Kafka reads the partition states before electing: the ISRs this context
+            # holds lag the leaders' by up to one ISR change notification.
+            await self._refresh(partitions)
             outcomes = {}
 
             def decide(ctx: ControllerContext, tps: Iterable[TopicPartition]) -> ControllerDecision:
@@ -734,7 +737,10 @@ class KafkaController:
         if self.context is None:
             return
         percentage = self.config.leader_imbalance_per_broker_percentage
-        if not decisions.auto_rebalance_candidates(self.context, percentage):
+        await self._refresh(decisions.not_led_by_preferred_replica(self.context))
+        if self.context is None or not decisions.auto_rebalance_candidates(
+            self.context, percentage
+        ):
             return
         applied = await self._apply(
             partial(decisions.on_auto_leader_rebalance, imbalance_percentage=percentage),
@@ -742,6 +748,15 @@ class KafkaController:
             q.enqueue_time_s,
         )
         self._report("auto leader rebalance", applied)
+
+    async def _refresh(self, partitions: Iterable[TopicPartition]) -> None:
+        """Re-read the states of the known ``partitions`` among ``partitions`` into the
+        context (``ControllerMovedError`` if a newer controller wrote one)."""
+        assert self.context is not None
+        known = sorted(tp for tp in partitions if tp in self.context.partition_leadership)
+        if known:
+            fresh = await asyncio.to_thread(self.zk.get_partition_states, known)
+            self.context = decisions.refreshed(self.context, fresh)
 
     def _answer_after_acks(
         self, applied: _Applied | None, callback: Callable[[Any], None], answer: Any

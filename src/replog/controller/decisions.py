@@ -583,6 +583,20 @@ def on_replica_election(
     return d, outcomes
 
 
+def not_led_by_preferred_replica(context: ControllerContext) -> list[TopicPartition]:
+    """Partitions (of topics not being deleted) whose first assigned replica is not the
+    leader: what the IO layer re-reads from ZooKeeper before the auto rebalance, since
+    the ISRs it knows may lag the leaders' (Kafka reads them before electing too)."""
+    ctx = context
+    return sorted(
+        tp
+        for tp, state in ctx.partition_leadership.items()
+        if tp[0] not in ctx.topics_to_be_deleted
+        and (replicas := ctx.replicas_for(tp))
+        and state.leader_and_isr.leader != replicas[0]
+    )
+
+
 def auto_rebalance_candidates(
     context: ControllerContext, imbalance_percentage: int
 ) -> list[TopicPartition]:
