@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -49,7 +50,9 @@ def _broker_action(action: str):
             print(f"replog: no broker {args.broker} in {args.dir}", file=sys.stderr)
             return 1
         if action == "stop":
+            started = time.monotonic()
             cluster.stop_broker(args.broker)
+            print(f"broker {args.broker} stopped in {time.monotonic() - started:.2f} s")
         elif action == "kill":
             cluster.kill_broker(args.broker)
         else:
@@ -78,7 +81,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=_status)
     for name, helptext in (
-        ("stop", "stop a broker (SIGTERM)"),
+        ("stop", "stop a broker (SIGTERM: a controlled shutdown unless disabled)"),
         ("start", "start a broker again"),
         ("kill", "kill a broker (SIGKILL)"),
     ):
