@@ -3,14 +3,6 @@ unclean), the auto leader rebalance, and what a controlled shutdown means for th
 
 from __future__ import annotations
 
-from test_controller_decisions import (
-    apply,
-    broker,
-    cluster,
-    lai_partitions,
-    requests_by_type,
-)
-
 from replog.controller import decisions
 from replog.controller.context import (
     ControllerContext,
@@ -20,6 +12,13 @@ from replog.controller.context import (
 )
 from replog.controller.effects import UpdatePartitionState
 from replog.protocol.controller_schemas import LeaderAndIsrRequest
+from test_controller_decisions import (
+    apply,
+    broker,
+    cluster,
+    lai_partitions,
+    requests_by_type,
+)
 
 PREFERRED = decisions.PREFERRED_ELECTION
 UNCLEAN = decisions.UNCLEAN_ELECTION
