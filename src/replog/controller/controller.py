@@ -696,7 +696,11 @@ class KafkaController:
             if self.context is None:
                 return
             if e.trigger is ev.ElectionTrigger.ZK:
-                listed = await asyncio.to_thread(self.zk.get_preferred_replica_election)
+                try:
+                    listed = await asyncio.to_thread(self.zk.get_preferred_replica_election)
+                except zd.ZkDataError as exc:  # Kafka logs and drops a malformed request
+                    log.error("controller: ignoring /admin/preferred_replica_election: %s", exc)
+                    listed = set()
                 if listed is None:
                     return
                 partitions = frozenset(TopicPartition(t, p) for t, p in listed)

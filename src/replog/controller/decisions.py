@@ -454,20 +454,9 @@ def on_preferred_replica_election(
     context: ControllerContext, partitions: Iterable[TopicPartition]
 ) -> ControllerDecision:
     """Kafka ``onReplicaElection`` with the preferred strategy: lead from the first
-    assigned replica where it is live and in sync and not already leading."""
-    d = ControllerDecision(context)
-    ctx = d.context
-    eligible = []
-    for raw_tp in partitions:
-        tp = TopicPartition(raw_tp[0], raw_tp[1])
-        state = ctx.partition_leadership.get(tp)
-        replicas = ctx.replicas_for(tp)
-        if state is None or not replicas or tp[0] in ctx.topics_to_be_deleted:
-            continue
-        if state.leader_and_isr.leader != replicas[0]:
-            eligible.append(tp)
-    partition_state_change(d, eligible, _P.OnlinePartition, PreferredReplicaElection())
-    return d
+    assigned replica where it is live and in sync and not already leading (the
+    decision of ``on_replica_election``, without the per-partition answers)."""
+    return on_replica_election(context, partitions, PREFERRED_ELECTION)[0]
 
 
 def on_unclean_leader_election_enable(
