@@ -1,4 +1,7 @@
-"""``replog topics create|delete|describe|list``, like kafka-topics.sh."""
+"""``replog topics create|delete|describe|list|alter``, like kafka-topics.sh.
+
+``alter --topic T --partitions N`` adds partitions (CreatePartitions v3); Kafka never
+removes partitions, so a lower count is refused (INVALID_PARTITIONS)."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import asyncio
 import datetime
 import sys
 
+from kio.schema.create_partitions.v3 import request as partitions_req
 from kio.schema.create_topics.v4 import request as create_req
 from kio.schema.delete_topics.v3 import request as delete_req
 from kio.schema.errors import ErrorCode
@@ -89,6 +93,29 @@ async def _run(args: argparse.Namespace) -> int:
                 )
                 return 1
             print(f"Deleted topic {args.topic}.")
+        elif args.action == "alter":
+            if args.partitions is None:
+                print("replog: topics alter needs --partitions", file=sys.stderr)
+                return 2
+            body = partitions_req.CreatePartitionsRequest(
+                topics=(
+                    partitions_req.CreatePartitionsTopic(
+                        name=args.topic, count=args.partitions, assignments=None
+                    ),
+                ),
+                timeout=_timeout(30000),
+                validate_only=False,
+            )
+            response = await conn.request(body, timeout_s=40)
+            result = response.results[0]
+            if result.error_code != ErrorCode.none:
+                print(
+                    f"Error while executing topic command : {result.error_message or ''} "
+                    f"({result.error_code.name.upper()})",
+                    file=sys.stderr,
+                )
+                return 1
+            print(f"Topic {args.topic} now has {args.partitions} partitions.")
         elif args.action == "list":
             response = await _metadata(conn, None)
             for topic in sorted(t.name for t in response.topics):
@@ -130,7 +157,7 @@ def _main(args: argparse.Namespace) -> int:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     topics = sub.add_parser("topics", help="create, delete, describe and list topics")
     actions = topics.add_subparsers(dest="action", required=True)
-    for name in ("create", "delete", "describe", "list"):
+    for name in ("create", "delete", "describe", "list", "alter"):
         p = actions.add_parser(name)
         p.add_argument("--bootstrap-server", required=True)
         if name != "list":
@@ -139,4 +166,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             p.add_argument("--partitions", type=int, default=-1)
             p.add_argument("--replication-factor", type=int, default=-1)
             p.add_argument("--config", action="append", metavar="KEY=VALUE")
+        if name == "alter":
+            p.add_argument("--partitions", type=int, help="the new partition count")
         p.set_defaults(func=_main)

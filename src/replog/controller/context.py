@@ -28,6 +28,7 @@ from replog.zk.data import (
     EndPoint,
     LeaderAndIsr,
     LeaderIsrAndControllerEpoch,
+    ReplicaAssignment,
 )
 from replog.zk.fencing import UNKNOWN_BROKER_EPOCH
 
@@ -42,6 +43,7 @@ __all__ = [
     "LeaderAndIsr",
     "LeaderIsrAndControllerEpoch",
     "PartitionReplica",
+    "ReplicaAssignment",
     "TopicPartition",
 ]
 
@@ -100,6 +102,12 @@ class ControllerContext:
     partition_state_mzxid: dict[TopicPartition, int] = field(default_factory=dict)
     """The zxid of each state znode's last write, as read at controller failover: a
     broker registered after it (a newer broker epoch) restarted since."""
+    partition_reassignments: dict[TopicPartition, ReplicaAssignment] = field(
+        default_factory=dict
+    )
+    """Partitions being reassigned (KIP-455, Kafka ``partitionsBeingReassigned``): the
+    full assignment with adding and removing replicas; ``partition_assignments`` holds
+    its ``replicas`` (RS = TRS + ORS). Filled from the topic znodes."""
 
     def copy(self) -> ControllerContext:
         return ControllerContext(
@@ -120,6 +128,7 @@ class ControllerContext:
             unclean_leader_election_enable=dict(self.unclean_leader_election_enable),
             default_unclean_leader_election_enable=self.default_unclean_leader_election_enable,
             partition_state_mzxid=dict(self.partition_state_mzxid),
+            partition_reassignments=dict(self.partition_reassignments),
         )
 
     # --- brokers ---------------------------------------------------------------------
@@ -164,6 +173,7 @@ class ControllerContext:
             tp = TopicPartition(topic, partition)
             self.partition_leadership.pop(tp, None)
             self.partition_states.pop(tp, None)
+            self.partition_reassignments.pop(tp, None)
         self.replica_states = {
             r: s for r, s in self.replica_states.items() if r.topic_partition.topic != topic
         }

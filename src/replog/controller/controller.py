@@ -36,8 +36,9 @@ from replog.controller import controller_zk, decisions
 from replog.controller import events as ev
 from replog.controller.channel_manager import ControllerChannelManager
 from replog.controller.context import ControllerContext, TopicPartition
-from replog.controller.effects import ControllerDecision, DeleteTopic
+from replog.controller.effects import ControllerDecision, DeleteTopic, UpdateTopicAssignment
 from replog.controller.event_manager import ControllerEventManager, QueuedEvent
+from replog.controller.operations import ClusterOperations
 from replog.protocol.controller_schemas import LeaderAndIsrRequest, StopReplicaRequest
 from replog.zk import data as zd
 from replog.zk.client import KafkaZkClient
@@ -135,6 +136,9 @@ class KafkaController:
             ev.TopicUncleanLeaderElectionEnable: self._process_topic_unclean_election_enable,
             ev.UncleanLeaderElectionEnable: self._process_unclean_election_enable,
         }
+        self.operations = ClusterOperations(self)
+        """Added partitions and replica reassignments (their events and watches)."""
+        self._handlers.update(self.operations.handlers())
         self.unclean_leader_election_default: Callable[[], bool] = lambda: (
             config.unclean_leader_election_enable
         )
@@ -228,6 +232,8 @@ class KafkaController:
             await self._maybe_resign()
 
     def _preempt(self, event: ev.ControllerEvent) -> None:
+        if self.operations.preempt(event):
+            return
         if isinstance(event, ev.ControlledShutdown) and event.callback is not None:
             event.callback(decisions.ControlledShutdownResult(NOT_CONTROLLER, ()))
         elif isinstance(event, ev.ReplicaLeaderElection) and event.callback is not None:
@@ -368,6 +374,7 @@ class KafkaController:
         )
         applied = await self._apply(decisions.on_controller_failover, _rerun_failure, started)
         self._report(what, applied)
+        await self.operations.after_failover(started)
         if self.config.auto_leader_rebalance_enable:
             self._rebalance_timer = asyncio.get_running_loop().create_task(
                 self._auto_rebalance_timer()
@@ -380,6 +387,7 @@ class KafkaController:
         for watch in self._watches:
             watch.cancel()
         self._watches = []
+        self.operations.on_resignation()
         if self._rebalance_timer is not None:
             self._rebalance_timer.cancel()
             self._rebalance_timer = None
@@ -443,7 +451,7 @@ class KafkaController:
             if stale:
                 d.drop_failed_writes(stale)
             for write in d.zk_writes:
-                if isinstance(write, DeleteTopic):
+                if isinstance(write, (DeleteTopic, UpdateTopicAssignment)):
                     continue
                 timing.zk_writes += 1
                 before = base.partition_leadership.get(write.partition)
@@ -589,6 +597,7 @@ class KafkaController:
         ctx.unclean_leader_election_enable.update(overrides)
         ctx.topic_ids.update((t, ids[t]) for t in idless if t in ids)
         self._install(ctx)
+        await self.operations.after_topic_change(assignments.keys(), vanished)
         if assignments:
             applied = await self._apply(
                 partial(decisions.on_new_topics, assignments=assignments, topic_ids=ids),
@@ -648,6 +657,7 @@ class KafkaController:
             await self._apply(
                 partial(decisions.on_isr_change, fresh_states=fresh), None, q.enqueue_time_s
             )
+            await self.operations.after_isr_change(fresh, q.enqueue_time_s)
         finally:
             if self.context is not None:
                 await asyncio.to_thread(

@@ -12,11 +12,17 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 from kazoo.exceptions import NoNodeError
 
 from replog.controller.context import ControllerContext, LeaderIsrAndControllerEpoch, TopicPartition
-from replog.controller.effects import ControllerDecision, CreatePartitionState, DeleteTopic
+from replog.controller.effects import (
+    ControllerDecision,
+    CreatePartitionState,
+    DeleteTopic,
+    UpdateTopicAssignment,
+)
 from replog.protocol.kafka_uuid import random_uuid
 from replog.zk import data as zd
 from replog.zk.client import KafkaZkClient
@@ -48,8 +54,11 @@ def load_context(
         default_unclean_leader_election_enable=default_unclean,
     )
     topics = zk.get_all_topics()
-    for topic, assignment in zk.get_topic_assignments(topics).items():
-        ctx.add_topic(topic, {p: tuple(r) for p, r in assignment.items()})
+    for topic, (assignment, _) in zk.get_replica_assignments(topics).items():
+        ctx.add_topic(topic, {p: a.replicas for p, a in assignment.items()})
+        ctx.partition_reassignments.update(
+            (TopicPartition(topic, p), a) for p, a in assignment.items() if a.is_being_reassigned
+        )
     states = zk.read_partition_states(list(ctx.all_partitions()))
     ctx.partition_leadership = {TopicPartition(t, p): s for (t, p), (s, _) in states.items()}
     ctx.partition_state_mzxid = {TopicPartition(t, p): z for (t, p), (_, z) in states.items()}
@@ -144,9 +153,15 @@ def write_decision(zk: KafkaZkClient, d: ControllerDecision) -> set[TopicPartiti
     creates: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
     updates = {}
     deletes: list[str] = []
+    assignments_after: list[UpdateTopicAssignment] = []
     for write in d.zk_writes:
         if isinstance(write, DeleteTopic):
             deletes.append(write.topic)
+        elif isinstance(write, UpdateTopicAssignment):
+            if write.after_partition_states:
+                assignments_after.append(write)
+            else:
+                write_topic_assignment(zk, write, epoch_version)
         elif isinstance(write, CreatePartitionState):
             creates[write.partition] = write.state
         else:
@@ -178,10 +193,31 @@ def write_decision(zk: KafkaZkClient, d: ControllerDecision) -> set[TopicPartiti
                     state.leader_and_isr.with_zk_version(result.zk_version),
                     state.controller_epoch,
                 )
+    for write in assignments_after:
+        kept = {p: a for p, a in write.assignments.items() if (write.topic, p) not in stale}
+        if kept:
+            write_topic_assignment(zk, replace(write, assignments=kept), epoch_version)
     for topic in deletes:
         zk.delete_topic_znodes(topic, epoch_version)
         zk.remove_deletion_marker(topic, epoch_version)
     return stale
+
+
+def write_topic_assignment(
+    zk: KafkaZkClient, write: UpdateTopicAssignment, expected_controller_epoch_zk_version: int
+) -> None:
+    """Set some partitions' assignments in a topic znode (read, change, conditional
+    write); a topic deleted meanwhile is skipped."""
+
+    def change(
+        current: dict[int, zd.ReplicaAssignment],
+    ) -> dict[int, zd.ReplicaAssignment]:
+        return {**current, **write.assignments}
+
+    try:
+        zk.set_replica_assignments(write.topic, change, expected_controller_epoch_zk_version)
+    except NoNodeError:
+        log.warning("controller: topic %s vanished before its assignment was written", write.topic)
 
 
 def _same_state(a: LeaderIsrAndControllerEpoch, b: LeaderIsrAndControllerEpoch) -> bool:

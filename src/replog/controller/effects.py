@@ -27,7 +27,7 @@ Concurrency: a decision is built and consumed by the controller task; not shared
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from replog.controller.context import (
@@ -35,6 +35,7 @@ from replog.controller.context import (
     ControllerContext,
     LeaderAndIsr,
     LeaderIsrAndControllerEpoch,
+    ReplicaAssignment,
     TopicPartition,
 )
 from replog.controller.request_batch import ControllerBrokerRequestBatch, ControllerRequest
@@ -81,7 +82,24 @@ class DeleteTopic:
     topic: str
 
 
-ZkWrite = CreatePartitionState | UpdatePartitionState | DeleteTopic
+@dataclass(frozen=True, slots=True)
+class UpdateTopicAssignment:
+    """Set the replicas (with adding and removing replicas, KIP-455) of ``assignments``'
+    partitions in ``/brokers/topics/<t>``, keeping its other partitions and fields.
+
+    ``after_partition_states``: written after the decision's partition states (a
+    reassignment's completion: the state must name a target replica as leader before
+    the znode forgets the removed ones) rather than before (its start: the znode must
+    name the adding replicas before any broker hears of them, so that a new controller
+    resumes it). Partitions whose state write failed are left out of an after-write.
+    """
+
+    topic: str
+    assignments: Mapping[int, ReplicaAssignment]
+    after_partition_states: bool
+
+
+ZkWrite = CreatePartitionState | UpdatePartitionState | DeleteTopic | UpdateTopicAssignment
 
 
 class ControllerDecision:
@@ -100,6 +118,8 @@ class ControllerDecision:
         self.failed_elections: list[TopicPartition] = []
         """Partitions left without a leader: no eligible replica."""
         self.completed_topic_deletions: list[str] = []
+        self._assignment_writes: dict[TopicPartition, bool] = {}
+        """Partitions whose topic znode entry to write -> after the partition states?"""
 
     # --- results -----------------------------------------------------------------------
 
@@ -107,7 +127,24 @@ class ControllerDecision:
     def zk_writes(self) -> list[ZkWrite]:
         writes: list[ZkWrite] = list(self._partition_writes.values())
         writes.extend(self._topic_deletes)
+        writes.extend(self.topic_assignment_writes())
         return writes
+
+    def topic_assignment_writes(self) -> list[UpdateTopicAssignment]:
+        """``UpdateTopicAssignment`` per topic and ordering, from the final context."""
+        grouped: dict[tuple[str, bool], dict[int, ReplicaAssignment]] = {}
+        ctx = self.context
+        for tp, after in self._assignment_writes.items():
+            full = ctx.partition_reassignments.get(tp) or ReplicaAssignment(ctx.replicas_for(tp))
+            grouped.setdefault((tp[0], after), {})[tp[1]] = full
+        return [
+            UpdateTopicAssignment(topic, assignments, after)
+            for (topic, after), assignments in sorted(grouped.items())
+        ]
+
+    def write_topic_assignment(self, tp: TopicPartition, after_partition_states: bool) -> None:
+        """Write ``tp``'s assignment as the final context has it into its topic znode."""
+        self._assignment_writes[tp] = after_partition_states
 
     @property
     def controller_epoch_zk_version(self) -> int:
@@ -177,6 +214,18 @@ class ControllerDecision:
         ctx = self.context
         for tp in set(failed):
             self._partition_writes.pop(tp, None)
+            if self._assignment_writes.pop(tp, False):  # not written: back to base
+                replicas = self.base.replicas_for(tp)
+                if replicas:
+                    ctx.partition_assignments[tp[0]] = {
+                        **ctx.partition_assignments.get(tp[0], {}),
+                        tp[1]: replicas,
+                    }
+                ongoing = self.base.partition_reassignments.get(tp)
+                if ongoing is None:
+                    ctx.partition_reassignments.pop(tp, None)
+                else:
+                    ctx.partition_reassignments[tp] = ongoing
             before = self.base.partition_leadership.get(tp)
             if before is None:
                 ctx.partition_leadership.pop(tp, None)

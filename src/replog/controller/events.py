@@ -140,6 +140,40 @@ class UncleanLeaderElectionEnable:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionModifications:
+    """Kafka ``PartitionModifications``: ``/brokers/topics/<topic>`` changed (partitions
+    added). Decision: ``partition_modifications.on_partition_modifications``."""
+
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class ZkPartitionReassignment:
+    """Kafka ``ZkPartitionReassignment``: ``/admin/reassign_partitions`` was created.
+    Decision: ``reassignment.on_partition_reassignment``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ApiPartitionReassignment:
+    """Kafka ``ApiPartitionReassignment`` (AlterPartitionReassignments, KIP-455): target
+    replicas per partition, None to cancel. Decision:
+    ``reassignment.on_partition_reassignment``; the outcomes go to ``callback`` (None:
+    not the controller)."""
+
+    reassignments: Mapping[TopicPartition, tuple[int, ...] | None]
+    callback: Callable[[Any], None] | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ListPartitionReassignments:
+    """Kafka ``ListPartitionReassignments``: the ongoing reassignments (of
+    ``partitions``, or all) go to ``callback`` (None: not the controller)."""
+
+    partitions: frozenset[TopicPartition] | None = None
+    callback: Callable[[Any], None] | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
 class ShutdownEventThread:
     """Kafka ``ShutdownEventThread``: stop the controller task after this event."""
 
@@ -160,5 +194,9 @@ ControllerEvent = (
     | AutoPreferredReplicaLeaderElection
     | TopicUncleanLeaderElectionEnable
     | UncleanLeaderElectionEnable
+    | PartitionModifications
+    | ZkPartitionReassignment
+    | ApiPartitionReassignment
+    | ListPartitionReassignments
     | ShutdownEventThread
 )

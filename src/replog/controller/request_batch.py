@@ -194,6 +194,7 @@ class ControllerBrokerRequestBatch:
                 if state is None:
                     continue
                 lai = state.leader_and_isr
+                moving = context.partition_reassignments.get(tp)  # KIP-455
                 partition_state = cache[(tp, is_new)] = LeaderAndIsrPartitionState(
                     partition_index=tp[1],
                     controller_epoch=state.controller_epoch,
@@ -202,6 +203,8 @@ class ControllerBrokerRequestBatch:
                     isr=lai.isr,
                     zk_version=lai.zk_version,
                     replicas=assignments[tp[0]][tp[1]],
+                    adding_replicas=moving.adding_replicas if moving else (),
+                    removing_replicas=moving.removing_replicas if moving else (),
                     is_new=is_new,
                 )
             leader_ids.add(partition_state.leader)

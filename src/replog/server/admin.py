@@ -17,10 +17,12 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
+from kazoo.exceptions import NoNodeError
 from kio.schema.errors import ErrorCode
 
 from replog.controller import placement
 from replog.storage.log_config import TOPIC_CONFIG_KEYS, LogConfig
+from replog.zk.data import ReplicaAssignment
 
 if TYPE_CHECKING:
     from replog.config import KafkaConfig
@@ -51,6 +53,10 @@ class Outcome(NamedTuple):
     replication_factor: int
     topic_id: uuid.UUID | None = None
     """The id written with the topic (KIP-516); None unless it was created."""
+
+
+class _Changed(Exception):
+    """The topic's partitions changed between the read and the write."""
 
 
 def validate_topic_name(name: str) -> str | None:
@@ -285,6 +291,139 @@ class AdminManager:
             return None
         found = await asyncio.to_thread(self.zk.get_topic_ids, [name])
         return name if found.get(name) == topic_id else None
+
+    # --- CreatePartitions (Kafka ``ZkAdminManager.createPartitions``) -----------------
+
+    def _plan_partitions(
+        self,
+        topic: str,
+        existing: dict[int, tuple[int, ...]],
+        count: int,
+        assignments: list[list[int]] | None,
+    ) -> tuple[ErrorCode, str | None, dict[int, list[int]]]:
+        """Validate one CreatePartitions entry against the topic's current partitions and
+        place the new ones (the given ``assignments``, or Kafka's placement continuing
+        the topic's layout: the same replication factor, the start index of partition
+        0's first replica, numbering from the current count)."""
+        old = len(existing)
+        if count < old:
+            return (
+                ErrorCode.invalid_partitions,
+                f"Topic currently has {old} partitions, which is higher than the requested "
+                f"{count}. Kafka does not remove partitions.",
+                {},
+            )
+        if count == old:
+            return ErrorCode.invalid_partitions, f"Topic already has {old} partitions.", {}
+        adding = count - old
+        rf = len(existing[min(existing)])
+        brokers = sorted(self.metadata_cache.brokers.values(), key=lambda b: b.broker_id)
+        ids = [b.broker_id for b in brokers]
+        if assignments is not None:
+            if len(assignments) != adding:
+                return (
+                    ErrorCode.invalid_replica_assignment,
+                    f"Increasing the number of partitions by {adding} but "
+                    f"{len(assignments)} assignments provided.",
+                    {},
+                )
+            for replicas in assignments:
+                unknown = sorted(set(replicas) - set(ids))
+                if not replicas:
+                    return ErrorCode.invalid_replica_assignment, "Empty replica assignment.", {}
+                if unknown:
+                    return (
+                        ErrorCode.invalid_replica_assignment,
+                        f"Unknown broker(s) in replica assignment: {', '.join(map(str, unknown))}.",
+                        {},
+                    )
+                if len(set(replicas)) != len(replicas):
+                    return (
+                        ErrorCode.invalid_replica_assignment,
+                        f"Duplicate brokers not allowed in replica assignment: "
+                        f"{', '.join(map(str, replicas))} for partition id {old}.",
+                        {},
+                    )
+                if len(replicas) != rf:
+                    return (
+                        ErrorCode.invalid_replica_assignment,
+                        f"Inconsistent replication factor between partitions, partition 0 has "
+                        f"{rf} while the new partitions have {len(replicas)}.",
+                        {},
+                    )
+            return ErrorCode.none, None, {old + i: list(r) for i, r in enumerate(assignments)}
+        if rf > len(brokers):
+            return (
+                ErrorCode.invalid_replication_factor,
+                f"Replication factor: {rf} larger than available brokers: {len(brokers)}.",
+                {},
+            )
+        first = existing[min(existing)][0]
+        start = next((i for i, b in enumerate(ids) if b >= first), 0)
+        try:
+            placed = placement.assign_replicas_to_brokers(
+                [placement.BrokerMetadata(b.broker_id, b.rack or None) for b in brokers],
+                adding,
+                rf,
+                self._rng,
+                fixed_start_index=start,
+                start_partition_id=old,
+            )
+        except placement.PlacementError as exc:
+            return ErrorCode.invalid_replica_assignment, str(exc), {}
+        return ErrorCode.none, None, {p: list(r) for p, r in placed.items()}
+
+    async def create_partitions(
+        self,
+        topic: str,
+        count: int,
+        assignments: list[list[int]] | None,
+        timeout_ms: int,
+        validate_only: bool,
+    ) -> tuple[ErrorCode, str | None]:
+        """Add partitions to ``topic``: the topic znode gets them (a conditional write on
+        the version read, so a concurrent change is not lost) and the controller brings
+        them online; waits up to ``timeout_ms`` for their leaders."""
+        found = await asyncio.to_thread(self.zk.get_replica_assignments, [topic])
+        if topic not in found:
+            return ErrorCode.unknown_topic_or_partition, f"The topic '{topic}' does not exist."
+        marked = await asyncio.to_thread(self.zk.get_topics_marked_for_deletion)
+        if topic in marked:
+            return ErrorCode.invalid_topic_exception, f"The topic '{topic}' is queued for deletion."
+        if any(a.is_being_reassigned for a in found[topic][0].values()):
+            return (
+                ErrorCode.reassignment_in_progress,
+                f"A partition reassignment is in progress for the topic '{topic}'.",
+            )
+        existing = {p: a.replicas for p, a in found[topic][0].items()}
+        error, message, added = self._plan_partitions(topic, existing, count, assignments)
+        if error != ErrorCode.none or validate_only:
+            return error, message
+
+        def change(current: dict[int, ReplicaAssignment]) -> dict[int, ReplicaAssignment]:
+            if len(current) != len(existing):
+                raise _Changed
+            return {**current, **{p: ReplicaAssignment(tuple(r)) for p, r in added.items()}}
+
+        try:
+            await asyncio.to_thread(self.zk.set_replica_assignments, topic, change, None)
+        except NoNodeError:
+            return ErrorCode.unknown_topic_or_partition, f"The topic '{topic}' does not exist."
+        except _Changed:
+            return (
+                ErrorCode.reassignment_in_progress,
+                f"The partitions of topic '{topic}' changed meanwhile; try again.",
+            )
+        log.info("topic %s: partitions %s added to ZooKeeper", topic, added)
+        if timeout_ms > 0:
+
+            def online() -> bool:
+                parts = self.metadata_cache.partitions.get(topic) or {}
+                return all(p in parts and parts[p].leader >= 0 for p in added)
+
+            if not await self._wait_until(online, timeout_ms):
+                return ErrorCode.request_timed_out, "The new partitions have no leader yet."
+        return ErrorCode.none, None
 
     async def delete_topics(
         self, names: list[str], timeout_ms: int

@@ -28,6 +28,7 @@ from replog.server.controlled_shutdown import ControllerEndpoint, controlled_shu
 from replog.server.handlers import admin as admin_handlers
 from replog.server.handlers import cluster, fetch, metadata, offsets, produce, producers, records
 from replog.server.handlers import configs as config_handlers
+from replog.server.handlers import partitions as partition_handlers
 from replog.server.handlers.context import BrokerServices
 from replog.server.handlers.controller_requests import ControllerRequests
 from replog.server.handlers.controller_rpc import ControllerCommands
@@ -129,6 +130,7 @@ class Broker:
             ApiKey.DESCRIBE_LOG_DIRS: cluster.handle_describe_log_dirs,
             ApiKey.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
             ApiKey.DESCRIBE_PRODUCERS: producers.handle_describe_producers,
+            ApiKey.CREATE_PARTITIONS: partition_handlers.handle_create_partitions,
         }
         handlers = {int(key): partial(handler, s) for key, handler in table.items()}
         commands = self.controller_commands
@@ -137,6 +139,13 @@ class Broker:
         handlers[ApiKey.UPDATE_METADATA] = commands.handle_update_metadata
         handlers[ApiKey.CONTROLLED_SHUTDOWN] = self.controller_requests.handle_controlled_shutdown
         handlers[ApiKey.ELECT_LEADERS] = self.controller_requests.handle_elect_leaders
+        reassignments = partition_handlers.ReassignmentRequests(lambda: self.controller)
+        handlers[ApiKey.ALTER_PARTITION_REASSIGNMENTS] = (
+            reassignments.handle_alter_partition_reassignments
+        )
+        handlers[ApiKey.LIST_PARTITION_REASSIGNMENTS] = (
+            reassignments.handle_list_partition_reassignments
+        )
         return handlers
 
     # -- lifecycle ----------------------------------------------------------

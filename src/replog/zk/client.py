@@ -429,6 +429,48 @@ class KafkaZkClient:
         ]
         return self._ops.write_batched(items, _epoch_check(expected_controller_epoch_zk_version))
 
+    def get_replica_assignments(
+        self, topics: Iterable[str]
+    ) -> dict[str, tuple[dict[int, zd.ReplicaAssignment], int]]:
+        """Each existing topic's partitions with their adding and removing replicas
+        (KIP-455), and the topic znode's version."""
+        return {
+            topic: (zd.decode_replica_assignments(topic, data), version)
+            for topic, (data, version) in self.read_topic_znodes(topics).items()
+        }
+
+    def set_replica_assignments(
+        self,
+        topic: str,
+        change: Callable[[dict[int, zd.ReplicaAssignment]], dict[int, zd.ReplicaAssignment]],
+        expected_controller_epoch_zk_version: int | None,
+        attempts: int = 5,
+    ) -> dict[int, zd.ReplicaAssignment]:
+        """Read ``/brokers/topics/<t>``, apply ``change`` to its assignments and write the
+        result back conditionally on the version read (again on a lost race); the topic
+        id and other fields are kept. The controller's writes pass its epoch's version
+        (``ControllerMovedError`` if the check fails); an admin's (CreatePartitions)
+        pass None, as Kafka's ``AdminZkClient`` writes unfenced. ``NoNodeError`` if the
+        topic does not exist. Returns the assignments written."""
+        path = zd.topic_path(topic)
+        for _ in range(attempts):
+            data, stat = self._ops.call(self._zk.get, path)
+            new = change(zd.decode_replica_assignments(topic, data))
+            op: Op = ("set", path, zd.with_replica_assignments(data, new), stat.version)
+            check = (
+                None
+                if expected_controller_epoch_zk_version is None
+                else _epoch_check(expected_controller_epoch_zk_version)
+            )
+            result = self._ops.write_batched([(path, op)], check)[path]
+            if result.error is None:
+                return new
+            if result.error is ZkWriteError.CONTROLLER_MOVED:
+                raise ControllerMovedError(f"controller moved while writing topic {topic!r}")
+            if result.error is ZkWriteError.NO_NODE:
+                raise NoNodeError(path)
+        raise BadVersionError(f"{path} keeps changing")
+
     def get_topic_config(self, topic: str) -> dict[str, str]:
         try:
             data, _ = self._ops.call(self._zk.get, zd.topic_config_path(topic))
@@ -606,6 +648,52 @@ class KafkaZkClient:
         )
         if result[path].error is ZkWriteError.CONTROLLER_MOVED:
             raise ControllerMovedError("controller moved while ending a preferred election")
+
+    # --- partition reassignment (/admin/reassign_partitions) ---------------------------
+
+    def get_reassign_partitions(
+        self,
+    ) -> tuple[dict[TopicPartition, tuple[int, ...]], int] | None:
+        """What ``/admin/reassign_partitions`` asks for and its version; None if absent."""
+        try:
+            data, stat = self._ops.call(self._zk.get, zd.REASSIGN_PARTITIONS_PATH)
+        except NoNodeError:
+            return None
+        return zd.decode_reassign_partitions(data), int(stat.version)
+
+    def create_reassign_partitions(
+        self, reassignments: Mapping[TopicPartition, Sequence[int]]
+    ) -> None:
+        """Write ``/admin/reassign_partitions`` as Kafka's tool does; ``NodeExistsError``
+        while one is under way."""
+        self._ops.call(
+            self._zk.create,
+            zd.REASSIGN_PARTITIONS_PATH,
+            zd.encode_reassign_partitions(reassignments),
+            makepath=True,
+        )
+
+    def update_reassign_partitions(
+        self,
+        remaining: Mapping[TopicPartition, Sequence[int]],
+        expected_version: int,
+        expected_controller_epoch_zk_version: int,
+    ) -> bool:
+        """The controller's update of ``/admin/reassign_partitions``: keep ``remaining``
+        (delete the znode if empty), conditional on ``expected_version`` and guarded by
+        the epoch check. False if the znode changed or vanished meanwhile."""
+        path = zd.REASSIGN_PARTITIONS_PATH
+        op: Op = (
+            ("set", path, zd.encode_reassign_partitions(remaining), expected_version)
+            if remaining
+            else ("delete", path, b"", expected_version)
+        )
+        result = self._ops.write_batched(
+            [(path, op)], _epoch_check(expected_controller_epoch_zk_version)
+        )[path]
+        if result.error is ZkWriteError.CONTROLLER_MOVED:
+            raise ControllerMovedError("controller moved while updating reassign_partitions")
+        return result.error is None
 
     # --- ISR change notifications ----------------------------------------------------
 

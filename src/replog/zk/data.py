@@ -25,6 +25,8 @@ path                                       data
                                            "partition":..}]}``
 ``/admin/preferred_replica_election``       ``{"version":1,"partitions":[{"topic":..,
                                            "partition":..}]}``
+``/admin/reassign_partitions``              ``{"version":1,"partitions":[{"topic":..,
+                                           "partition":..,"replicas":[..]}]}``
 =========================================  ===============================================
 
 No IO here; everything is a plain function of its arguments.
@@ -50,6 +52,7 @@ BROKER_SEQID_PATH = "/brokers/seqid"
 TOPICS_PATH = "/brokers/topics"
 DELETE_TOPICS_PATH = "/admin/delete_topics"
 PREFERRED_REPLICA_ELECTION_PATH = "/admin/preferred_replica_election"
+REASSIGN_PARTITIONS_PATH = "/admin/reassign_partitions"
 CONFIG_PATH = "/config"
 CONFIG_CHANGES_PATH = "/config/changes"
 ISR_CHANGE_NOTIFICATION_PATH = "/isr_change_notification"
@@ -88,6 +91,7 @@ PARTITION_STATE_VERSION = 1
 CONFIG_VERSION = 1
 ISR_CHANGE_VERSION = 1
 PREFERRED_REPLICA_ELECTION_VERSION = 1
+REASSIGN_PARTITIONS_VERSION = 1
 CONTROLLER_VERSION = 1
 
 
@@ -346,6 +350,80 @@ def with_topic_id(data: bytes, topic_id: uuid.UUID) -> bytes:
     return _dumps(js)
 
 
+@dataclass(frozen=True, slots=True)
+class ReplicaAssignment:
+    """One partition's replicas as the topic znode keeps them (Kafka ``ReplicaAssignment``).
+
+    During a reassignment (KIP-455) ``replicas`` is the full set RS = TRS + ORS (target
+    replicas first), ``adding_replicas`` = TRS - ORS and ``removing_replicas`` = ORS - TRS.
+    """
+
+    replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
+
+    @property
+    def is_being_reassigned(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        """TRS: the replicas once the reassignment is done."""
+        return tuple(r for r in self.replicas if r not in self.removing_replicas)
+
+    @property
+    def origin_replicas(self) -> tuple[int, ...]:
+        """ORS: the replicas before the reassignment began."""
+        return tuple(r for r in self.replicas if r not in self.adding_replicas)
+
+    def reassign_to(self, target: Iterable[int]) -> ReplicaAssignment:
+        """Kafka ``ReplicaAssignment.reassignTo``: the full assignment while moving from
+        the origin replicas to ``target`` (RS = TRS then ORS, without duplicates)."""
+        target = tuple(target)
+        origin = self.origin_replicas
+        full = tuple(dict.fromkeys(target + origin))
+        return ReplicaAssignment(
+            full,
+            tuple(r for r in full if r not in origin),
+            tuple(r for r in full if r not in target),
+        )
+
+
+def decode_replica_assignments(topic: str, data: bytes) -> dict[int, ReplicaAssignment]:
+    """Kafka ``TopicZNode.decode``: every partition with its adding and removing
+    replicas (absent in a version 1 znode)."""
+    js = _loads(data, f"topic {topic}")
+    try:
+        adding = js.get("adding_replicas") or {}
+        removing = js.get("removing_replicas") or {}
+        return {
+            int(p): ReplicaAssignment(
+                tuple(int(r) for r in replicas),
+                tuple(int(r) for r in adding.get(p, ())),
+                tuple(int(r) for r in removing.get(p, ())),
+            )
+            for p, replicas in (js.get("partitions") or {}).items()
+        }
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise ZkDataError(f"topic {topic}: bad assignment {data[:200]!r}") from exc
+
+
+def with_replica_assignments(data: bytes, assignments: Mapping[int, ReplicaAssignment]) -> bytes:
+    """The topic znode ``data`` with its partitions, adding and removing replicas replaced
+    by ``assignments``; the topic id and unknown fields are kept (version 3)."""
+    js = _loads(data, "topic")
+    if not isinstance(js, dict):
+        raise ZkDataError(f"topic: not a JSON object: {data[:200]!r}")
+    ordered = sorted(assignments.items())
+    js["version"] = max(int(js.get("version", 0)), TOPIC_ASSIGNMENT_VERSION)
+    js["partitions"] = {str(p): list(a.replicas) for p, a in ordered}
+    js["adding_replicas"] = {str(p): list(a.adding_replicas) for p, a in ordered if a.adding_replicas}
+    js["removing_replicas"] = {
+        str(p): list(a.removing_replicas) for p, a in ordered if a.removing_replicas
+    }
+    return _dumps(js)
+
+
 def _topic_id_text(topic_id: uuid.UUID) -> str:
     if topic_id == ZERO_UUID:
         raise ValueError("the zero Uuid is not a topic id")
@@ -456,3 +534,30 @@ def decode_preferred_replica_election(data: bytes) -> set[TopicPartition]:
         return {(str(e["topic"]), int(e["partition"])) for e in js.get("partitions", [])}
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise ZkDataError(f"preferred replica election: {data!r}") from exc
+
+
+# --- partition reassignment ----------------------------------------------------------------
+
+
+def encode_reassign_partitions(reassignments: Mapping[TopicPartition, Iterable[int]]) -> bytes:
+    """Kafka ``ReassignPartitionsZNode.encode`` (what kafka-reassign-partitions writes)."""
+    return _dumps(
+        {
+            "version": REASSIGN_PARTITIONS_VERSION,
+            "partitions": [
+                {"topic": t, "partition": p, "replicas": list(replicas)}
+                for (t, p), replicas in sorted(reassignments.items())
+            ],
+        }
+    )
+
+
+def decode_reassign_partitions(data: bytes) -> dict[TopicPartition, tuple[int, ...]]:
+    js = _loads(data, "reassign partitions")
+    try:
+        return {
+            (str(e["topic"]), int(e["partition"])): tuple(int(r) for r in e["replicas"])
+            for e in js.get("partitions", [])
+        }
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise ZkDataError(f"reassign partitions: {data[:200]!r}") from exc
