@@ -1,0 +1,190 @@
+"""The pure decisions of replica reassignment (KIP-455) and added partitions, on whole
+contexts: validation, phase A (RS recorded before the state, epoch bumped, LeaderAndIsr
+to all of RS, new replicas started), phase B (leader moved into TRS, removed replicas
+out of the ISR and deleted, RS = TRS written after the state), cancellation, the
+failover's resumption, and ``/admin/reassign_partitions`` bookkeeping."""
+
+from __future__ import annotations
+
+from replog.controller import partition_modifications, reassignment
+from replog.controller.context import (
+    ControllerContext,
+    LeaderAndIsr,
+    LeaderIsrAndControllerEpoch,
+    PartitionReplica,
+    ReplicaAssignment,
+    TopicPartition,
+)
+from replog.controller.effects import (
+    ControllerDecision,
+    UpdatePartitionState,
+    UpdateTopicAssignment,
+)
+from replog.controller.states import ReplicaState
+from replog.protocol.controller_schemas import LeaderAndIsrRequest, StopReplicaRequest
+from test_controller_decisions import apply, cluster, lai_partitions, requests_by_type
+
+T0 = TopicPartition("t", 0)
+
+
+def with_isr(ctx: ControllerContext, tp: TopicPartition, isr: tuple[int, ...]) -> ControllerContext:
+    """The context after the leader's ISR change was read back (an ISR notification)."""
+    ctx = ctx.copy()
+    old = ctx.partition_leadership[tp]
+    lai = old.leader_and_isr
+    ctx.partition_leadership[tp] = LeaderIsrAndControllerEpoch(
+        LeaderAndIsr(lai.leader, lai.leader_epoch, isr, lai.zk_version + 1), old.controller_epoch
+    )
+    return ctx
+
+
+def assignment_writes(d: ControllerDecision) -> list[UpdateTopicAssignment]:
+    return [w for w in d.zk_writes if isinstance(w, UpdateTopicAssignment)]
+
+
+def start(ctx: ControllerContext, target: list[int]) -> ControllerDecision:
+    d, outcomes = reassignment.on_partition_reassignment(ctx, {T0: tuple(target)})
+    assert outcomes[T0].error_code == reassignment.NONE, outcomes
+    return d
+
+
+def test_move_from_0_1_to_1_2_with_the_leader() -> None:
+    ctx = cluster([0, 1, 2], {"t": {0: [0, 1]}})
+    before = ctx.partition_leadership[T0].leader_and_isr
+    assert before.leader == 0
+
+    # Phase A: RS = TRS + ORS, adding [2], removing [0]; the znode is written first.
+    d = start(ctx, [1, 2])
+    ra = d.context.partition_reassignments[T0]
+    assert ra == ReplicaAssignment((1, 2, 0), (2,), (0,))
+    assert d.context.replicas_for(T0) == (1, 2, 0)
+    [write] = assignment_writes(d)
+    assert write.after_partition_states is False and write.assignments == {0: ra}
+    lai = d.context.partition_leadership[T0].leader_and_isr
+    assert (lai.leader, lai.isr, lai.leader_epoch) == (0, before.isr, before.leader_epoch + 1)
+    sent = requests_by_type(d)
+    for b in (0, 1, 2):
+        state = lai_partitions(sent[b][LeaderAndIsrRequest])[T0]
+        assert tuple(state.replicas) == (1, 2, 0)
+        assert tuple(state.adding_replicas) == (2,) and tuple(state.removing_replicas) == (0,)
+    assert lai_partitions(sent[2][LeaderAndIsrRequest])[T0].is_new
+    assert d.context.replica_state(PartitionReplica(T0, 2)) is ReplicaState.NewReplica
+    ctx = apply(d)
+
+    # An ISR change that does not hold every target yet changes nothing.
+    assert reassignment.completable(with_isr(ctx, T0, (0, 1)), [T0]) == []
+
+    # Phase B once 2 is in sync: leader 1 (first target in the ISR), 0 out and deleted.
+    ctx = with_isr(ctx, T0, (0, 1, 2))
+    assert reassignment.completable(ctx, [T0]) == [T0]
+    d = reassignment.on_isr_change(ctx, [T0])
+    lai = d.context.partition_leadership[T0].leader_and_isr
+    assert (lai.leader, set(lai.isr)) == (1, {1, 2})
+    writes = [w for w in d.zk_writes if isinstance(w, UpdatePartitionState)]
+    assert len(writes) == 1 and lai.leader_epoch == before.leader_epoch + 2
+    [write] = assignment_writes(d)
+    assert write.after_partition_states is True
+    assert write.assignments == {0: ReplicaAssignment((1, 2))}
+    assert T0 not in d.context.partition_reassignments
+    assert d.context.replicas_for(T0) == (1, 2)
+    sent = requests_by_type(d)
+    stop = sent[0][StopReplicaRequest]
+    assert [
+        (p.partition_index, p.delete_partition)
+        for t in stop.topic_states
+        for p in t.partition_states
+    ] == [(0, True)]
+    assert LeaderAndIsrRequest not in sent[0]
+    for b in (1, 2):
+        assert tuple(lai_partitions(sent[b][LeaderAndIsrRequest])[T0].replicas) == (1, 2)
+    assert PartitionReplica(T0, 0) not in d.context.replica_states
+    apply(d)
+
+
+def test_reorder_only_completes_at_once_and_keeps_the_leader() -> None:
+    ctx = cluster([0, 1], {"t": {0: [0, 1]}})
+    d = start(ctx, [1, 0])
+    assert d.context.replicas_for(T0) == (1, 0)
+    assert T0 not in d.context.partition_reassignments
+    assert d.context.partition_leadership[T0].leader_and_isr.leader == 0
+    assert [w.after_partition_states for w in assignment_writes(d)] == [True]
+
+
+def test_bad_input_changes_nothing() -> None:
+    ctx = cluster([0, 1], {"t": {0: [0, 1]}})
+    cases = {
+        TopicPartition("nope", 0): ((0,), reassignment.UNKNOWN_TOPIC_OR_PARTITION),
+        TopicPartition("t", 5): ((0,), reassignment.UNKNOWN_TOPIC_OR_PARTITION),
+        TopicPartition("t", 0): ((), reassignment.INVALID_REPLICA_ASSIGNMENT),
+    }
+    for tp, (target, code) in cases.items():
+        d, outcomes = reassignment.on_partition_reassignment(ctx, {tp: target})
+        assert outcomes[tp].error_code == code
+        assert not d.zk_writes and not d.requests()
+    for target in ((0, 0), (0, 7), (-1, 0)):
+        d, outcomes = reassignment.on_partition_reassignment(ctx, {T0: target})
+        assert outcomes[T0].error_code == reassignment.INVALID_REPLICA_ASSIGNMENT, target
+        assert not d.zk_writes and not d.requests()
+    d, outcomes = reassignment.on_partition_reassignment(ctx, {T0: None})
+    assert outcomes[T0].error_code == reassignment.NO_REASSIGNMENT_IN_PROGRESS
+    assert not d.zk_writes
+
+
+def test_cancel_reverts_and_deletes_the_adding_replica() -> None:
+    ctx = apply(start(cluster([0, 1, 2], {"t": {0: [0, 1]}}), [1, 2]))
+    d, outcomes = reassignment.on_partition_reassignment(ctx, {T0: None})
+    assert outcomes[T0].error_code == reassignment.NONE
+    # ORS is RS without the adding replicas, in RS order (TRS first), as Kafka's
+    # ``originReplicas``: the replica set comes back, its order may not.
+    assert d.context.replicas_for(T0) == (1, 0)
+    assert T0 not in d.context.partition_reassignments
+    assert d.context.partition_leadership[T0].leader_and_isr.leader == 0
+    stop = requests_by_type(d)[2][StopReplicaRequest]
+    assert all(p.delete_partition for t in stop.topic_states for p in t.partition_states)
+    assert {0: ReplicaAssignment((1, 0))} in [w.assignments for w in assignment_writes(d)]
+
+
+def test_failover_resumes_from_the_context_and_prunes_the_zk_entries() -> None:
+    ctx = apply(start(cluster([0, 1, 2], {"t": {0: [0, 1], 1: [0, 1]}}), [1, 2]))
+    targets = reassignment.ongoing_targets(ctx)
+    assert targets == {T0: (1, 2)}
+    # Resubmitting the same targets (a new controller): no znode write, a new epoch.
+    epoch = ctx.partition_leadership[T0].leader_and_isr.leader_epoch
+    d, _ = reassignment.on_partition_reassignment(ctx, targets)
+    assert not assignment_writes(d)
+    assert d.context.partition_leadership[T0].leader_and_isr.leader_epoch == epoch + 1
+    requested = {("t", 0): (1, 2), ("t", 1): (0, 1)}
+    assert reassignment.zk_entries_remaining(ctx, requested) == {T0: (1, 2)}
+    done = apply(reassignment.on_isr_change(with_isr(ctx, T0, (0, 1, 2)), [T0]))
+    assert reassignment.zk_entries_remaining(done, requested) == {}
+
+
+def test_dead_target_broker_is_refused() -> None:
+    ctx = cluster([0, 1, 2], {"t": {0: [0, 1]}})
+    ctx = ctx.copy()
+    del ctx.live_brokers[2]
+    d, outcomes = reassignment.on_partition_reassignment(ctx, {T0: (1, 2)})
+    assert outcomes[T0].error_code == reassignment.INVALID_REPLICA_ASSIGNMENT
+    assert "not alive" in (outcomes[T0].message or "")
+    assert not d.zk_writes
+
+
+def test_added_partitions_come_online() -> None:
+    ctx = cluster([0, 1, 2], {"t": {0: [0, 1]}})
+    d = partition_modifications.on_partition_modifications(
+        ctx, "t", {0: [0, 1], 1: [1, 2], 2: [2, 0]}
+    )
+    ctx2 = apply(d)
+    for p, leader in ((1, 1), (2, 2)):
+        lai = ctx2.partition_leadership[TopicPartition("t", p)].leader_and_isr
+        assert lai.leader == leader and lai.leader_epoch == 0
+    sent = requests_by_type(d)
+    assert TopicPartition("t", 1) in lai_partitions(sent[2][LeaderAndIsrRequest])
+    # Known partitions, unknown topics and topics being deleted: nothing.
+    assert not partition_modifications.on_partition_modifications(ctx2, "t", {0: [0, 1]}).zk_writes
+    assert not partition_modifications.on_partition_modifications(ctx2, "x", {0: [0]}).zk_writes
+    deleting = ctx.copy()
+    deleting.topics_to_be_deleted.add("t")
+    assert not partition_modifications.on_partition_modifications(
+        deleting, "t", {0: [0, 1], 1: [1, 2]}
+    ).zk_writes
