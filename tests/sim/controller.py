@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kazoo.exceptions import NoNodeError
 
@@ -46,7 +46,7 @@ from replog.controller.effects import ControllerDecision
 from replog.protocol.controller_schemas import LeaderAndIsrRequest
 from replog.replication.isr import IsrChangeProposal
 from replog.zk import data as zd
-from replog.zk.data import BrokerInfo, LeaderAndIsr, LeaderIsrAndControllerEpoch
+from replog.zk.data import BrokerInfo, LeaderAndIsr, LeaderIsrAndControllerEpoch, ReplicaAssignment
 from replog.zk.fencing import ControllerEpoch, ControllerMovedError
 from replog.zk.ops import ZkWriteError, ZkWriteResult
 from sim.network import ControllerWork, ZkPartitionState
@@ -171,6 +171,14 @@ class SimZooKeeper:
             t: {p: list(r) for p, r in self.assignments[t].items()}
             for t in topics
             if t in self.assignments
+        }
+
+    def get_replica_assignments(self, topics) -> dict[str, tuple[dict[int, Any], int]]:
+        """The topic znodes with their adding/removing replicas (none: the simulation
+        runs no reassignment) and a version."""
+        return {
+            t: ({p: ReplicaAssignment(tuple(r)) for p, r in a.items()}, 0)
+            for t, a in self.get_topic_assignments(topics).items()
         }
 
     def get_topics_marked_for_deletion(self) -> set[str]:
