@@ -282,7 +282,11 @@ def test_reassignment_survives_controller_failover_and_cancel_reverts(cluster_fa
         read = consume_all(cluster.bootstrap_servers([target_broker]), TOPIC, 1, expected=200)
         assert sorted(m.value() for m in read) == sorted(f"r{i}".encode() for i in range(200))
 
-        # Cancel: a move to `spare` while it is stopped, cancelled: back to the origin.
+        # Cancel: a move to a stopped broker (not the controller), cancelled: reverted.
+        # The CLI talks only to running brokers (a stopped one accepts TCP, never answers).
+        new_controller = zk.controller()[0]
+        spare = next(b for b in (spare, origin) if b != new_controller)
+        bootstrap = cluster.bootstrap_servers([b for b in range(4) if b not in (spare, controller)])
         spare_pid = cluster.broker_pid(spare)
         assert spare_pid is not None
         plan = cluster.broker_dir(spare).parent / "cancel.json"
