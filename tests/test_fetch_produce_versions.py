@@ -9,8 +9,9 @@
   fetch offset is answered with ``diverging_epoch`` and no records, at once (a long poll
   would outlast the client's timeout); an epoch the leader never had is
   OFFSET_OUT_OF_RANGE; a fetch within its epoch is read as usual.
-* KIP-951: a follower answers Produce v10+ and Fetch v16+ NOT_LEADER_OR_FOLLOWER with the
-  leader's id, epoch and endpoint; older versions carry none of it.
+* KIP-951: a follower, or a broker with no replica of a partition the cluster knows,
+  answers Produce v10+ and Fetch v16+ NOT_LEADER_OR_FOLLOWER with the leader's id, epoch
+  and endpoint; older versions carry none of it.
 """
 
 from __future__ import annotations
@@ -348,3 +349,40 @@ def test_a_follower_names_the_leader_in_fetch_answers(
     assert p.error_code == ErrorCode.none
     assert (p.current_leader.leader_id, p.current_leader.leader_epoch) == (-1, -1)
     assert len(bytes(p.records)) > 0
+
+
+def test_a_broker_without_a_replica_sends_clients_to_the_leader(two_brokers: LocalCluster) -> None:
+    """Stale metadata (the partition lives elsewhere): NOT_LEADER_OR_FOLLOWER and where the
+    leader is, as Kafka's getPartitionOrError; a partition nobody knows stays unknown."""
+    topic = "versions-elsewhere"
+    leader, other = two_brokers.broker_ids
+    bootstrap = two_brokers.bootstrap_servers()
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    new = NewTopic(topic, 1, replica_assignment=[[leader]])
+    admin.create_topics([new], operation_timeout=30)[topic].result(timeout=40)
+    wait_for_leaders(bootstrap, {topic: 1})
+    topic_id, leaders, _ = _metadata(two_brokers.port(other), topic)
+    assert leaders == {0: (leader, leaders[0][1])}
+    epoch = leaders[0][1]
+    endpoint = [(leader, "127.0.0.1", two_brokers.port(leader))]
+
+    response = _call(
+        two_brokers.port(other), _produce_request(10, topic, 0, simple_batch([b"lost?"]))
+    )
+    [answer] = response.responses[0].partition_responses
+    assert answer.error_code == ErrorCode.not_leader_or_follower
+    assert (answer.current_leader.leader_id, answer.current_leader.leader_epoch) == (leader, epoch)
+    assert [(n.node_id, n.host, n.port) for n in response.node_endpoints] == endpoint
+
+    response = _call(two_brokers.port(other), _fetch_request(16, [(topic_id, 0, 0)]))
+    [(_, p)] = _partitions(response)
+    assert p.error_code == ErrorCode.not_leader_or_follower
+    assert (p.current_leader.leader_id, p.current_leader.leader_epoch) == (leader, epoch)
+    assert [(n.node_id, n.host, n.port) for n in response.node_endpoints] == endpoint
+
+    response = _call(
+        two_brokers.port(other), _produce_request(10, topic, 7, simple_batch([b"nowhere"]))
+    )
+    [answer] = response.responses[0].partition_responses
+    assert answer.error_code == ErrorCode.unknown_topic_or_partition
+    assert not response.node_endpoints

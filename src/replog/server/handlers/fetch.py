@@ -21,7 +21,11 @@ from replog.protocol.wire import NodeEndpoint
 from replog.replication.fetch_rules import FetchPartitionRequest, check_last_fetched_epoch
 from replog.replication.replica_manager import ReplicaManager
 from replog.server.handlers.context import BrokerServices
-from replog.server.handlers.leader_discovery import NOT_LEADER_OR_FENCED_ERRORS, LeaderDiscovery
+from replog.server.handlers.leader_discovery import (
+    NOT_LEADER_OR_FENCED_ERRORS,
+    LeaderDiscovery,
+    not_hosted_error,
+)
 from replog.server.network import RequestContext
 
 ZERO_UUID = uuid.UUID(int=0)  # Kafka's Uuid.ZERO_UUID: no topic has it
@@ -82,10 +86,13 @@ async def handle_fetch(services: BrokerServices, ctx: RequestContext, request) -
             isolation_level=int(getattr(request, "isolation_level", 0)),
         )
         for (slot, topic_id), req, result in zip(read_slots, reads, results, strict=True):
+            error = result.error
+            if error == ErrorCode.unknown_topic_or_partition:
+                error = not_hosted_error(services, req.topic, req.partition)
             answers[slot] = FetchResponsePartitionData(
                 topic=req.topic,
                 partition=req.partition,
-                error_code=result.error,
+                error_code=error,
                 high_watermark=result.high_watermark,
                 last_stable_offset=result.last_stable_offset,
                 log_start_offset=result.log_start_offset,

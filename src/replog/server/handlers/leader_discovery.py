@@ -1,5 +1,10 @@
 """KIP-951 leader discovery: where a partition's leader is, in answers that say "not me".
 
+A partition this broker holds no replica of is "not me" too when the cluster knows
+it (Kafka's ``ReplicaManager.getPartitionOrError``): NOT_LEADER_OR_FOLLOWER, not
+UNKNOWN_TOPIC_OR_PARTITION, so a client with stale metadata (after a reassignment)
+is sent to the leader rather than told the partition does not exist.
+
 A Produce answer (v10+) of NOT_LEADER_OR_FOLLOWER, and a Fetch answer (v16+) of
 NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH, carry the partition's current
 leader and epoch, and the response lists those leaders' endpoints, so a client
@@ -23,6 +28,12 @@ NOT_LEADER_ERRORS = frozenset({ErrorCode.not_leader_or_follower})
 NOT_LEADER_OR_FENCED_ERRORS = frozenset(
     {ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch}
 )
+
+
+def not_hosted_error(services: BrokerServices, topic: str, partition: int) -> ErrorCode:
+    """The error for a partition with no replica on this broker."""
+    known = services.metadata_cache.partition(topic, partition) is not None
+    return ErrorCode.not_leader_or_follower if known else ErrorCode.unknown_topic_or_partition
 
 
 class LeaderDiscovery:

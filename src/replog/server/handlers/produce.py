@@ -7,7 +7,11 @@ from kio.schema.errors import ErrorCode
 from replog.protocol import frames, produce_codec
 from replog.replication.replica_manager import ProduceResult, now_ms
 from replog.server.handlers.context import BrokerServices
-from replog.server.handlers.leader_discovery import NOT_LEADER_ERRORS, LeaderDiscovery
+from replog.server.handlers.leader_discovery import (
+    NOT_LEADER_ERRORS,
+    LeaderDiscovery,
+    not_hosted_error,
+)
 from replog.server.network import RequestContext
 
 
@@ -41,6 +45,8 @@ async def handle_produce(services: BrokerServices, ctx: RequestContext, request)
     )
     answers = []
     for (topic, partition), result in results.items():
+        if result.error == ErrorCode.unknown_topic_or_partition:
+            result.error = not_hosted_error(services, topic, partition)
         leader = None
         if discovery is not None and result.error in NOT_LEADER_ERRORS:
             leader = discovery.current_leader(topic, partition)
