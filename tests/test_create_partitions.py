@@ -19,6 +19,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions
 
+from clients_util import wait_for_leaders
 from cluster_util import ZkView, consume_all, create_topic, producer, wait_for
 
 pytestmark = pytest.mark.timeout(300)
@@ -70,7 +71,10 @@ def test_create_partitions_online_at_once_and_bad_input(cluster_factory) -> None
         # the topic id is kept
         assert json.loads(zk.client.get(f"/brokers/topics/{TOPIC}")[0])["topic_id"] == topic_id
 
-        # The new partitions take writes at once.
+        # The new partitions take writes at once, once each broker's metadata has them
+        # (the controller's UpdateMetadata reaches brokers independently, as in Kafka).
+        for broker in cluster.broker_ids:
+            wait_for_leaders(f"127.0.0.1:{cluster.port(broker)}", {TOPIC: 5})
         prod = producer(bootstrap)
         errors: list[object] = []
         for p in range(5):
