@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
 
 from replog.controller import decisions
 from replog.controller.context import (
@@ -556,10 +557,10 @@ def test_controlled_shutdown_moves_leaders_and_isr() -> None:
 def test_controlled_shutdown_errors() -> None:
     ctx = cluster([1, 2], {"t": {0: [1, 2]}})
     assert (
-        decisions.on_controlled_shutdown(ctx, 9, 1)[1].error_code == decisions.BROKER_NOT_AVAILABLE
+        decisions.on_controlled_shutdown(ctx, 9, 1)[1].error_code == ErrorCode.broker_not_available
     )
     assert (
-        decisions.on_controlled_shutdown(ctx, 1, 99)[1].error_code == decisions.STALE_BROKER_EPOCH
+        decisions.on_controlled_shutdown(ctx, 1, 99)[1].error_code == ErrorCode.stale_broker_epoch
     )
 
 

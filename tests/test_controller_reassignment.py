@@ -6,6 +6,8 @@ failover's resumption, and ``/admin/reassign_partitions`` bookkeeping."""
 
 from __future__ import annotations
 
+from kio.schema.errors import ErrorCode
+
 from replog.controller import partition_modifications, reassignment
 from replog.controller.context import (
     ControllerContext,
@@ -44,7 +46,7 @@ def assignment_writes(d: ControllerDecision) -> list[UpdateTopicAssignment]:
 
 def start(ctx: ControllerContext, target: list[int]) -> ControllerDecision:
     d, outcomes = reassignment.on_partition_reassignment(ctx, {T0: tuple(target)})
-    assert outcomes[T0].error_code == reassignment.NONE, outcomes
+    assert outcomes[T0].error_code == ErrorCode.none, outcomes
     return d
 
 
@@ -113,9 +115,9 @@ def test_reorder_only_completes_at_once_and_keeps_the_leader() -> None:
 def test_bad_input_changes_nothing() -> None:
     ctx = cluster([0, 1], {"t": {0: [0, 1]}})
     cases = {
-        TopicPartition("nope", 0): ((0,), reassignment.UNKNOWN_TOPIC_OR_PARTITION),
-        TopicPartition("t", 5): ((0,), reassignment.UNKNOWN_TOPIC_OR_PARTITION),
-        TopicPartition("t", 0): ((), reassignment.INVALID_REPLICA_ASSIGNMENT),
+        TopicPartition("nope", 0): ((0,), ErrorCode.unknown_topic_or_partition),
+        TopicPartition("t", 5): ((0,), ErrorCode.unknown_topic_or_partition),
+        TopicPartition("t", 0): ((), ErrorCode.invalid_replica_assignment),
     }
     for tp, (target, code) in cases.items():
         d, outcomes = reassignment.on_partition_reassignment(ctx, {tp: target})
@@ -123,17 +125,17 @@ def test_bad_input_changes_nothing() -> None:
         assert not d.zk_writes and not d.requests()
     for target in ((0, 0), (0, 7), (-1, 0)):
         d, outcomes = reassignment.on_partition_reassignment(ctx, {T0: target})
-        assert outcomes[T0].error_code == reassignment.INVALID_REPLICA_ASSIGNMENT, target
+        assert outcomes[T0].error_code == ErrorCode.invalid_replica_assignment, target
         assert not d.zk_writes and not d.requests()
     d, outcomes = reassignment.on_partition_reassignment(ctx, {T0: None})
-    assert outcomes[T0].error_code == reassignment.NO_REASSIGNMENT_IN_PROGRESS
+    assert outcomes[T0].error_code == ErrorCode.no_reassignment_in_progress
     assert not d.zk_writes
 
 
 def test_cancel_reverts_and_deletes_the_adding_replica() -> None:
     ctx = apply(start(cluster([0, 1, 2], {"t": {0: [0, 1]}}), [1, 2]))
     d, outcomes = reassignment.on_partition_reassignment(ctx, {T0: None})
-    assert outcomes[T0].error_code == reassignment.NONE
+    assert outcomes[T0].error_code == ErrorCode.none
     # ORS is RS without the adding replicas, in RS order (TRS first), as Kafka's
     # ``originReplicas``: the replica set comes back, its order may not.
     assert d.context.replicas_for(T0) == (1, 0)
@@ -164,7 +166,7 @@ def test_dead_target_broker_is_refused() -> None:
     ctx = ctx.copy()
     del ctx.live_brokers[2]
     d, outcomes = reassignment.on_partition_reassignment(ctx, {T0: (1, 2)})
-    assert outcomes[T0].error_code == reassignment.INVALID_REPLICA_ASSIGNMENT
+    assert outcomes[T0].error_code == ErrorCode.invalid_replica_assignment
     assert "not alive" in (outcomes[T0].message or "")
     assert not d.zk_writes
 

@@ -3,6 +3,8 @@ unclean), the auto leader rebalance, and what a controlled shutdown means for th
 
 from __future__ import annotations
 
+from kio.schema.errors import ErrorCode
+
 from replog.controller import decisions
 from replog.controller.context import (
     ControllerContext,
@@ -53,7 +55,7 @@ def test_preferred_election_moves_leadership_back_with_a_new_leader_epoch() -> N
     epoch = ctx.partition_leadership[tp].leader_and_isr.leader_epoch
     d, outcomes = decisions.on_replica_election(ctx, [tp], PREFERRED)
     new = apply(d)
-    assert outcomes == {tp: decisions.ElectionOutcome(decisions.NONE, 1)}
+    assert outcomes == {tp: decisions.ElectionOutcome(ErrorCode.none, 1)}
     assert leader(new, tp) == 1
     assert new.partition_leadership[tp].leader_and_isr.leader_epoch == epoch + 1
     assert new.partition_leadership[tp].leader_and_isr.isr == (2, 3, 1)
@@ -72,10 +74,10 @@ def test_preferred_election_errors_per_partition() -> None:
     assert leader(ctx, lagging) == 3
     unknown, gone = TopicPartition("t", 7), TopicPartition("nope", 0)
     d, outcomes = decisions.on_replica_election(ctx, [led, lagging, unknown, gone], PREFERRED)
-    assert outcomes[led].error_code == decisions.ELECTION_NOT_NEEDED
-    assert outcomes[lagging].error_code == decisions.PREFERRED_LEADER_NOT_AVAILABLE
-    assert outcomes[unknown].error_code == decisions.UNKNOWN_TOPIC_OR_PARTITION
-    assert outcomes[gone].error_code == decisions.UNKNOWN_TOPIC_OR_PARTITION
+    assert outcomes[led].error_code == ErrorCode.election_not_needed
+    assert outcomes[lagging].error_code == ErrorCode.preferred_leader_not_available
+    assert outcomes[unknown].error_code == ErrorCode.unknown_topic_or_partition
+    assert outcomes[gone].error_code == ErrorCode.unknown_topic_or_partition
     assert not d.zk_writes and not d.requests()
 
 
@@ -87,13 +89,13 @@ def test_unclean_election_only_for_partitions_without_a_live_leader() -> None:
     assert leader(ctx, offline) == -1  # unclean elections are off for the topic
     d, outcomes = decisions.on_replica_election(ctx, [offline, fine], UNCLEAN)
     new = apply(d)
-    assert outcomes[fine].error_code == decisions.ELECTION_NOT_NEEDED
-    assert outcomes[offline] == decisions.ElectionOutcome(decisions.NONE, 2)
+    assert outcomes[fine].error_code == ErrorCode.election_not_needed
+    assert outcomes[offline] == decisions.ElectionOutcome(ErrorCode.none, 2)
     assert new.partition_leadership[offline].leader_and_isr.isr == (2,)
     # And with no live replica at all, nobody is eligible.
     ctx = apply(decisions.on_broker_failure(ctx, [2]))
     _, outcomes = decisions.on_replica_election(ctx, [offline], UNCLEAN)
-    assert outcomes[offline].error_code == decisions.ELIGIBLE_LEADERS_NOT_AVAILABLE
+    assert outcomes[offline].error_code == ErrorCode.eligible_leaders_not_available
 
 
 def test_auto_rebalance_over_the_imbalance_threshold_only() -> None:
@@ -135,11 +137,11 @@ def test_controlled_shutdown_then_elections_avoid_the_shutting_down_broker() -> 
     # preferred election nor the auto rebalance gives leadership back to it.
     ctx = with_isr(ctx, tp, (2, 3, 1))
     _, outcomes = decisions.on_replica_election(ctx, [tp], PREFERRED)
-    assert outcomes[tp].error_code == decisions.PREFERRED_LEADER_NOT_AVAILABLE
+    assert outcomes[tp].error_code == ErrorCode.preferred_leader_not_available
     assert decisions.auto_rebalance_candidates(ctx, 0) == []
     # A second request (a retry) is answered the same, and moves nothing.
     d, again = decisions.on_controlled_shutdown(ctx, 1, 100)
-    assert again.error_code == decisions.NONE and again.remaining == ()
+    assert again.error_code == ErrorCode.none and again.remaining == ()
     assert all(w.state.leader_and_isr.leader != 1 for w in d.zk_writes)
     # Once it has stopped and registered again, it is a candidate like any other.
     ctx = bounced(apply(d), 1)

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from replog.config import KafkaConfig
 from replog.controller import controller_zk, decisions
 from replog.controller import events as ev
@@ -730,7 +732,7 @@ class KafkaController:
             errors = {
                 tp: o.error_code
                 for tp, o in outcomes.items()
-                if o.error_code not in (0, decisions.ELECTION_NOT_NEEDED)
+                if o.error_code not in (ErrorCode.none, ErrorCode.election_not_needed)
             }
             what = "preferred" if e.election_type == decisions.PREFERRED_ELECTION else "unclean"
             self._report(f"{what} replica leader election by {e.trigger.value}", applied)

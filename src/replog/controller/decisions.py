@@ -17,6 +17,8 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from kio.schema.errors import ErrorCode
+
 from replog.controller import topic_deletion
 from replog.controller.context import (
     NO_LEADER,
@@ -42,11 +44,6 @@ log = logging.getLogger("replog.controller")
 
 _P = PartitionState
 _R = ReplicaState
-
-# Kafka error codes used in the controlled shutdown answer.
-NONE = 0
-BROKER_NOT_AVAILABLE = 8
-STALE_BROKER_EPOCH = 77
 
 
 def on_controller_failover(context: ControllerContext) -> ControllerDecision:
@@ -370,7 +367,7 @@ def on_stop_replica_response(
     failed: list[PartitionReplica] = []
     for tp, code in partition_errors.items():
         replica = PartitionReplica(TopicPartition(tp[0], tp[1]), broker_id)
-        (failed if error_code != NONE or code != NONE else ok).append(replica)
+        (failed if error_code != ErrorCode.none or code != ErrorCode.none else ok).append(replica)
     if failed:
         topic_deletion.fail_replica_deletion(d, failed)
     if ok:
@@ -423,9 +420,9 @@ def on_controlled_shutdown(
     d = ControllerDecision(context)
     ctx = d.context
     if broker_id not in ctx.live_brokers:
-        return d, ControlledShutdownResult(BROKER_NOT_AVAILABLE, ())
+        return d, ControlledShutdownResult(ErrorCode.broker_not_available, ())
     if is_stale_broker_epoch(broker_epoch, ctx.broker_epoch(broker_id)):
-        return d, ControlledShutdownResult(STALE_BROKER_EPOCH, ())
+        return d, ControlledShutdownResult(ErrorCode.stale_broker_epoch, ())
     ctx.shutting_down_broker_ids.add(broker_id)
     led: list[TopicPartition] = []
     followed: list[PartitionReplica] = []
@@ -447,7 +444,7 @@ def on_controlled_shutdown(
         if (state := ctx.partition_leadership.get(tp)) is not None
         and state.leader_and_isr.leader == broker_id
     )
-    return d, ControlledShutdownResult(NONE, remaining)
+    return d, ControlledShutdownResult(ErrorCode.none, remaining)
 
 
 def on_preferred_replica_election(
@@ -486,13 +483,6 @@ def on_unclean_leader_election_enable(
 PREFERRED_ELECTION = 0
 UNCLEAN_ELECTION = 1
 
-# Kafka error codes of an election's per-partition answer.
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_TOPIC_EXCEPTION = 17
-PREFERRED_LEADER_NOT_AVAILABLE = 80
-ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
-ELECTION_NOT_NEEDED = 84
-
 
 @dataclass(frozen=True, slots=True)
 class ElectionOutcome:
@@ -530,21 +520,21 @@ def on_replica_election(
         replicas = ctx.replicas_for(tp) if tp[0] in ctx.partition_assignments else ()
         if not replicas:
             outcomes[tp] = ElectionOutcome(
-                UNKNOWN_TOPIC_OR_PARTITION, message="The partition does not exist."
+                ErrorCode.unknown_topic_or_partition, message="The partition does not exist."
             )
         elif tp[0] in ctx.topics_to_be_deleted:
             outcomes[tp] = ElectionOutcome(
-                INVALID_TOPIC_EXCEPTION, message="The topic is being deleted"
+                ErrorCode.invalid_topic_exception, message="The topic is being deleted"
             )
         elif election_type == PREFERRED_ELECTION:
             if state is not None and state.leader_and_isr.leader == replicas[0]:
-                outcomes[tp] = ElectionOutcome(ELECTION_NOT_NEEDED)
+                outcomes[tp] = ElectionOutcome(ErrorCode.election_not_needed)
             else:
                 electable.append(tp)
         else:
             leader = state.leader_and_isr.leader if state is not None else NO_LEADER
             if leader != NO_LEADER and leader in live:
-                outcomes[tp] = ElectionOutcome(ELECTION_NOT_NEEDED)
+                outcomes[tp] = ElectionOutcome(ErrorCode.election_not_needed)
             else:
                 electable.append(tp)
     if election_type == PREFERRED_ELECTION:
@@ -554,21 +544,23 @@ def on_replica_election(
         failed |= set(
             partition_state_change(d, online, _P.OnlinePartition, PreferredReplicaElection())
         )
-        error = PREFERRED_LEADER_NOT_AVAILABLE
+        error = ErrorCode.preferred_leader_not_available
     else:
         failed = set(
             partition_state_change(
                 d, electable, _P.OnlinePartition, OfflineElection(allow_unclean=True)
             )
         )
-        error = ELIGIBLE_LEADERS_NOT_AVAILABLE
+        error = ErrorCode.eligible_leaders_not_available
     for tp in electable:
         if tp in failed:
             outcomes[tp] = ElectionOutcome(
                 error, message=f"Failed to elect leader for partition {tp[0]}-{tp[1]}"
             )
         else:
-            outcomes[tp] = ElectionOutcome(NONE, ctx.partition_leadership[tp].leader_and_isr.leader)
+            outcomes[tp] = ElectionOutcome(
+                ErrorCode.none, ctx.partition_leadership[tp].leader_and_isr.leader
+            )
     return d, outcomes
 
 

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.errors import ErrorCode
+
 from replog.controller import events as ev
 from replog.controller import partition_modifications, reassignment
 from replog.controller.context import ControllerContext, ReplicaAssignment, TopicPartition
@@ -208,7 +210,7 @@ class ClusterOperations:
         requested = {TopicPartition(*tp): t for tp, t in read[0].items()}
         self._zk_handled = dict(requested)
         outcomes = await self._reassign(requested, q.enqueue_time_s, "reassignment by ZooKeeper")
-        failed = {tp: o for tp, o in outcomes.items() if o.error_code != reassignment.NONE}
+        failed = {tp: o for tp, o in outcomes.items() if o.error_code != ErrorCode.none}
         if failed:
             log.warning(
                 "controller: /admin/reassign_partitions entries refused: %s",

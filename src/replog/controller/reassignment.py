@@ -31,6 +31,8 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from kio.schema.errors import ErrorCode
+
 from replog.controller.context import (
     ControllerContext,
     PartitionReplica,
@@ -45,12 +47,6 @@ from replog.controller.states import REPLICA_VALID_PREVIOUS_STATES, PartitionSta
 log = logging.getLogger("replog.controller.reassignment")
 
 _R = ReplicaState
-
-# Kafka error codes of AlterPartitionReassignments / ListPartitionReassignments.
-NONE = 0
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_REPLICA_ASSIGNMENT = 39
-NO_REASSIGNMENT_IN_PROGRESS = 85
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,32 +70,36 @@ def validate(
     ``target`` None is a cancellation."""
     ctx = context
     if not ctx.replicas_for(tp) or ctx.is_topic_queued_for_deletion(tp[0]):
-        return ReassignmentOutcome(UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
+        return ReassignmentOutcome(
+            ErrorCode.unknown_topic_or_partition, "The partition does not exist."
+        )
     if target is None:
         if tp not in ctx.partition_reassignments:
             return ReassignmentOutcome(
-                NO_REASSIGNMENT_IN_PROGRESS,
+                ErrorCode.no_reassignment_in_progress,
                 f"No reassignment is in progress for partition {tp[0]}-{tp[1]}",
             )
         return None
     if not target:
         return ReassignmentOutcome(
-            INVALID_REPLICA_ASSIGNMENT, "Empty replica list specified in partition reassignment."
+            ErrorCode.invalid_replica_assignment,
+            "Empty replica list specified in partition reassignment.",
         )
     if len(set(target)) != len(target):
         return ReassignmentOutcome(
-            INVALID_REPLICA_ASSIGNMENT,
+            ErrorCode.invalid_replica_assignment,
             f"Duplicate replica ids in partition reassignment replica list: {list(target)}",
         )
     if any(r < 0 for r in target):
         return ReassignmentOutcome(
-            INVALID_REPLICA_ASSIGNMENT, f"Invalid broker id in replica list: {list(target)}"
+            ErrorCode.invalid_replica_assignment,
+            f"Invalid broker id in replica list: {list(target)}",
         )
     adding = full_assignment(ctx, tp).reassign_to(target).adding_replicas
     live = ctx.live_broker_ids
     if not set(adding) <= live:
         return ReassignmentOutcome(
-            INVALID_REPLICA_ASSIGNMENT,
+            ErrorCode.invalid_replica_assignment,
             f"Replica assignment has brokers that are not alive. Replica list: "
             f"{list(adding)}, live broker list: {sorted(live)}",
         )
@@ -132,7 +132,7 @@ def on_partition_reassignment(
             _complete(d, tp, wanted)
         else:
             _start(d, tp, wanted)
-        outcomes[tp] = ReassignmentOutcome(NONE)
+        outcomes[tp] = ReassignmentOutcome(ErrorCode.none)
     return d, outcomes
 
 

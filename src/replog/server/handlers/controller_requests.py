@@ -107,7 +107,7 @@ class ControllerRequests:
                 outcomes = await self._wait_for_leaders(answer, started + timeout_s)
         if everything:
             outcomes = {
-                tp: o for tp, o in outcomes.items() if o.error_code != decisions.ELECTION_NOT_NEEDED
+                tp: o for tp, o in outcomes.items() if o.error_code != ErrorCode.election_not_needed
             }
         return _elect_leaders_response(ctx.api_version, error, outcomes)
 
