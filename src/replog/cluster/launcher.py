@@ -20,14 +20,17 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 from kio.schema.metadata.v8.request import MetadataRequest
 
 from replog.cluster.zookeeper import start_zookeeper, stop_zookeeper
 from replog.protocol.client import KafkaConnection
+from replog.zk import data as zk_data
 
 STATE_FILE = "cluster.json"
 
@@ -66,6 +69,19 @@ def _read_pid(path: Path) -> int | None:
         return int(path.read_text().strip())
     except (OSError, ValueError):
         return None
+
+
+class RollFailed(Exception):
+    """A rolling restart stopped; the message is the one-line reason."""
+
+
+@dataclass
+class UnderReplicated:
+    topic: str
+    partition: int
+    replicas: list[int]
+    isr: list[int]
+    leader: int
 
 
 @dataclass
@@ -203,16 +219,18 @@ class LocalCluster:
         os.kill(pid, sig)
         return pid
 
-    def stop_broker(self, broker_id: int, timeout_s: float = 60) -> None:
-        """SIGTERM, wait for a clean exit, SIGKILL past the timeout. With
+    def stop_broker(self, broker_id: int, timeout_s: float = 60) -> bool:
+        """SIGTERM, wait for a clean exit, SIGKILL past the timeout (then False). With
         ``controlled.shutdown.enable`` (the default) the broker first moves its
         leaderships away (``replog.server.controlled_shutdown``)."""
         pid = self._signal_broker(broker_id, signal.SIGTERM)
         if pid is None:
-            return
+            return True
         if not _wait_dead(pid, timeout_s):
             os.kill(pid, signal.SIGKILL)
             _wait_dead(pid, 10)
+            return False
+        return True
 
     def kill_broker(self, broker_id: int) -> None:
         pid = self._signal_broker(broker_id, signal.SIGKILL)
@@ -262,6 +280,104 @@ class LocalCluster:
         finally:
             client.stop()
             client.close()
+
+    def under_replicated(self) -> list[UnderReplicated]:
+        """Every partition whose ISR (ZooKeeper's state znode) is not its full replica set,
+        or that has no leader. Reads every topic and state znode in batches."""
+        client = self._zk()
+        try:
+            if not client.exists(zk_data.TOPICS_PATH):
+                return []
+            topics = sorted(client.get_children(zk_data.TOPICS_PATH))
+            pending = [(t, client.get_async(zk_data.topic_path(t))) for t in topics]
+            replicas: dict[tuple[str, int], list[int]] = {}
+            for topic, result in pending:
+                data, _ = result.get(timeout=10)
+                for p, r in zk_data.decode_topic_assignment(topic, data).items():
+                    replicas[(topic, p)] = list(r)
+            states = [
+                (tp, client.get_async(zk_data.partition_state_path(*tp))) for tp in sorted(replicas)
+            ]
+            out = []
+            for (topic, p), result in states:
+                try:
+                    data, stat = result.get(timeout=10)
+                except NoNodeError:
+                    out.append(UnderReplicated(topic, p, replicas[(topic, p)], [], -1))
+                    continue
+                lai = zk_data.decode_partition_state(data, stat.version).leader_and_isr
+                if lai.leader < 0 or set(lai.isr) != set(replicas[(topic, p)]):
+                    out.append(
+                        UnderReplicated(topic, p, replicas[(topic, p)], list(lai.isr), lai.leader)
+                    )
+            return out
+        finally:
+            client.stop()
+            client.close()
+
+    def wait_full_isr(self, timeout_s: float) -> None:
+        """Until every partition's ISR is its full replica set; TimeoutError names the
+        partitions still short past ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            short = self.under_replicated()
+            if not short:
+                return
+            if time.monotonic() > deadline:
+                names = ", ".join(f"{u.topic}-{u.partition}" for u in short[:5])
+                more = f" and {len(short) - 5} more" if len(short) > 5 else ""
+                raise TimeoutError(
+                    f"{len(short)} partition(s) without a full ISR after {timeout_s:.0f} s: "
+                    f"{names}{more}"
+                )
+            time.sleep(0.2)
+
+    def roll(
+        self,
+        progress: Callable[[str], None],
+        *,
+        isr_timeout_s: float = 300,
+        stop_timeout_s: float = 60,
+        start_timeout_s: float = 120,
+    ) -> None:
+        """A rolling restart: each broker in turn (the controller last, so the controller
+        moves once) is stopped by SIGTERM to its pid (a controlled shutdown unless
+        disabled), started again, and every partition's ISR must be full again before the
+        next one. Raises ``RollFailed`` with a one-line reason."""
+        for broker_id in self.broker_ids:
+            pid = self.broker_pid(broker_id)
+            if pid is None or not pid_alive(pid):
+                raise RollFailed(f"broker {broker_id} is not running; start it before a roll")
+        try:
+            self.wait_full_isr(isr_timeout_s)
+        except TimeoutError as exc:
+            raise RollFailed(f"not rolling: {exc}") from exc
+        controller = self.controller_id()
+        order = [b for b in self.broker_ids if b != controller]
+        order += [b for b in self.broker_ids if b == controller]
+        started = time.monotonic()
+        for n, broker_id in enumerate(order, 1):
+            t0 = time.monotonic()
+            progress(f"[{n}/{len(order)}] stopping broker {broker_id} (controlled shutdown)")
+            if not self.stop_broker(broker_id, stop_timeout_s):
+                progress(f"broker {broker_id} did not exit in {stop_timeout_s:.0f} s; killed it")
+            stopped = time.monotonic()
+            progress(f"[{n}/{len(order)}] broker {broker_id} stopped in {stopped - t0:.2f} s")
+            try:
+                self.start_broker(broker_id, wait_s=start_timeout_s)
+            except (RuntimeError, TimeoutError) as exc:
+                first = str(exc).splitlines()[0]
+                raise RollFailed(f"broker {broker_id} did not come back: {first}") from exc
+            back = time.monotonic()
+            progress(
+                f"[{n}/{len(order)}] broker {broker_id} serving again in {back - stopped:.2f} s"
+            )
+            try:
+                self.wait_full_isr(isr_timeout_s)
+            except TimeoutError as exc:
+                raise RollFailed(f"after restarting broker {broker_id}: {exc}") from exc
+            progress(f"[{n}/{len(order)}] every ISR full again in {time.monotonic() - back:.2f} s")
+        progress(f"rolled {len(order)} brokers in {time.monotonic() - started:.1f} s")
 
     def wait_until_ready(self, broker_ids: list[int], wait_s: float) -> None:
         deadline = time.monotonic() + wait_s
