@@ -100,6 +100,19 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any], str]] = {
         "5000",
     ),
     "num.replica.fetchers": ("num_replica_fetchers", _int, "1"),
+    # Replication throttling (KIP-73): dynamic per broker; Long.MAX_VALUE is unthrottled.
+    "leader.replication.throttled.rate": (
+        "leader_replication_throttled_rate",
+        _int,
+        "9223372036854775807",
+    ),
+    "follower.replication.throttled.rate": (
+        "follower_replication_throttled_rate",
+        _int,
+        "9223372036854775807",
+    ),
+    "replication.quota.window.num": ("replication_quota_window_num", _int, "11"),
+    "replication.quota.window.size.seconds": ("replication_quota_window_size_seconds", _int, "1"),
     "request.timeout.ms": ("request_timeout_ms", _int, "30000"),
     "controller.socket.timeout.ms": ("controller_socket_timeout_ms", _int, "30000"),
     "controlled.shutdown.enable": ("controlled_shutdown_enable", _bool, "true"),
@@ -137,6 +150,8 @@ _LONG_KEYS = frozenset(
         "replica.fetch.backoff.ms",
         "controlled.shutdown.retry.backoff.ms",
         "leader.imbalance.check.interval.seconds",
+        "leader.replication.throttled.rate",
+        "follower.replication.throttled.rate",
     }
 )
 KEY_TYPES: dict[str, str] = {
@@ -183,6 +198,10 @@ class KafkaConfig:
     replica_fetch_backoff_ms: int
     replica_high_watermark_checkpoint_interval_ms: int
     num_replica_fetchers: int
+    leader_replication_throttled_rate: int
+    follower_replication_throttled_rate: int
+    replication_quota_window_num: int
+    replication_quota_window_size_seconds: int
     request_timeout_ms: int
     controller_socket_timeout_ms: int
     controlled_shutdown_enable: bool
@@ -250,6 +269,17 @@ class KafkaConfig:
         need(self.min_insync_replicas >= 1, "min.insync.replicas", "must be >= 1")
         need(self.replica_lag_time_max_ms >= 1, "replica.lag.time.max.ms", "must be >= 1")
         need(self.num_replica_fetchers >= 1, "num.replica.fetchers", "must be >= 1")
+        for key, rate in (
+            ("leader.replication.throttled.rate", self.leader_replication_throttled_rate),
+            ("follower.replication.throttled.rate", self.follower_replication_throttled_rate),
+        ):
+            need(rate >= 0, key, "must be >= 0")
+        need(self.replication_quota_window_num >= 2, "replication.quota.window.num", "must be >= 2")
+        need(
+            self.replication_quota_window_size_seconds >= 1,
+            "replication.quota.window.size.seconds",
+            "must be >= 1",
+        )
         need(
             self.log_message_timestamp_type in ("CreateTime", "LogAppendTime"),
             "log.message.timestamp.type",

@@ -3,6 +3,7 @@
     replog reassign --bootstrap-server H:P --generate \\
         --topics-to-move-json-file F --broker-list 1,2,3
     replog reassign --bootstrap-server H:P --execute --reassignment-json-file F [--wait]
+        [--throttle BYTES_PER_S]
     replog reassign --bootstrap-server H:P --verify --reassignment-json-file F
     replog reassign --bootstrap-server H:P --cancel --reassignment-json-file F
     replog reassign --bootstrap-server H:P --list
@@ -15,6 +16,14 @@ and sends AlterPartitionReassignments to the controller (``--wait`` then prints
 progress until every move is done); ``--verify`` tells which are done; ``--cancel``
 reverts the listed partitions to their original replicas. Exits 1 with a one-line
 reason on failure, 2 on bad arguments.
+
+``--throttle B`` (Kafka's KIP-73 throttle): ``--execute`` first sets
+``leader.replication.throttled.rate`` and ``follower.replication.throttled.rate`` to B
+bytes/s on every broker of the moving partitions (current and target replicas), and on
+each moving partition's topic ``leader.replication.throttled.replicas`` to its current
+replicas and ``follower.replication.throttled.replicas`` to the replicas it adds.
+``--verify`` removes both, from every broker and every topic of the file, once every
+reassignment of the file is done, as ``kafka-reassign-partitions.sh`` does.
 """
 
 from __future__ import annotations
@@ -31,14 +40,19 @@ from typing import Any
 
 from kio.schema.alter_partition_reassignments.v0 import request as alter_req
 from kio.schema.errors import ErrorCode
+from kio.schema.incremental_alter_configs.v1 import request as configs_req
 from kio.schema.list_partition_reassignments.v0 import request as list_req
 from kio.schema.metadata.v8 import request as metadata_req
-from kio.static.primitive import i32, i32Timedelta
+from kio.static.primitive import i8, i32, i32Timedelta
 
 from replog.controller import placement
 from replog.protocol.client import KafkaConnection
 
 TIMEOUT_MS = 30_000
+TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4  # Kafka ConfigResource.Type
+SET, DELETE = 0, 1  # Kafka AlterConfigOp.OpType
+RATE_KEYS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+REPLICA_KEYS = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
 TopicPartition = tuple[str, int]
 
 
@@ -194,6 +208,69 @@ class Cluster:
                     )
         return failed
 
+    async def alter_configs(
+        self, resource_type: int, name: str, changes: dict[str, str | None], broker: Any = None
+    ) -> None:
+        """IncrementalAlterConfigs of one resource (SET, or DELETE for None); a broker's
+        own configs go to that broker."""
+        assert self.conn is not None
+        body = configs_req.IncrementalAlterConfigsRequest(
+            resources=(
+                configs_req.AlterConfigsResource(
+                    resource_type=i8(resource_type),
+                    resource_name=name,
+                    configs=tuple(
+                        configs_req.AlterableConfig(
+                            name=k, config_operation=i8(DELETE if v is None else SET), value=v
+                        )
+                        for k, v in changes.items()
+                    ),
+                ),
+            ),
+            validate_only=False,
+        )
+        if broker is None:
+            response = await self.conn.request(body)
+        else:
+            conn = KafkaConnection(broker.host, int(broker.port), client_id="replog-reassign")
+            await conn.connect()
+            try:
+                response = await conn.request(body)
+            finally:
+                await conn.close()
+        result = response.responses[0]
+        if result.error_code != ErrorCode.none:
+            what = f"topic {name}" if resource_type == TOPIC_RESOURCE else f"broker {name}"
+            raise CommandError(
+                f"cannot change the throttle configs of {what}: "
+                f"{result.error_code.name.upper()}: {result.error_message or ''}"
+            )
+
+    async def set_broker_configs(self, brokers: list[int], changes: dict[str, str | None]) -> None:
+        md = await self.refresh([])
+        known = {int(b.node_id): b for b in md.brokers}
+        for broker_id in brokers:
+            if broker_id in known:
+                await self.alter_configs(BROKER_RESOURCE, str(broker_id), changes, known[broker_id])
+
+
+def throttled_replicas(
+    plan: dict[TopicPartition, list[int]], current: dict[TopicPartition, list[int]]
+) -> dict[str, dict[str, str]]:
+    """Per topic: the leader throttle on every current replica of a moving partition, the
+    follower throttle on the replicas it adds (Kafka ``ReassignPartitionsCommand``)."""
+    out: dict[str, dict[str, str]] = {}
+    for (t, p), target in sorted(plan.items()):
+        existing = current.get((t, p), [])
+        if existing == target:
+            continue
+        leader = [f"{p}:{b}" for b in existing]
+        follower = [f"{p}:{b}" for b in target if b not in existing]
+        entry = out.setdefault(t, {REPLICA_KEYS[0]: "", REPLICA_KEYS[1]: ""})
+        for key, items in zip(REPLICA_KEYS, (leader, follower), strict=True):
+            entry[key] = ",".join(x for x in (entry[key], *items) if x)
+    return out
+
 
 def _failure(verb: str, failed: dict[TopicPartition, str]) -> CommandError:
     parts = "; ".join(f"{t}-{p}: {why}" for (t, p), why in sorted(failed.items()))
@@ -250,12 +327,41 @@ async def _execute(args: argparse.Namespace, cluster: Cluster) -> None:
     print(_plan_json({tp: r for tp, r in current.items() if tp in plan}))
     print()
     print("Save this to use as the --reassignment-json-file option during rollback")
+    if args.throttle is not None:
+        await _set_throttle(cluster, plan, current, args.throttle)
     failed = await cluster.alter(dict(plan))
     if failed:
         raise _failure("reassigning", failed)
     print(f"Successfully started partition reassignments for {_names(list(plan))}")
     if args.wait:
         await _wait(cluster, list(plan))
+
+
+async def _set_throttle(
+    cluster: Cluster,
+    plan: dict[TopicPartition, list[int]],
+    current: dict[TopicPartition, list[int]],
+    rate: int,
+) -> None:
+    brokers = sorted({b for tp in plan for b in (*plan[tp], *current.get(tp, []))})
+    for topic, changes in sorted(throttled_replicas(plan, current).items()):
+        await cluster.alter_configs(TOPIC_RESOURCE, topic, dict(changes))
+    await cluster.set_broker_configs(brokers, dict.fromkeys(RATE_KEYS, str(rate)))
+    print(
+        "Warning: You must run --verify periodically, until the reassignment completes, to "
+        "ensure the throttle is removed."
+    )
+    print(f"The inter-broker throttle limit was set to {rate} B/s")
+
+
+async def _clear_throttle(cluster: Cluster, plan: dict[TopicPartition, list[int]]) -> None:
+    md = await cluster.refresh([])
+    brokers = sorted(int(b.node_id) for b in md.brokers)
+    await cluster.set_broker_configs(brokers, dict.fromkeys(RATE_KEYS))
+    print(f"Clearing broker-level throttles on brokers {','.join(map(str, brokers))}")
+    for topic in sorted({t for t, _ in plan}):
+        await cluster.alter_configs(TOPIC_RESOURCE, topic, dict.fromkeys(REPLICA_KEYS))
+        print(f"Clearing topic-level throttles on topic {topic}")
 
 
 async def _wait(cluster: Cluster, tps: list[TopicPartition]) -> None:
@@ -284,6 +390,7 @@ async def _verify(args: argparse.Namespace, cluster: Cluster) -> None:
     current = cluster.assignment({t for t, _ in plan})
     print("Status of partition reassignment:")
     wrong = []
+    in_progress = [tp for tp in plan if tp in ongoing]
     for (t, p), target in sorted(plan.items()):
         if (t, p) in ongoing:
             print(f"Reassignment of partition {t}-{p} is still in progress.")
@@ -297,6 +404,8 @@ async def _verify(args: argparse.Namespace, cluster: Cluster) -> None:
             wrong.append((t, p))
     if wrong:
         raise CommandError(f"{len(wrong)} partition(s) are not at their target replicas")
+    if not in_progress:
+        await _clear_throttle(cluster, plan)
 
 
 async def _cancel(args: argparse.Namespace, cluster: Cluster) -> None:
@@ -347,6 +456,9 @@ def _main(args: argparse.Namespace) -> int:
             "replog: --generate needs --topics-to-move-json-file and --broker-list", file=sys.stderr
         )
         return 2
+    if args.throttle is not None and (args.action != "execute" or args.throttle < 0):
+        print("replog: --throttle is a rate >= 0 given with --execute", file=sys.stderr)
+        return 2
     if args.action in ("execute", "verify", "cancel") and not args.reassignment_json_file:
         print(f"replog: --{args.action} needs --reassignment-json-file", file=sys.stderr)
         return 2
@@ -366,4 +478,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--broker-list", help="comma-separated broker ids for --generate")
     p.add_argument("--reassignment-json-file")
     p.add_argument("--wait", action="store_true", help="with --execute: print progress until done")
+    p.add_argument(
+        "--throttle",
+        type=int,
+        metavar="BYTES_PER_S",
+        help="with --execute: throttle the moving replicas' replication (removed by --verify)",
+    )
     p.set_defaults(func=_main)

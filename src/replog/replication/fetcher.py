@@ -27,6 +27,7 @@ from replog.replication.fetch_rules import FetchPartitionRequest
 from replog.replication.follower import EpochRequest, RestartAt
 from replog.replication.leader_endpoint import LeaderEndpoint, RemoteLeaderEndpoint
 from replog.replication.partition import Partition
+from replog.replication.quota import ReplicationQuota, follower_should_throttle, is_throttled
 from replog.replication.truncation import EpochEndOffset, TruncationDecision
 from replog.storage.log import UnexpectedAppendOffset
 
@@ -59,6 +60,7 @@ class FollowedPartition:
     term: int
     retry_at: float = 0.0  # monotonic time before which an answer with an error is not retried
     backoff_s: float = 0.0
+    caught_up: bool = False  # fetched up to the leader's HW last time (Kafka isReplicaInSync)
 
     @property
     def current(self) -> bool:
@@ -85,10 +87,17 @@ class FollowedPartition:
 class ReplicaFetcher:
     """Fetches every partition this broker follows from one leader broker."""
 
-    def __init__(self, source_broker: int, endpoint: LeaderEndpoint, config: FetcherConfig) -> None:
+    def __init__(
+        self,
+        source_broker: int,
+        endpoint: LeaderEndpoint,
+        config: FetcherConfig,
+        quota: ReplicationQuota | None = None,
+    ) -> None:
         self.source_broker = source_broker
         self.endpoint = endpoint
         self.config = config
+        self.quota = quota if quota is not None else ReplicationQuota()
         self.partitions: dict[TopicPartition, FollowedPartition] = {}
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -134,6 +143,12 @@ class ReplicaFetcher:
         self._wakeup.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wakeup.wait(), seconds)
+
+    def _throttled(self, followed: FollowedPartition) -> bool:
+        """The topic's follower.replication.throttled.replicas lists this replica."""
+        part = followed.partition
+        raw = part.log.config.follower_replication_throttled_replicas
+        return is_throttled(raw, part.partition, self.config.broker_id)
 
     def _still_followed(self, tp: TopicPartition, followed: FollowedPartition) -> bool:
         return self.partitions.get(tp) is followed and followed.current
@@ -199,7 +214,10 @@ class ReplicaFetcher:
         ready = {
             tp: f
             for tp, f in self.partitions.items()
-            if f.current and f.partition.machine.is_fetching and f.due(now)
+            if f.current
+            and f.partition.machine.is_fetching
+            and f.due(now)
+            and not follower_should_throttle(self.quota, self._throttled(f), f.caught_up, now)
         }
         if not ready:
             return False
@@ -239,6 +257,9 @@ class ReplicaFetcher:
                         log.warning("%s-%d: %s; truncating again", tp[0], tp[1], exc)
                         machine.on_append_mismatch()
                         continue
+                    if self._throttled(followed):
+                        self.quota.record(len(result.records), time.monotonic())
+                followed.caught_up = part.log.log_end_offset >= result.high_watermark
                 part.carry_out(
                     machine.on_fetch_response(
                         leader_high_watermark=result.high_watermark,
@@ -275,8 +296,10 @@ class ReplicaFetcherManager:
         self,
         config: FetcherConfig,
         endpoint_factory: Callable[[int, str, int], LeaderEndpoint] | None = None,
+        quota: ReplicationQuota | None = None,
     ) -> None:
         self.config = config
+        self.quota = quota if quota is not None else ReplicationQuota()
         self._endpoint_factory = endpoint_factory or (
             lambda broker_id, host, port: RemoteLeaderEndpoint(
                 config.broker_id, host, port, config.request_timeout_ms
@@ -302,7 +325,10 @@ class ReplicaFetcherManager:
         fetcher = self.fetchers.get(key)
         if fetcher is None:
             fetcher = ReplicaFetcher(
-                leader_id, self._endpoint_factory(leader_id, *leader_address), self.config
+                leader_id,
+                self._endpoint_factory(leader_id, *leader_address),
+                self.config,
+                self.quota,
             )
             self.fetchers[key] = fetcher
             fetcher.start()

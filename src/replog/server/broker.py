@@ -76,7 +76,8 @@ class Broker:
                 fetch_backoff_ms=config.replica_fetch_backoff_ms,
                 request_timeout_ms=config.request_timeout_ms,
                 num_fetchers=config.num_replica_fetchers,
-            )
+            ),
+            quota=self.configs.follower_quota,
         )
         self.admin = AdminManager(config, self.zk, self.metadata_cache)
         self.producer_ids = ProducerIdManager(config.broker_id, self.zk.client)

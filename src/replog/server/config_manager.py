@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from kazoo.exceptions import BadVersionError, NodeExistsError
 from kio.schema.errors import ErrorCode
 
+from replog.replication.quota import ReplicationQuota
 from replog.server.admin import validate_topic_name
 from replog.server.dynamic_config import (
     AlterOp,
@@ -98,6 +99,14 @@ class ConfigManager:
         self.log_manager = log_manager
         self.replica_manager = replica_manager
         self.layers = BrokerConfigLayers(config.broker_id, dict(config.static_properties))
+        # Kafka ReplicationQuotaManager LeaderReplication / FollowerReplication: the rates
+        # follow the dynamic broker configs (_install_layers).
+        window = {
+            "window_num": config.replication_quota_window_num,
+            "window_size_s": float(config.replication_quota_window_size_seconds),
+        }
+        self.leader_quota = ReplicationQuota(config.leader_replication_throttled_rate, **window)
+        self.follower_quota = ReplicationQuota(config.follower_replication_throttled_rate, **window)
         self.on_topic_config_change: Callable[[str], None] | None = None
         self.on_unclean_default_change: Callable[[bool], None] | None = None
         self._topic_overrides: dict[str, dict[str, str]] = {}
@@ -209,6 +218,14 @@ class ConfigManager:
 
     def _install_layers(self, layers: BrokerConfigLayers) -> None:
         old, self.layers = self.layers, layers
+        effective = layers.kafka_config
+        for name, quota, rate in (
+            ("leader", self.leader_quota, effective.leader_replication_throttled_rate),
+            ("follower", self.follower_quota, effective.follower_replication_throttled_rate),
+        ):
+            if quota.quota != rate:
+                log.info("%s.replication.throttled.rate now %d bytes/s", name, rate)
+                quota.update_quota(rate)
         if old.log_defaults != layers.log_defaults:
             self.log_manager.default_config = layers.log_defaults
             for topic in sorted({t for t, _ in self.log_manager.local_partitions_on_disk()}):

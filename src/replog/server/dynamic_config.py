@@ -91,14 +91,18 @@ _BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
     for broker_key in key.broker_synonyms
 }
 _BROKER_DOCS: dict[str, str] = {
-    key.broker_synonyms[0]: key.documentation for key in TOPIC_CONFIGS.values()
+    key.broker_synonyms[0]: key.documentation
+    for key in TOPIC_CONFIGS.values()
+    if key.broker_synonyms
 }
 
 # Kafka DynamicLogConfig.ReconfigurableConfigs: each topic key's primary broker synonym.
 # The thread pools Kafka also reconfigures (num.replica.fetchers ...) are static here.
+# Kafka DynamicConfig.Broker adds the replication throttles (KIP-73).
 DYNAMIC_BROKER_CONFIGS: frozenset[str] = (
-    frozenset(key.broker_synonyms[0] for key in TOPIC_CONFIGS.values()) & KNOWN_KEYS
-)
+    frozenset(key.broker_synonyms[0] for key in TOPIC_CONFIGS.values() if key.broker_synonyms)
+    | {"leader.replication.throttled.rate", "follower.replication.throttled.rate"}
+) & KNOWN_KEYS
 # Kafka's per-broker-only keys (listeners, keystores) are not dynamic in replog.
 PER_BROKER_CONFIGS: frozenset[str] = frozenset()
 
@@ -254,7 +258,7 @@ def describe_topic(
     entries = []
     for name in _wanted(TOPIC_CONFIGS, keys):
         key = TOPIC_CONFIGS[name]
-        synonyms = layers.synonyms(key.broker_synonyms[0])
+        synonyms = layers.synonyms(key.broker_synonyms[0]) if key.broker_synonyms else []
         if name in overrides:
             synonyms.insert(0, ConfigSynonym(name, values[name], ConfigSource.DYNAMIC_TOPIC_CONFIG))
         entries.append(

@@ -68,6 +68,23 @@ def _parse_cleanup_policy(key: str, raw: str) -> str:
     return ",".join(sorted(set(parts), key=_CLEANUP_POLICIES.index))
 
 
+def _parse_throttled_replicas(key: str, raw: str) -> str:
+    """Kafka ``ThrottledReplicaListValidator``: ``*`` or ``partition:broker,...`` (or empty)."""
+    entries = [e.strip() for e in str(raw).split(",") if e.strip()]
+    if entries == ["*"]:
+        return "*"
+    for entry in entries:
+        partition, sep, broker = entry.partition(":")
+        if not (sep and partition.strip().isdigit() and broker.strip().isdigit()):
+            raise _invalid(
+                key,
+                raw,
+                "must be the literal '*' or a list of replicas in the following format: "
+                "[partitionId]:[brokerId],[partitionId]:[brokerId],...",
+            )
+    return ",".join(f"{e.partition(':')[0].strip()}:{e.partition(':')[2].strip()}" for e in entries)
+
+
 @dataclass(frozen=True)
 class TopicConfigKey:
     """One topic config key: Kafka's name, ``LogConfig`` field, type and broker synonyms.
@@ -150,6 +167,18 @@ TOPIC_CONFIGS: dict[str, TopicConfigKey] = {
             "delete (discard old segments by time or size), compact (keep the last value "
             "per key) or both.",
         ),
+        _key(
+            "leader.replication.throttled.replicas", "leader_replication_throttled_replicas",
+            _parse_throttled_replicas, "LIST", [],
+            "Replicas whose log replication the leader throttles (leader.replication."
+            "throttled.rate): partitionId:brokerId,... or * for every replica of the topic.",
+        ),
+        _key(
+            "follower.replication.throttled.replicas", "follower_replication_throttled_replicas",
+            _parse_throttled_replicas, "LIST", [],
+            "Replicas whose log replication the follower throttles (follower.replication."
+            "throttled.rate): partitionId:brokerId,... or * for every replica of the topic.",
+        ),
     )
 }  # fmt: skip
 
@@ -188,6 +217,8 @@ class LogConfig:
     min_insync_replicas: int = 1
     unclean_leader_election_enable: bool = False
     cleanup_policy: str = "delete"
+    leader_replication_throttled_replicas: str = ""
+    follower_replication_throttled_replicas: str = ""
 
     @property
     def delete_enabled(self) -> bool:

@@ -10,6 +10,8 @@ no records, and the response goes out at once, as Kafka's
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from dataclasses import replace
 
@@ -19,6 +21,7 @@ from replog.protocol import fetch_codec, frames
 from replog.protocol.fetch_codec import FetchResponsePartitionData
 from replog.protocol.wire import NodeEndpoint
 from replog.replication.fetch_rules import FetchPartitionRequest, check_last_fetched_epoch
+from replog.replication.quota import is_throttled, leader_should_throttle
 from replog.replication.replica_manager import ReplicaManager
 from replog.server.handlers.context import BrokerServices
 from replog.server.handlers.leader_discovery import (
@@ -39,6 +42,13 @@ async def handle_fetch(services: BrokerServices, ctx: RequestContext, request) -
     reads: list[FetchPartitionRequest] = []
     read_slots: list[tuple[int, uuid.UUID | None]] = []
     answer_now = False
+    replica_id = int(
+        request.replica_state.replica_id
+        if version >= fetch_codec.FIRST_REPLICA_STATE
+        else request.replica_id
+    )
+    # Follower partitions answered empty: the leader is over its replication quota.
+    leader_throttled = 0
     for topic_request in request.topics:
         topic_id = None
         if by_id:
@@ -68,15 +78,19 @@ async def handle_fetch(services: BrokerServices, ctx: RequestContext, request) -
                     answers.append(early)
                     answer_now = True
                     continue
+            if replica_id >= 0:
+                throttled = _leader_throttled(services, fetch, replica_id, topic_id)
+                if throttled is not None:
+                    answers.append(throttled)
+                    leader_throttled += 1
+                    continue
             read_slots.append((len(answers), topic_id))
             answers.append(None)
             reads.append(fetch)
+    if not reads and leader_throttled and not answer_now:
+        # Kafka's DelayedFetch counts no throttled bytes: the follower waits max_wait.
+        await asyncio.sleep(request.max_wait.total_seconds())
     if reads:
-        replica_id = (
-            request.replica_state.replica_id
-            if version >= fetch_codec.FIRST_REPLICA_STATE
-            else request.replica_id
-        )
         results = await services.replica_manager.fetch(
             int(replica_id),
             0 if answer_now else int(request.max_wait.total_seconds() * 1000),
@@ -86,6 +100,8 @@ async def handle_fetch(services: BrokerServices, ctx: RequestContext, request) -
             isolation_level=int(getattr(request, "isolation_level", 0)),
         )
         for (slot, topic_id), req, result in zip(read_slots, reads, results, strict=True):
+            if replica_id >= 0 and result.records:
+                _record_leader_bytes(services, req, replica_id, len(result.records))
             error = result.error
             if error == ErrorCode.unknown_topic_or_partition:
                 error = not_hosted_error(services, req.topic, req.partition)
@@ -107,6 +123,54 @@ async def handle_fetch(services: BrokerServices, ctx: RequestContext, request) -
         fetch_codec.encode_fetch_response(version, answers, node_endpoints=node_endpoints),
         flexible=version >= fetch_codec.FIRST_FLEXIBLE,
     )
+
+
+def _leader_throttled(
+    services: BrokerServices,
+    fetch: FetchPartitionRequest,
+    replica_id: int,
+    topic_id: uuid.UUID | None,
+) -> FetchResponsePartitionData | None:
+    """An empty answer for a follower out of the ISR fetching a throttled replica while
+    the leader is over its quota (Kafka ``shouldLeaderThrottle``); None: read as usual."""
+    part = services.replica_manager.get_partition(fetch.topic, fetch.partition)
+    if part is None or not part.is_leader:
+        return None
+    throttled = is_throttled(
+        part.log.config.leader_replication_throttled_replicas,
+        fetch.partition,
+        services.config.broker_id,
+    )
+    if not leader_should_throttle(
+        services.configs.leader_quota,
+        throttled,
+        replica_id in part.in_sync_replicas,
+        time.monotonic(),
+    ):
+        return None
+    return FetchResponsePartitionData(
+        topic=fetch.topic,
+        partition=fetch.partition,
+        error_code=ErrorCode.none,
+        high_watermark=part.high_watermark,
+        last_stable_offset=part.high_watermark,
+        log_start_offset=part.log.log_start_offset,
+        records=b"",
+        topic_id=topic_id,
+    )
+
+
+def _record_leader_bytes(
+    services: BrokerServices, fetch: FetchPartitionRequest, replica_id: int, nbytes: int
+) -> None:
+    """Bytes sent to a follower for a throttled replica count against the leader's quota."""
+    part = services.replica_manager.get_partition(fetch.topic, fetch.partition)
+    if part is not None and is_throttled(
+        part.log.config.leader_replication_throttled_replicas,
+        fetch.partition,
+        services.config.broker_id,
+    ):
+        services.configs.leader_quota.record(nbytes, time.monotonic())
 
 
 def _unknown_topic_id(topic_id: uuid.UUID, partition: int) -> FetchResponsePartitionData:
