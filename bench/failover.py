@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/failover.py [--partitions 10000] [--topics 10]
                                        [--session-timeout-ms 6000] [--keep]
+                                       [--mode kill|controlled]
 
 3 brokers (``zookeeper.session.timeout.ms`` low so a killed broker's znode goes soon),
 ``--partitions`` partitions with RF 3 spread over ``--topics`` topics, created in a few
@@ -18,6 +19,13 @@ CreateTopics calls. Then:
    log lines: elected, context loaded, failover done with every broker told (LeaderAndIsr
    acknowledged), and the following broker-failure handling of the old controller.
 
+With ``--mode controlled``, instead of both: **controlled shutdown.** SIGTERM (by pid) to
+the broker that is not the controller and leads the most partitions (about a third).
+Measured from the SIGTERM: until the broker's log says the controller answered its
+ControlledShutdown (the controller answers once every new leader acknowledged its
+LeaderAndIsr), until the process exits, and a check that every partition it led has
+another leader in ZooKeeper.
+
 All figures are wall-clock seconds on this machine; nothing is asserted.
 """
 
@@ -25,7 +33,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import signal
 import time
 from datetime import datetime
 from pathlib import Path
@@ -177,6 +187,48 @@ def broker_failure(
     }
 
 
+def controlled_shutdown(
+    cluster: LocalCluster, zk: Any, leaders: dict[tuple[str, int], int]
+) -> dict[str, Any]:
+    controller = cluster.controller_id()
+    assert controller is not None
+    counts = {b: sum(1 for v in leaders.values() if v == b) for b in cluster.broker_ids}
+    victim = max((b for b in cluster.broker_ids if b != controller), key=lambda b: counts[b])
+    led = sorted(tp for tp, leader in leaders.items() if leader == victim)
+    pid = cluster.broker_pid(victim)
+    assert pid is not None
+    say(f"controlled shutdown: SIGTERM broker {victim} (leads {len(led)}; controller {controller})")
+    tail = LogTail(cluster.broker_dir(victim) / "broker.log")
+    sent_at = time.time()
+    os.kill(pid, signal.SIGTERM)
+    answered_at, m = tail.wait_for(
+        r"controlled shutdown (succeeded|failed)|proceeding to an unclean", 300
+    )
+    while True:
+        if not _alive(pid):
+            exited_at = time.time()
+            break
+        if time.time() - sent_at > 300:
+            raise TimeoutError(f"broker {victim} still running 300 s after SIGTERM")
+        time.sleep(0.01)
+    now = read_leaders(zk, led)
+    return {
+        "victim": victim,
+        "controller": controller,
+        "led": len(led),
+        "answered": m[0],
+        "answered_s": answered_at - sent_at,
+        "exited_s": exited_at - sent_at,
+        "still_led": sum(1 for leader in now.values() if leader in (victim, -1)),
+    }
+
+
+def _alive(pid: int) -> bool:
+    from replog.cluster.launcher import pid_alive
+
+    return pid_alive(pid)
+
+
 def controller_failover(cluster: LocalCluster, zk: Any) -> dict[str, Any]:
     old = cluster.controller_id()
     assert old is not None
@@ -238,7 +290,12 @@ def main() -> None:
     parser.add_argument("--topics", type=int, default=10)
     parser.add_argument("--session-timeout-ms", type=int, default=6000)
     parser.add_argument("--keep", action="store_true", help="keep bench/out/failover-*")
+    parser.add_argument("--mode", choices=("kill", "controlled"), default="kill")
     args = parser.parse_args()
+    print(
+        f"command: .venv/bin/python bench/failover.py --partitions {args.partitions} "
+        f"--topics {args.topics} --mode {args.mode}"
+    )
     from kazoo.client import KazooClient
 
     per_topic = args.partitions // args.topics
@@ -257,6 +314,20 @@ def main() -> None:
             leaders = wait_all_led(zk, partitions, 1800)
             created_s = time.time() - started
             say(f"  every partition has a leader after {created_s:.1f} s")
+            if args.mode == "controlled":
+                cs = controlled_shutdown(cluster, zk, leaders)
+                n = per_topic * len(topics)
+                print(f"\ncontrolled shutdown at {n:,} partitions, RF 3, 3 brokers")
+                row("topic creation (CreateTopics until every partition led)", created_s)
+                print(f"broker {cs['victim']} SIGTERMed, leader of {cs['led']:,} partitions:")
+                row(
+                    "  SIGTERM -> ControlledShutdown answered (all new leaders acked)",
+                    cs["answered_s"],
+                    f"({cs['answered']})",
+                )
+                row("  SIGTERM -> process exited", cs["exited_s"])
+                print(f"  partitions it led still without another leader: {cs['still_led']}")
+                return
             one = broker_failure(cluster, zk, leaders)
             say(f"restarting broker {one['victim']} ...")
             tail = LogTail(cluster.broker_dir(one["controller"]) / "broker.log")
