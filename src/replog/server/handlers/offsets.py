@@ -33,6 +33,7 @@ from kio.schema.errors import ErrorCode
 from replog.protocol.apis import ApiKey, make, nested
 from replog.replication.partition import Partition
 from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
+from replog.server.handlers.leader_discovery import not_hosted_error
 from replog.server.network import RequestContext
 
 LATEST_TIMESTAMP = -1
@@ -60,12 +61,6 @@ def _timestamp_unsupported(timestamp: int, version: int) -> bool:
     return timestamp < 0 and SPECIAL_TIMESTAMP_MIN_VERSION.get(timestamp, 1 << 15) > version
 
 
-def _not_hosted(services: BrokerServices, topic: str, partition: int) -> ErrorCode:
-    """Kafka ``getPartitionOrError`` for a partition with no local replica."""
-    known = services.metadata_cache.partition(topic, partition) is not None
-    return ErrorCode.not_leader_or_follower if known else ErrorCode.unknown_topic_or_partition
-
-
 def _list_offset(
     services: BrokerServices,
     topic: str,
@@ -87,7 +82,7 @@ def _list_offset(
         return {**answer, "error_code": ErrorCode.unsupported_version}
     partition = services.replica_manager.get_partition(topic, partition_index)
     if partition is None:
-        return {**answer, "error_code": _not_hosted(services, topic, partition_index)}
+        return {**answer, "error_code": not_hosted_error(services, topic, partition_index)}
     machine = partition.machine
     if replica_id == DEBUGGING_REPLICA_ID:
         error = machine.validate_replica_request(current_leader_epoch)
@@ -201,7 +196,7 @@ async def handle_offset_for_leader_epoch(
             partition = services.replica_manager.get_partition(name, index)
             answer = {"partition": index, "leader_epoch": -1, "end_offset": -1}
             if partition is None:
-                answer["error_code"] = _not_hosted(services, name, index)
+                answer["error_code"] = not_hosted_error(services, name, index)
             else:
                 error, end = partition.machine.answer_offsets_for_leader_epoch(
                     int(p.current_leader_epoch), int(p.leader_epoch)
