@@ -36,7 +36,6 @@ class MetadataCache:
     controller_epoch: int = -1
     brokers: dict[int, BrokerEndpoint] = field(default_factory=dict)
     partitions: dict[str, dict[int, PartitionInfo]] = field(default_factory=dict)
-    topic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     # KIP-516 topic ids, both ways; filled from UpdateMetadata (v7 carries them).
     topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
     topic_names: dict[uuid.UUID, str] = field(default_factory=dict)
@@ -66,7 +65,6 @@ class MetadataCache:
 
     def remove_topic(self, topic: str) -> None:
         self.partitions.pop(topic, None)
-        self.topic_configs.pop(topic, None)
         topic_id = self.topic_ids.pop(topic, None)
         if topic_id is not None:
             self.topic_names.pop(topic_id, None)
