@@ -72,7 +72,9 @@ def run_producer(bootstrap: str, rate: float, out: Path) -> None:
     while not stop:
         producer.produce("load", payload, on_delivery=report(time.time(), time.monotonic()))
         next_at += interval
-        producer.poll(max(0.0, next_at - time.monotonic()))
+        # poll() returns as soon as it served a callback: keep polling until the next send.
+        while (left := next_at - time.monotonic()) > 0 and not stop:
+            producer.poll(left)
     producer.flush(120)
     out.write_text(json.dumps({"samples": samples, "errors": errors}))
 

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import common
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 TOPIC = "rolling"
 
@@ -69,9 +69,23 @@ def run_producer(bootstrap: str, partitions: int, rate: float, out: Path) -> Non
             producer.produce(TOPIC, f"{p}:{seq}".encode(), partition=p, on_delivery=on_delivery)
         seq += 1
         next_at += interval
-        producer.poll(max(0.0, next_at - time.monotonic()))
+        # poll() returns as soon as it served a callback: keep polling until the next send.
+        while (left := next_at - time.monotonic()) > 0 and not stop:
+            producer.poll(left)
     left = producer.flush(120)
     out.write_text(json.dumps({"acks": acks, "errors": errors, "unflushed": left, "sent": seq}))
+
+
+def high_watermark(consumer: Consumer, partition: int) -> int:
+    """A new leader answers OFFSET_NOT_AVAILABLE until its HW caught up (KIP-207): retry."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return consumer.get_watermark_offsets(TopicPartition(TOPIC, partition), timeout=30)[1]
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def read_back(bootstrap: str, partitions: int) -> set[str]:
@@ -79,10 +93,7 @@ def read_back(bootstrap: str, partitions: int) -> set[str]:
         {"bootstrap.servers": bootstrap, "group.id": "bench-roll", "enable.auto.commit": False}
     )
     try:
-        ends = {
-            p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=30)[1]
-            for p in range(partitions)
-        }
+        ends = {p: high_watermark(consumer, p) for p in range(partitions)}
         consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(partitions)])
         seen: set[str] = set()
         position = dict.fromkeys(range(partitions), 0)
