@@ -274,14 +274,6 @@ class AdminManager:
         log.info("auto-creating topic %s failed: %s", name, message)
         return error
 
-    def new_topic_config(self, overrides: dict[str, str]) -> dict[str, tuple[str, bool]]:
-        """A new topic's effective configuration, ``key -> (value, overridden)``, as
-        CreateTopics v5+ returns it: the broker's topic defaults, then the overrides."""
-        effective = {key: (value, False) for key, value in self.config.topic_defaults().items()}
-        effective.setdefault("cleanup.policy", ("delete", False))
-        effective.update((key, (value, True)) for key, value in overrides.items())
-        return effective
-
     async def topic_name_for_id(self, topic_id: uuid.UUID) -> str | None:
         """The topic with this id (KIP-516), or None (UNKNOWN_TOPIC_ID): the metadata cache
         names it and its znode still holds that id (a topic deleted and created again

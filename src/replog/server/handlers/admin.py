@@ -9,12 +9,9 @@ from kio.schema.errors import ErrorCode
 
 from replog.protocol.apis import ApiKey, make, nested
 from replog.server.admin import TopicSpec
+from replog.server.dynamic_config import describe_topic, sanitize_topic_config
 from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
 from replog.server.network import RequestContext
-
-SOURCE_TOPIC_CONFIG = 1
-SOURCE_DEFAULT_CONFIG = 5
-
 
 # CreateTopics v5+ answers each created topic's partitions, replication factor and
 # configuration (KIP-525); v7 its id (KIP-516). DeleteTopics v6 names topics by id.
@@ -44,18 +41,20 @@ async def handle_create_topics(services: BrokerServices, ctx: RequestContext, re
     for spec, outcome in zip(specs, outcomes, strict=True):
         configs = None
         if config_cls is not None and outcome.error == ErrorCode.none:
-            overrides = {k: v for k, v in spec.configs.items() if v is not None}
+            overrides, _ = sanitize_topic_config(
+                {k: v for k, v in spec.configs.items() if v is not None}
+            )
+            # The topic's effective configuration, with sources as DescribeConfigs gives
+            # them (Kafka ``ConfigHelper.createTopicConfigEntry``).
             configs = tuple(
                 config_cls(
-                    name=key,
-                    value=value,
-                    read_only=False,
-                    config_source=SOURCE_TOPIC_CONFIG if overridden else SOURCE_DEFAULT_CONFIG,
-                    is_sensitive=False,
+                    name=entry.name,
+                    value=entry.value,
+                    read_only=entry.read_only,
+                    config_source=int(entry.source),
+                    is_sensitive=entry.is_sensitive,
                 )
-                for key, (value, overridden) in sorted(
-                    services.admin.new_topic_config(overrides).items()
-                )
+                for entry in describe_topic(services.configs.layers, overrides)
             )
         results.append(
             make(
