@@ -215,3 +215,27 @@ def test_log_manager_records_the_id_once_and_reads_it_at_startup(tmp_path: Path)
     restarted.assign_topic_id("orders", 0, second)
     assert restarted.topic_id("orders", 0) == second
     restarted.shutdown()
+
+
+def test_a_torn_partition_metadata_after_a_crash_reads_as_none_and_is_written_again(
+    tmp_path: Path,
+) -> None:
+    # assign_topic_id writes without fsync (flush_dirty_logs fsyncs later); a crash in
+    # between may leave the file empty or torn. It must read as "no id yet", and the
+    # next LeaderAndIsr's id is taken and written.
+    config = LogConfig.from_properties({})
+    topic_id = uuid.UUID(int=12 << 64)
+    manager = LogManager([tmp_path], config)
+    manager.startup(0)
+    log = manager.get_or_create_log("orders", 0, config, 0)
+    manager.assign_topic_id("orders", 0, topic_id)
+    manager.flush_dirty_logs()
+    assert read_partition_metadata(log.dir) == topic_id
+    (log.dir / PARTITION_METADATA_FILE).write_bytes(b"version: 0\ntopic_id: AAAA")  # torn
+
+    restarted = LogManager([tmp_path], config)  # no shutdown: a crash
+    restarted.startup(0)
+    assert restarted.topic_id("orders", 0) is None
+    restarted.assign_topic_id("orders", 0, topic_id)
+    restarted.shutdown()
+    assert read_partition_metadata(log.dir) == topic_id

@@ -9,7 +9,11 @@ removes the marker; ``shutdown`` flushes, checkpoints and writes it again.
 
 Each partition directory may hold ``partition.metadata``, its topic id (KIP-516):
 read at ``startup``, written once by ``assign_topic_id`` (see
-``replog.storage.partition_metadata``).
+``replog.storage.partition_metadata``). The write is atomic but not fsynced at once:
+a LeaderAndIsr may bring thousands of partitions, and two fsyncs each (~1 ms) would hold
+the event loop for seconds. ``flush_dirty_logs`` and ``shutdown`` fsync them, as Kafka
+flushes ``partition.metadata`` with its log; after a crash before that, a lost or torn
+file reads as none and the next LeaderAndIsr writes it again.
 
 Concurrency: owned by the broker's event loop; not thread-safe. ``flush_dirty_logs``
 and ``checkpoint`` do fsyncs: run them where blocking is acceptable, without other
@@ -38,6 +42,7 @@ from replog.storage.log_config import LogConfig
 from replog.storage.partition_metadata import (
     InconsistentTopicId,
     PartitionMetadataError,
+    flush_partition_metadata,
     read_partition_metadata,
     write_partition_metadata,
 )
@@ -61,6 +66,7 @@ class LogManager:
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
         self._topic_ids: dict[TopicPartition, uuid.UUID] = {}
+        self._unflushed_topic_ids: set[TopicPartition] = set()
         self._deleted = 0
         for d in self.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
@@ -160,8 +166,9 @@ class LogManager:
             raise InconsistentTopicId(
                 f"{topic}-{partition} belongs to topic id {current}, not {topic_id}"
             )
-        write_partition_metadata(target.dir, topic_id)
+        write_partition_metadata(target.dir, topic_id, durable=False)
         self._topic_ids[tp] = topic_id
+        self._unflushed_topic_ids.add(tp)
 
     def get_or_create_log(self, topic: str, partition: int, config: LogConfig, now_ms: int) -> Log:
         """The existing log, or a new empty one in the log dir holding fewest partitions."""
@@ -198,6 +205,7 @@ class LogManager:
         target = self._logs.pop(tp, None)
         log_dir = self._dir_of.pop(tp, None)
         self._topic_ids.pop(tp, None)
+        self._unflushed_topic_ids.discard(tp)
         if target is None or log_dir is None:
             return
         target.delete_files()
@@ -215,12 +223,21 @@ class LogManager:
         return sum(each.delete_old_segments(now_ms) for each in list(self._logs.values()))
 
     def flush_dirty_logs(self) -> None:
-        """fsync every log with data past its recovery point, and changed epoch caches."""
+        """fsync every log with data past its recovery point, changed epoch caches and
+        newly written ``partition.metadata`` files."""
         for each in self._logs.values():
             if each.recovery_point < each.log_end_offset:
                 each.flush()
             else:
                 each.leader_epoch_cache.flush()
+        self._flush_partition_metadata()
+
+    def _flush_partition_metadata(self) -> None:
+        for tp in sorted(self._unflushed_topic_ids):
+            target = self._logs.get(tp)
+            if target is not None:
+                flush_partition_metadata(target.dir)
+        self._unflushed_topic_ids.clear()
 
     def checkpoint(self) -> None:
         """Write the recovery point and log start offset checkpoints of every log dir."""
@@ -241,6 +258,7 @@ class LogManager:
         for each in self._logs.values():
             each.flush()
             each.close()
+        self._flush_partition_metadata()
         self.checkpoint()
         for log_dir in self.log_dirs:
             atomic_write(log_dir / CLEAN_SHUTDOWN_FILE, b"")

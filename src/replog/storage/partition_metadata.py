@@ -19,12 +19,13 @@ rename, fsync of the directory).
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from pathlib import Path
 
 from replog.protocol.kafka_uuid import ZERO_UUID, InvalidUuid, uuid_from_string, uuid_to_string
-from replog.storage.checkpoints import atomic_write
+from replog.storage.checkpoints import atomic_write, fsync_dir
 
 PARTITION_METADATA_FILE = "partition.metadata"
 CURRENT_VERSION = 0
@@ -89,6 +90,27 @@ def read_partition_metadata(partition_dir: Path) -> uuid.UUID | None:
         raise PartitionMetadataError(f"{partition_dir / PARTITION_METADATA_FILE}: {exc}") from exc
 
 
-def write_partition_metadata(partition_dir: Path, topic_id: uuid.UUID) -> None:
-    """Record ``topic_id`` in ``partition_dir``, durably and atomically."""
-    atomic_write(partition_dir / PARTITION_METADATA_FILE, encode_partition_metadata(topic_id))
+def write_partition_metadata(
+    partition_dir: Path, topic_id: uuid.UUID, *, durable: bool = True
+) -> None:
+    """Record ``topic_id`` in ``partition_dir``, atomically; ``durable`` with fsyncs.
+
+    A non-durable write is safe to read back after a crash: the file validates itself
+    (a torn one does not decode and is ignored, as a missing one), and the next
+    LeaderAndIsr writes it again.
+    """
+    atomic_write(
+        partition_dir / PARTITION_METADATA_FILE,
+        encode_partition_metadata(topic_id),
+        durable=durable,
+    )
+
+
+def flush_partition_metadata(partition_dir: Path) -> None:
+    """fsync a non-durably written ``partition.metadata`` and its directory entry."""
+    fd = os.open(partition_dir / PARTITION_METADATA_FILE, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fsync_dir(partition_dir)
