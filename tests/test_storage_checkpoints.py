@@ -152,6 +152,9 @@ def test_log_config_defaults_match_kafka() -> None:
         "min.insync.replicas": "1",
         "unclean.leader.election.enable": "false",
         "cleanup.policy": "delete",
+        # Kafka's default: no replica throttled (an empty list).
+        "leader.replication.throttled.replicas": "",
+        "follower.replication.throttled.replicas": "",
     }
     assert set(cfg.to_properties()) == TOPIC_CONFIG_KEYS
 
