@@ -36,7 +36,7 @@ from clients_util import (
     wait_for,
 )
 from replog.cluster.launcher import LocalCluster, pid_alive
-from replog.protocol import apis, frames
+from replog.protocol import apis, frames, wire
 from replog.protocol.apis import ApiKey, nested
 from replog.protocol.records import simple_batch
 
@@ -355,17 +355,11 @@ def test_unknown_api_key_and_versions(replog_broker: LocalCluster, raw: Raw) -> 
     assert response.error_code == ErrorCode.none
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+_uvarint = wire.uvarint
 
 
 def _compact(data: bytes) -> bytes:
-    return _uvarint(len(data) + 1) + data
+    return wire.uvarint(len(data) + 1) + data
 
 
 def api_versions_v3_payload(header_tags: bytes, body: bytes, correlation_id: int = 11) -> bytes:

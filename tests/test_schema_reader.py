@@ -21,7 +21,7 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import Records, i32Timedelta
 
-from replog.protocol import apis, frames, schema_reader
+from replog.protocol import apis, frames, schema_reader, wire
 from replog.protocol.apis import ApiKey
 
 # Every request schema the broker decodes through kio (Fetch has a hand codec too, but
@@ -55,25 +55,12 @@ def test_reads_what_kio_reads(api_key: int, version: int, data: st.DataObject) -
     assert (ours, used) == (native, native_used) == (native, len(encoded))
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _compact_string(value: str) -> bytes:
-    data = value.encode()
-    return _uvarint(len(data) + 1) + data
+_uvarint = wire.uvarint
+_compact_string = wire.compact_string
 
 
 def _tags(*tags: tuple[int, bytes]) -> bytes:
-    return _uvarint(len(tags)) + b"".join(_uvarint(t) + _uvarint(len(v)) + v for t, v in tags)
+    return wire.tagged_fields(tags)
 
 
 UNKNOWN = (_tags(), _tags((99, b"\xab\xcd")), _tags((7, b""), (1000, b"x" * 300)))

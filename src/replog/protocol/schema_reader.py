@@ -12,7 +12,8 @@ section, reads the tags it knows and steps over the others by their length.
 
 Malformed input (truncated data, a negative compact length, a varint longer
 than 5 bytes, a tagged field whose length disagrees with its content) raises
-``SchemaReadError``.
+``wire.CodecError`` (``SchemaReadError`` for the schema's own checks): varints and
+tagged-field sections are read by ``replog.protocol.wire``, as the hand codecs read them.
 
 Concurrency: pure functions over bytes; safe anywhere.
 """
@@ -33,34 +34,23 @@ from kio.serial._introspect import (
     get_field_tag,
     is_optional,
 )
-from kio.serial.readers import (
-    read_int8,
-    read_legacy_array_length,
-    read_unsigned_varint,
-)
+from kio.serial.readers import read_int8, read_legacy_array_length
+
+from replog.protocol.wire import CodecError, check_field_end, read_tagged_fields, read_uvarint
 
 Reader = Callable[[Any, int], tuple[Any, int]]
-_MAX_VARINT_BYTES = 5
 
 
-class SchemaReadError(ValueError):
+class SchemaReadError(CodecError):
     """Bytes that do not decode as the schema says."""
-
-
-def _uvarint(buffer: Any, offset: int) -> tuple[int, int]:
-    if offset >= len(buffer):
-        raise SchemaReadError(f"truncated varint at byte {offset}")
-    value, size = read_unsigned_varint(buffer, offset)
-    if size > _MAX_VARINT_BYTES:
-        raise SchemaReadError(f"varint longer than {_MAX_VARINT_BYTES} bytes at byte {offset}")
-    return int(value), size
 
 
 def _array(item: Reader, flexible: bool, nullable: bool) -> Reader:
     def read(buffer: Any, offset: int) -> tuple[Any, int]:
         start = offset
         if flexible:
-            raw, size = _uvarint(buffer, offset)
+            raw, end = read_uvarint(buffer, offset)
+            size = end - offset
             length = None if raw == 0 else raw - 1
         else:
             raw, size = read_legacy_array_length(buffer, offset)
@@ -130,7 +120,7 @@ def entity_reader(entity_type: type) -> Reader:
             for name, reader in plain:
                 values[name], used = reader(buffer, offset)
                 offset += used
-        except SchemaReadError:
+        except CodecError:
             raise
         except Exception as exc:  # kio's native readers raise several types
             raise SchemaReadError(
@@ -138,34 +128,24 @@ def entity_reader(entity_type: type) -> Reader:
             ) from None
         if flexible:
             values.update(defaults)
-            count, used = _uvarint(buffer, offset)
-            offset += used
-            for _ in range(count):
-                tag, used = _uvarint(buffer, offset)
-                offset += used
-                size, used = _uvarint(buffer, offset)
-                offset += used
-                if offset + size > len(buffer):
-                    raise SchemaReadError(
-                        f"tagged field {tag} of {entity_type.__name__} overruns the frame"
-                    )
+            # Tags this schema does not know are stepped over (wire's section reader checks
+            # every field lies inside the frame).
+            fields_read, end = read_tagged_fields(buffer, offset)
+            for tag, field_start, field_end in fields_read:
                 known = tagged.get(tag)
-                if known is not None:
-                    field, reader = known
-                    try:
-                        values[field.name], used = reader(buffer[: offset + size], offset)
-                    except SchemaReadError:
-                        raise
-                    except Exception as exc:
-                        raise SchemaReadError(
-                            f"tagged field {tag} of {entity_type.__name__}: {exc}"
-                        ) from None
-                    if used != size:
-                        raise SchemaReadError(
-                            f"tagged field {tag} of {entity_type.__name__} declares "
-                            f"{size} bytes but holds {used}"
-                        )
-                offset += size
+                if known is None:
+                    continue
+                field, reader = known
+                try:
+                    values[field.name], used = reader(buffer[:field_end], field_start)
+                except CodecError:
+                    raise
+                except Exception as exc:
+                    raise SchemaReadError(
+                        f"tagged field {tag} of {entity_type.__name__}: {exc}"
+                    ) from None
+                check_field_end(tag, field_start + used, field_end)
+            offset = end
         return entity_type(**values), offset - start
 
     return read

@@ -22,12 +22,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from kio.schema.errors import ErrorCode
+
 from replog.protocol.client import KafkaConnection
 from replog.protocol.controller_schemas import ControlledShutdownRequest
 
 log = logging.getLogger(__name__)
-
-NONE = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +48,7 @@ class Attempt:
 
     @property
     def succeeded(self) -> bool:
-        return self.error_code == NONE and not self.remaining
+        return self.error_code == ErrorCode.none and not self.remaining
 
 
 async def send_controlled_shutdown(

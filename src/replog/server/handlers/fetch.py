@@ -136,14 +136,15 @@ def _leader_throttled(
     part = services.replica_manager.get_partition(fetch.topic, fetch.partition)
     if part is None or not part.is_leader:
         return None
-    throttled = is_throttled(
+    if not is_throttled(
         part.log.config.leader_replication_throttled_replicas,
         fetch.partition,
         services.config.broker_id,
-    )
+    ):
+        return None  # the usual case: nothing more on the replication path
     if not leader_should_throttle(
         services.configs.leader_quota,
-        throttled,
+        True,
         replica_id in part.in_sync_replicas,
         time.monotonic(),
     ):
