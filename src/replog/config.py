@@ -132,6 +132,52 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "offsets.topic.replication.factor": ("offsets_topic_replication_factor", _int, "3"),
     "offsets.topic.num.partitions": ("offsets_topic_num_partitions", _int, "50"),
     "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", _int, "3000"),
+    # The group coordinator (Kafka GroupCoordinatorConfig), with Kafka's defaults.
+    "offsets.topic.segment.bytes": ("offsets_topic_segment_bytes", _int, "104857600"),
+    "offsets.commit.timeout.ms": ("offsets_commit_timeout_ms", _int, "5000"),
+    "offsets.retention.minutes": ("offsets_retention_minutes", _int, "10080"),
+    "offsets.retention.check.interval.ms": (
+        "offsets_retention_check_interval_ms",
+        _int,
+        "600000",
+    ),
+    "offset.metadata.max.bytes": ("offset_metadata_max_bytes", _int, "4096"),
+    "group.min.session.timeout.ms": ("group_min_session_timeout_ms", _int, "6000"),
+    "group.max.session.timeout.ms": ("group_max_session_timeout_ms", _int, "1800000"),
+    "group.max.size": ("group_max_size", _int, "2147483647"),
+    "group.coordinator.rebalance.protocols": (
+        "group_coordinator_rebalance_protocols",
+        _str,
+        "classic,consumer",
+    ),
+    "group.consumer.session.timeout.ms": ("group_consumer_session_timeout_ms", _int, "45000"),
+    "group.consumer.min.session.timeout.ms": (
+        "group_consumer_min_session_timeout_ms",
+        _int,
+        "45000",
+    ),
+    "group.consumer.max.session.timeout.ms": (
+        "group_consumer_max_session_timeout_ms",
+        _int,
+        "60000",
+    ),
+    "group.consumer.heartbeat.interval.ms": (
+        "group_consumer_heartbeat_interval_ms",
+        _int,
+        "5000",
+    ),
+    "group.consumer.min.heartbeat.interval.ms": (
+        "group_consumer_min_heartbeat_interval_ms",
+        _int,
+        "5000",
+    ),
+    "group.consumer.max.heartbeat.interval.ms": (
+        "group_consumer_max_heartbeat_interval_ms",
+        _int,
+        "15000",
+    ),
+    "group.consumer.max.size": ("group_consumer_max_size", _int, "2147483647"),
+    "group.consumer.assignors": ("group_consumer_assignors", _str, "uniform,range"),
 }
 
 KNOWN_KEYS = frozenset(_KEYS)
@@ -152,11 +198,13 @@ _LONG_KEYS = frozenset(
         "leader.imbalance.check.interval.seconds",
         "leader.replication.throttled.rate",
         "follower.replication.throttled.rate",
+        "offsets.retention.check.interval.ms",
     }
 )
 KEY_TYPES: dict[str, str] = {
     key: "LIST"
-    if key == "log.cleanup.policy"
+    if key in ("log.cleanup.policy", "group.coordinator.rebalance.protocols")
+    or key == "group.consumer.assignors"
     else "LONG"
     if key in _LONG_KEYS
     else {_int: "INT", _bool: "BOOLEAN", _str: "STRING"}[parse]
@@ -213,6 +261,23 @@ class KafkaConfig:
     offsets_topic_replication_factor: int
     offsets_topic_num_partitions: int
     group_initial_rebalance_delay_ms: int
+    offsets_topic_segment_bytes: int
+    offsets_commit_timeout_ms: int
+    offsets_retention_minutes: int
+    offsets_retention_check_interval_ms: int
+    offset_metadata_max_bytes: int
+    group_min_session_timeout_ms: int
+    group_max_session_timeout_ms: int
+    group_max_size: int
+    group_coordinator_rebalance_protocols: str
+    group_consumer_session_timeout_ms: int
+    group_consumer_min_session_timeout_ms: int
+    group_consumer_max_session_timeout_ms: int
+    group_consumer_heartbeat_interval_ms: int
+    group_consumer_min_heartbeat_interval_ms: int
+    group_consumer_max_heartbeat_interval_ms: int
+    group_consumer_max_size: int
+    group_consumer_assignors: str
     listeners: list[Listener] = field(default_factory=list)
     advertised_listeners: list[Listener] = field(default_factory=list)
     log_dirs: list[Path] = field(default_factory=list)
