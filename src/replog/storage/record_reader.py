@@ -1,9 +1,12 @@
-"""Decode the records of ONE batch, for timestamp lookups (ListOffsets).
+"""Decode the records of ONE batch: for timestamp lookups (ListOffsets), and for
+the readers of a whole record (the group coordinator loading ``__consumer_offsets``,
+the log cleaner).
 
 The produce and fetch paths never come here: they move whole batches as bytes.
 ``offset_for_timestamp`` and ``max_timestamp_and_offset`` need the exact record,
 so they decompress one batch (gzip, snappy in Kafka/xerial framing or raw,
-lz4 frame, zstd) and read each record's timestamp and offset deltas.
+lz4 frame, zstd) and read each record's timestamp and offset deltas;
+``iter_records`` reads keys, values and headers too.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import gzip
 import io
 import struct
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from replog.protocol.records import (
     ATTR_TIMESTAMP_TYPE,
@@ -114,4 +118,57 @@ def iter_record_timestamps(batch: bytes, header: BatchHeader) -> Iterator[tuple[
             header.max_timestamp if log_append_time else header.base_timestamp + timestamp_delta
         )
         yield header.base_offset + offset_delta, timestamp
+        pos = end
+
+
+@dataclass(frozen=True)
+class DecodedRecord:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+def _read_bytes(buf: bytes, pos: int, end: int) -> tuple[bytes | None, int]:
+    length, pos = _read_varint(buf, pos)
+    if length < 0:
+        return None, pos
+    if pos + length > end:
+        raise InvalidRecordBatch("record field runs past the record")
+    return buf[pos : pos + length], pos + length
+
+
+def iter_records(batch: bytes | memoryview, header: BatchHeader) -> Iterator[DecodedRecord]:
+    """Every record of ``batch`` (whole batch bytes, magic v2) with key, value and headers.
+
+    A control batch's records are returned as they are (their key names the marker).
+    """
+    records = decompress(header.compression, bytes(batch[HEADER_SIZE : header.size]))
+    log_append_time = bool(header.attributes & ATTR_TIMESTAMP_TYPE)
+    pos = 0
+    for _ in range(header.record_count):
+        length, pos = _read_varint(records, pos)
+        end = pos + length
+        if length < 0 or end > len(records):
+            raise InvalidRecordBatch("record length runs past the batch")
+        body = pos + 1  # the record attributes byte is unused
+        timestamp_delta, body = _read_varint(records, body)
+        offset_delta, body = _read_varint(records, body)
+        key, body = _read_bytes(records, body, end)
+        value, body = _read_bytes(records, body, end)
+        count, body = _read_varint(records, body)
+        headers = []
+        for _h in range(max(count, 0)):
+            name, body = _read_bytes(records, body, end)
+            hvalue, body = _read_bytes(records, body, end)
+            headers.append(((name or b"").decode("utf-8", "replace"), hvalue))
+        if body != end:
+            raise InvalidRecordBatch("record length does not match its fields")
+        timestamp = (
+            header.max_timestamp if log_append_time else header.base_timestamp + timestamp_delta
+        )
+        yield DecodedRecord(
+            header.base_offset + offset_delta, timestamp, key, value, tuple(headers)
+        )
         pos = end
