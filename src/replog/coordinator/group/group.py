@@ -1,0 +1,81 @@
+"""What every group type (classic, KIP-848 consumer) offers the coordinator runtime.
+
+The runtime keeps one ``dict[str, Group]`` per ``__consumer_offsets`` partition and
+asks a group these questions when a request touches offsets or the group as a whole
+(Kafka ``Group`` in the new group coordinator).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from kio.schema.errors import ErrorCode
+
+
+@dataclass(frozen=True)
+class Record:
+    """One record for ``__consumer_offsets``: encoded key, and value (None: tombstone)."""
+
+    key: bytes
+    value: bytes | None
+
+
+class Group(Protocol):
+    group_id: str
+
+    @property
+    def group_type(self) -> str:
+        """``classic`` or ``consumer`` (ListGroups v5 ``GroupType``)."""
+        ...
+
+    @property
+    def protocol_type(self) -> str:
+        """Classic: the members' protocol type (``consumer``, ``connect``, or "" for a
+        group that only commits offsets); KIP-848 groups: ``consumer``."""
+        ...
+
+    def state_name(self) -> str:
+        """Kafka's state name: Empty, PreparingRebalance, CompletingRebalance, Stable,
+        Dead (classic); Empty, Assigning, Reconciling, Stable, Dead (consumer)."""
+        ...
+
+    def is_empty(self) -> bool: ...
+
+    def validate_offset_commit(
+        self,
+        member_id: str,
+        generation_id_or_member_epoch: int,
+        group_instance_id: str | None,
+        api_version: int,
+    ) -> ErrorCode:
+        """ErrorCode.none if this member may commit now (Kafka ``validateOffsetCommit``):
+        classic groups check generation and member id (ILLEGAL_GENERATION,
+        UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID); consumer groups the
+        member epoch (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID). A commit with generation -1
+        and no member id (a consumer outside group management) is allowed while the
+        group is empty."""
+        ...
+
+    def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> ErrorCode:
+        """ErrorCode.none if this fetch may read offsets (OffsetFetch v9+ names the member
+        of a consumer group; classic groups accept every fetch)."""
+        ...
+
+    def is_subscribed_to_topic(self, topic: str) -> bool:
+        """OffsetDelete refuses topics a member is subscribed to
+        (GROUP_SUBSCRIBED_TO_TOPIC)."""
+        ...
+
+    def validate_delete_group(self) -> ErrorCode:
+        """ErrorCode.none, or NON_EMPTY_GROUP while members remain."""
+        ...
+
+    def metadata_tombstones(self) -> list[Record]:
+        """The tombstones that delete this group's own records (offsets are the runtime's)."""
+        ...
+
+    def on_deleted(self) -> None:
+        """The group was deleted (DeleteGroups, offsets expiry) or unloaded: go to Dead,
+        cancel timers and answer anything pending with the error that fits."""
+        ...
