@@ -75,7 +75,17 @@ class Group(Protocol):
         """The tombstones that delete this group's own records (offsets are the runtime's)."""
         ...
 
-    def on_deleted(self) -> None:
-        """The group was deleted (DeleteGroups, offsets expiry) or unloaded: go to Dead,
-        cancel timers and answer anything pending with the error that fits."""
+    def empty_since_ms(self) -> int | None:
+        """When the group last became empty (Kafka ``currentStateTimestamp`` of an Empty
+        group): offsets retention counts from it. None for a group that never had
+        members (offsets then expire ``offsets.retention.minutes`` after each commit).
+        Only asked while ``is_empty()``."""
+        ...
+
+    def on_deleted(self, error: ErrorCode) -> None:
+        """The group is gone from this coordinator: deleted (DeleteGroups, expiry of an
+        empty group: ``error`` is COORDINATOR_NOT_AVAILABLE... as Kafka answers) or
+        unloaded because this broker stopped leading its partition (``error`` is
+        NOT_COORDINATOR). Go to Dead, stop using the shard's timers and answer anything
+        pending (parked JoinGroup/SyncGroup responses) with ``error``."""
         ...
