@@ -173,7 +173,6 @@ class LocalCluster:
             "log.dirs": str(bdir / "data"),
             "zookeeper.connect": self.zookeeper_connect,
             "zookeeper.session.timeout.ms": "6000",
-            "offsets.topic.replication.factor": "1",
             # A local cluster is often stopped whole: the last broker's controlled
             # shutdown cannot move its leaderships, so retry sooner than Kafka's 5 s.
             "controlled.shutdown.retry.backoff.ms": "1000",

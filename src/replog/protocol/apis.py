@@ -44,12 +44,16 @@ class ApiKey(enum.IntEnum):
     ALTER_CONFIGS = 33
     DESCRIBE_LOG_DIRS = 35
     CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
     ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
+    OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
 
 
 # api key -> (min version, max version) that this broker answers. The lower ends follow
@@ -77,6 +81,11 @@ CLIENT_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.DESCRIBE_CLUSTER: (0, 2),
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+    ApiKey.FIND_COORDINATOR: (0, 6),
+    ApiKey.OFFSET_COMMIT: (2, 9),
+    ApiKey.OFFSET_FETCH: (1, 9),
+    ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.DELETE_GROUPS: (0, 2),
 }
 
 # Filled in by replog.protocol.controller_schemas when it is importable.

@@ -19,6 +19,8 @@ from typing import Any
 
 from replog.config import KafkaConfig
 from replog.controller.controller import KafkaController
+from replog.coordinator.group.coordinator import GroupCoordinator
+from replog.coordinator.group.offsets_topic import GROUP_METADATA_TOPIC_NAME
 from replog.protocol.apis import ApiKey
 from replog.replication.fetcher import FetcherConfig, ReplicaFetcherManager
 from replog.replication.replica_manager import ReplicaManager
@@ -32,6 +34,7 @@ from replog.server.handlers import partitions as partition_handlers
 from replog.server.handlers.context import BrokerServices
 from replog.server.handlers.controller_requests import ControllerRequests
 from replog.server.handlers.controller_rpc import ControllerCommands
+from replog.server.handlers.group_coordinator import GroupCoordinatorRequests
 from replog.server.metadata_cache import MetadataCache
 from replog.server.network import KafkaServer
 from replog.server.producer_ids import ProducerIdManager
@@ -81,6 +84,11 @@ class Broker:
         )
         self.admin = AdminManager(config, self.zk, self.metadata_cache)
         self.producer_ids = ProducerIdManager(config.broker_id, self.zk.client)
+        self.group_coordinator = GroupCoordinator(
+            config,
+            self.replica_manager,
+            lambda: len(self.metadata_cache.partitions.get(GROUP_METADATA_TOPIC_NAME, {})) or None,
+        )
         self.services = BrokerServices(
             config=config,
             replica_manager=self.replica_manager,
@@ -88,6 +96,7 @@ class Broker:
             admin=self.admin,
             producer_ids=self.producer_ids,
             configs=self.configs,
+            group_coordinator=self.group_coordinator,
         )
         self.controller_commands = ControllerCommands(
             self.services, self.zk, lambda: self.broker_epoch
@@ -140,6 +149,12 @@ class Broker:
         handlers[ApiKey.UPDATE_METADATA] = commands.handle_update_metadata
         handlers[ApiKey.CONTROLLED_SHUTDOWN] = self.controller_requests.handle_controlled_shutdown
         handlers[ApiKey.ELECT_LEADERS] = self.controller_requests.handle_elect_leaders
+        groups = GroupCoordinatorRequests(self.services)
+        handlers[ApiKey.FIND_COORDINATOR] = groups.handle_find_coordinator
+        handlers[ApiKey.OFFSET_COMMIT] = groups.handle_offset_commit
+        handlers[ApiKey.OFFSET_FETCH] = groups.handle_offset_fetch
+        handlers[ApiKey.OFFSET_DELETE] = groups.handle_offset_delete
+        handlers[ApiKey.DELETE_GROUPS] = groups.handle_delete_groups
         reassignments = partition_handlers.ReassignmentRequests(lambda: self.controller)
         handlers[ApiKey.ALTER_PARTITION_REASSIGNMENTS] = (
             reassignments.handle_alter_partition_reassignments
@@ -167,8 +182,8 @@ class Broker:
         self.controller = KafkaController(
             self.config.broker_id, self.zk, self.config, register_broker=self._reregister
         )
-        self.controller.unclean_leader_election_default = (
-            lambda: self.configs.layers.unclean_leader_election_enable
+        self.controller.unclean_leader_election_default = lambda: (
+            self.configs.layers.unclean_leader_election_enable
         )
         self.configs.on_topic_config_change = self.controller.on_topic_config_change
         self.configs.on_unclean_default_change = lambda _enabled: (
@@ -188,6 +203,7 @@ class Broker:
         self._tasks.append(asyncio.create_task(self._isr_expiration_loop()))
         self._tasks.append(asyncio.create_task(self._isr_propagation_loop()))
         self._tasks.append(asyncio.create_task(self._high_watermark_checkpoint_loop()))
+        self._tasks.append(asyncio.create_task(self._offsets_expiration_loop()))
 
     async def _register(self, info: BrokerInfo) -> int:
         """Register in ``/brokers/ids``. After a kill -9 the previous process's znode lives
@@ -262,6 +278,15 @@ class Broker:
         while True:
             await asyncio.sleep(interval)
             self.replica_manager.checkpoint_high_watermarks()
+
+    async def _offsets_expiration_loop(self) -> None:
+        interval = self.config.offsets_retention_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.group_coordinator.expire_offsets()
+            except Exception:
+                log.exception("expiring committed offsets failed")
 
     async def _retention_loop(self) -> None:
         interval = self.config.log_retention_check_interval_ms / 1000
@@ -338,6 +363,7 @@ class Broker:
         if self.controller is not None:
             await self.controller.stop()
         await self.server.stop()
+        await self.group_coordinator.shutdown()
         await self.configs.stop()
         await self.replica_manager.shutdown()
         self.log_manager.shutdown()

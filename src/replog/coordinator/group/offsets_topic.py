@@ -37,9 +37,6 @@ def partition_for(group_id: str, num_partitions: int) -> int:
 
 def offsets_topic_configs(segment_bytes: int) -> dict[str, str]:
     """The topic configs Kafka creates ``__consumer_offsets`` with
-    (``GroupCoordinator.groupMetadataTopicConfigs``)."""
-    return {
-        "cleanup.policy": "compact",
-        "compression.type": "producer",
-        "segment.bytes": str(segment_bytes),
-    }
+    (``GroupCoordinator.groupMetadataTopicConfigs``; its ``compression.type=producer``
+    is replog's only behaviour and not a setting)."""
+    return {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)}

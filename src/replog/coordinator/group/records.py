@@ -132,3 +132,18 @@ def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
     if version >= 4:
         pos = wire.skip_tagged_fields(data, pos)
     return OffsetCommitValue(offset, leader_epoch, metadata, commit_timestamp, expire_timestamp)
+
+
+# -- group metadata keys (the values are the classic module's) --------------------------
+
+
+def encode_group_metadata_key(group: str) -> bytes:
+    return _I16.pack(GROUP_METADATA_KEY) + wire.string(group)
+
+
+def decode_group_metadata_key(data: bytes) -> str:
+    version, pos = read_int16(data, 0)
+    if version != GROUP_METADATA_KEY:
+        raise CodecError(f"not a group metadata key (version {version})")
+    group, _ = wire.read_string(data, pos)
+    return group

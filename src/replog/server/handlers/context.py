@@ -12,6 +12,7 @@ from replog.protocol import apis
 
 if TYPE_CHECKING:
     from replog.config import KafkaConfig
+    from replog.coordinator.group.coordinator import GroupCoordinator
     from replog.replication.replica_manager import ReplicaManager
     from replog.server.admin import AdminManager
     from replog.server.config_manager import ConfigManager
@@ -29,6 +30,7 @@ class BrokerServices:
     admin: AdminManager
     producer_ids: ProducerIdManager
     configs: ConfigManager
+    group_coordinator: GroupCoordinator
 
 
 def response_class(api_key: int, version: int) -> type[Any]:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from replog.coordinator.group.offsets_topic import GROUP_METADATA_TOPIC_NAME
 from replog.protocol import controller_schemas as cs
 from replog.replication.machine import PartitionLeadership
 from replog.server.metadata_cache import BrokerEndpoint, PartitionInfo
@@ -152,6 +153,11 @@ class ControllerCommands:
                         partition_index=p.partition_index, error_code=code
                     )
                 )
+                if topic == GROUP_METADATA_TOPIC_NAME and code == ErrorCode.none:
+                    # Kafka onLeadershipChange: load or unload the partition's groups.
+                    self.services.group_coordinator.on_partition_role(
+                        partition, int(p.leader) == rm.broker_id, int(p.leader_epoch)
+                    )
             topics.append(
                 cs.LeaderAndIsrTopicError(
                     topic_id=topic_state.topic_id, partition_errors=tuple(errors)
@@ -181,6 +187,10 @@ class ControllerCommands:
                         int(p.partition_index),
                         bool(p.delete_partition),
                     )
+                    if str(topic_state.topic_name) == GROUP_METADATA_TOPIC_NAME:
+                        self.services.group_coordinator.on_partition_role(
+                            int(p.partition_index), False, -1
+                        )
                     errors.append(
                         cs.StopReplicaPartitionError(
                             topic_name=topic_state.topic_name,

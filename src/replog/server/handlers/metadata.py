@@ -8,6 +8,7 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
+from replog.coordinator.group.offsets_topic import INTERNAL_TOPICS
 from replog.protocol import apis
 from replog.protocol.apis import ApiKey, make, nested
 from replog.protocol.frames import UnsupportedVersion, encode_response
@@ -134,7 +135,7 @@ async def handle_metadata(services: BrokerServices, ctx: RequestContext, request
                     if name is not None or version >= FIRST_TOPIC_ID_LOOKUP_VERSION
                     else "",
                     topic_id=asked_id if error == ErrorCode.unknown_topic_id else None,
-                    is_internal=False,
+                    is_internal=name in INTERNAL_TOPICS,
                     partitions=(),
                     topic_authorized_operations=UNKNOWN_OPERATIONS,
                 )
@@ -164,7 +165,7 @@ async def handle_metadata(services: BrokerServices, ctx: RequestContext, request
                 error_code=ErrorCode.none,
                 name=name,
                 topic_id=cache.topic_id(name),
-                is_internal=False,
+                is_internal=name in INTERNAL_TOPICS,
                 partitions=tuple(parts),
                 topic_authorized_operations=UNKNOWN_OPERATIONS,
             )

@@ -1,0 +1,456 @@
+"""The group coordinator's runtime: one shard per ``__consumer_offsets`` partition led here.
+
+When this broker becomes the leader of an offsets partition (LeaderAndIsr), the
+runtime makes a ``GroupShard`` for it in the LOADING state and loads it: it waits
+until the partition's high watermark reaches the log end offset it had on becoming
+leader (every record a former leader acknowledged is then committed here too), reads
+the log from its start to the high watermark and replays each record into the groups
+and offsets, then serves (Kafka ``GroupMetadataManager.loadGroupsAndOffsets``). Until
+then requests for its groups get COORDINATOR_LOAD_IN_PROGRESS; after this broker stops
+leading the partition they get NOT_COORDINATOR and clients look for the new
+coordinator.
+
+Writes go through the partition leader's append with acks=all, like a producer's: a
+commit is acknowledged only once every in-sync replica has it
+(``offsets.commit.timeout.ms`` bounds the wait). The in-memory state changes only
+after the write is acknowledged.
+
+Concurrency: everything here is owned by the event loop. A shard's groups and offsets
+change only in callbacks that do not await between a check and the change; the one
+await in a write is the wait for acks=all, after which callers re-check ``active``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from kio.schema.errors import ErrorCode
+
+from replog.coordinator.group import records as rec
+from replog.coordinator.group.group import Group, Record
+from replog.coordinator.group.offsets import CommittedOffset, OffsetStore
+from replog.coordinator.group.offsets_topic import GROUP_METADATA_TOPIC_NAME, partition_for
+from replog.protocol.records import build_batch, encode_record, iter_batches
+from replog.protocol.wire import CodecError
+from replog.storage.record_reader import iter_records
+
+if TYPE_CHECKING:
+    from replog.config import KafkaConfig
+    from replog.replication.replica_manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+
+LOAD_READ_BYTES = 5 * 1024 * 1024  # Kafka offsets.load.buffer.size
+
+# Kafka GroupMetadataManager / CoordinatorRuntime: how an append's error reads to a client.
+_WRITE_ERRORS = {
+    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
+    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
+    ErrorCode.fenced_leader_epoch: ErrorCode.not_coordinator,
+    ErrorCode.message_too_large: ErrorCode.unknown_server_error,
+    ErrorCode.record_list_too_large: ErrorCode.unknown_server_error,
+    ErrorCode.invalid_fetch_size: ErrorCode.unknown_server_error,
+}
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ShardState(enum.Enum):
+    LOADING = "loading"
+    LOADED = "loaded"
+    UNLOADED = "unloaded"
+
+
+class GroupShard:
+    """The groups and committed offsets of one ``__consumer_offsets`` partition.
+
+    Concurrency: owned by the event loop. ``active`` turns False when the shard is
+    unloaded; code that awaited a ``write`` checks it before touching state again.
+    """
+
+    def __init__(
+        self,
+        coordinator: GroupCoordinator,
+        partition: int,
+        leader_epoch: int,
+    ) -> None:
+        self.coordinator = coordinator
+        self.config: KafkaConfig = coordinator.config
+        self.partition = partition
+        self.leader_epoch = leader_epoch
+        self.state = ShardState.LOADING
+        self.groups: dict[str, Group] = {}
+        self.offsets = OffsetStore()
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+
+    @property
+    def active(self) -> bool:
+        return self.state is not ShardState.UNLOADED
+
+    def now_ms(self) -> int:
+        return self.coordinator.clock()
+
+    async def write(self, records: list[Record]) -> ErrorCode:
+        """Append ``records`` to this shard's partition with acks=all and wait for them."""
+        error, _ = await self.coordinator.append(self, records)
+        return error
+
+    async def write_at(self, records: list[Record]) -> tuple[ErrorCode, int]:
+        """As ``write``, also returning the offset of the first record written."""
+        return await self.coordinator.append(self, records)
+
+    def schedule(self, key: str, delay_ms: int, callback: Callable[[], None]) -> None:
+        """Run ``callback`` after ``delay_ms`` unless cancelled or the shard unloads; a
+        timer already under ``key`` is replaced."""
+        self.cancel(key)
+        if not self.active:
+            return
+        loop = asyncio.get_running_loop()
+
+        def fire() -> None:
+            self._timers.pop(key, None)
+            if self.active:
+                callback()
+
+        self._timers[key] = loop.call_later(max(delay_ms, 0) / 1000, fire)
+
+    def cancel(self, key: str) -> None:
+        handle = self._timers.pop(key, None)
+        if handle is not None:
+            handle.cancel()
+
+    def unload(self, error: ErrorCode) -> None:
+        self.state = ShardState.UNLOADED
+        for handle in self._timers.values():
+            handle.cancel()
+        self._timers.clear()
+        for group in list(self.groups.values()):
+            try:
+                group.on_deleted(error)
+            except Exception:
+                log.exception("unloading group %s", group.group_id)
+        self.groups.clear()
+
+    # -- replay -------------------------------------------------------------------
+
+    def replay(self, record_offset: int, key: bytes, value: bytes | None) -> None:
+        """Apply one record of the partition, in log order."""
+        version = rec.key_version(key)
+        if version in (rec.OFFSET_COMMIT_KEY_V0, rec.OFFSET_COMMIT_KEY):
+            k = rec.decode_offset_commit_key(key)
+            if value is None:
+                self.offsets.remove(k.group, (k.topic, k.partition), record_offset)
+            else:
+                committed = CommittedOffset.of(rec.decode_offset_commit_value(value), record_offset)
+                self.offsets.put(k.group, (k.topic, k.partition), committed)
+            return
+        replayer = _REPLAYERS.get(version)
+        if replayer is None:
+            log.warning(
+                "%s-%d: skipping a record with unknown key version %d at offset %d",
+                GROUP_METADATA_TOPIC_NAME,
+                self.partition,
+                version,
+                record_offset,
+            )
+            return
+        replayer(self, version, key, value)
+
+
+def _replay_group_metadata(shard: GroupShard, _version: int, key: bytes, value: bytes | None):
+    from replog.coordinator.group import classic_records
+
+    classic_records.replay_group_metadata(shard, rec.decode_group_metadata_key(key), value)
+
+
+def _replay_consumer_group(shard: GroupShard, version: int, key: bytes, value: bytes | None):
+    from replog.coordinator.group import consumer_records
+
+    consumer_records.replay(shard, version, key, value)
+
+
+_REPLAYERS: dict[int, Callable[[GroupShard, int, bytes, bytes | None], None]] = {
+    rec.GROUP_METADATA_KEY: _replay_group_metadata,
+    **{
+        v: _replay_consumer_group
+        for v in range(rec.FIRST_CONSUMER_GROUP_KEY, rec.LAST_CONSUMER_GROUP_KEY + 1)
+    },
+}
+
+
+class GroupCoordinator:
+    """This broker's group coordinator (Kafka ``GroupCoordinator`` + its runtime).
+
+    Concurrency: owned by the event loop.
+    """
+
+    def __init__(
+        self,
+        config: KafkaConfig,
+        replica_manager: ReplicaManager,
+        offsets_partition_count: Callable[[], int | None],
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.config = config
+        self.replica_manager = replica_manager
+        self._partition_count = offsets_partition_count
+        self.clock = clock
+        self._shards: dict[int, GroupShard] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- where groups live ----------------------------------------------------------
+
+    def partition_count(self) -> int:
+        return self._partition_count() or self.config.offsets_topic_num_partitions
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.partition_count())
+
+    def shard_for(self, group_id: str) -> tuple[ErrorCode, GroupShard | None]:
+        shard = self._shards.get(self.partition_for(group_id))
+        if shard is None or not shard.active:
+            return ErrorCode.not_coordinator, None
+        if shard.state is ShardState.LOADING:
+            return ErrorCode.coordinator_load_in_progress, None
+        return ErrorCode.none, shard
+
+    def loaded_shards(self) -> list[GroupShard]:
+        return [s for s in self._shards.values() if s.state is ShardState.LOADED]
+
+    def loading(self) -> bool:
+        return any(s.state is ShardState.LOADING for s in self._shards.values())
+
+    # -- leadership of the offsets partitions ------------------------------------------
+
+    def on_partition_role(self, partition: int, is_leader: bool, leader_epoch: int) -> None:
+        """A LeaderAndIsr (or StopReplica: not leader) for ``__consumer_offsets-partition``
+        was applied (Kafka ``onElection`` / ``onResignation``)."""
+        shard = self._shards.get(partition)
+        if is_leader:
+            if shard is not None and shard.active and shard.leader_epoch == leader_epoch:
+                return
+            if shard is not None:
+                self._unload(partition, ErrorCode.not_coordinator)
+            shard = GroupShard(self, partition, leader_epoch)
+            self._shards[partition] = shard
+            task = asyncio.get_running_loop().create_task(self._load(shard))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        elif shard is not None:
+            self._unload(partition, ErrorCode.not_coordinator)
+
+    def _unload(self, partition: int, error: ErrorCode) -> None:
+        shard = self._shards.pop(partition, None)
+        if shard is not None:
+            log.info(
+                "%s-%d: unloading %d groups (no longer the leader)",
+                GROUP_METADATA_TOPIC_NAME,
+                partition,
+                len(shard.groups),
+            )
+            shard.unload(error)
+
+    def _current_partition(self, shard: GroupShard):
+        """The replica of the shard's partition, if this broker still leads it at the
+        shard's epoch."""
+        part = self.replica_manager.get_partition(GROUP_METADATA_TOPIC_NAME, shard.partition)
+        if (
+            part is None
+            or not shard.active
+            or not part.is_leader
+            or part.leader_epoch != shard.leader_epoch
+        ):
+            return None
+        return part
+
+    async def _load(self, shard: GroupShard) -> None:
+        started = time.monotonic()
+        part = self._current_partition(shard)
+        if part is None:
+            return
+        target = part.log.log_end_offset
+        # Everything a former leader acknowledged is below our log end; wait until the
+        # ISR has it too (the high watermark reaches it) before reading up to the HW.
+        while part.high_watermark < target:
+            future = asyncio.get_running_loop().create_future()
+            part.waiters.add(lambda p=part: p.high_watermark >= target or not p.is_leader, future)
+            await future
+            part = self._current_partition(shard)
+            if part is None:
+                return
+        high_watermark = part.high_watermark
+        offset = part.log.log_start_offset
+        count = 0
+        try:
+            while offset < high_watermark:
+                data = part.log.read(offset, LOAD_READ_BYTES, max_offset=high_watermark).records
+                if not data:
+                    break
+                for pos, header in iter_batches(data):
+                    offset = header.next_offset
+                    if header.is_control:
+                        continue
+                    for record in iter_records(memoryview(data)[pos : pos + header.size], header):
+                        if record.offset >= high_watermark:
+                            break
+                        if record.key is None:
+                            continue
+                        try:
+                            shard.replay(record.offset, record.key, record.value)
+                            count += 1
+                        except (CodecError, ValueError) as exc:
+                            log.error(
+                                "%s-%d: skipping an unreadable record at offset %d: %s",
+                                GROUP_METADATA_TOPIC_NAME,
+                                shard.partition,
+                                record.offset,
+                                exc,
+                            )
+                # Yield between reads so a large partition does not hold the loop.
+                await asyncio.sleep(0)
+                if self._current_partition(shard) is None:
+                    return
+        except Exception:
+            log.exception(
+                "%s-%d: loading groups failed", GROUP_METADATA_TOPIC_NAME, shard.partition
+            )
+            self._unload(shard.partition, ErrorCode.coordinator_not_available)
+            return
+        if not shard.active:
+            return
+        shard.state = ShardState.LOADED
+        log.info(
+            "%s-%d: loaded %d groups and offsets of %d groups from %d records in %.3f s",
+            GROUP_METADATA_TOPIC_NAME,
+            shard.partition,
+            len(shard.groups),
+            len(shard.offsets.groups()),
+            count,
+            time.monotonic() - started,
+        )
+
+    # -- writes -------------------------------------------------------------------------
+
+    async def append(self, shard: GroupShard, records: list[Record]) -> tuple[ErrorCode, int]:
+        """Append ``records`` as one batch with acks=all; the error to answer with and the
+        offset of the first record."""
+        if not records:
+            return ErrorCode.none, -1
+        if self._current_partition(shard) is None:
+            return ErrorCode.not_coordinator, -1
+        now = self.clock()
+        body = b"".join(encode_record(i, 0, r.key, r.value) for i, r in enumerate(records))
+        batch = build_batch(
+            base_offset=0,
+            partition_leader_epoch=-1,
+            attributes=0,
+            last_offset_delta=len(records) - 1,
+            base_timestamp=now,
+            max_timestamp=now,
+            producer_id=-1,
+            producer_epoch=-1,
+            base_sequence=-1,
+            record_count=len(records),
+            records=body,
+        )
+        rm = self.replica_manager
+        key = (GROUP_METADATA_TOPIC_NAME, shard.partition)
+        result = rm.append_to_leader(key[0], key[1], batch, -1, now)
+        if result.error == ErrorCode.none:
+            await rm.wait_for_acks_all({key: result}, self.config.offsets_commit_timeout_ms)
+        error = ErrorCode(result.error)
+        if error != ErrorCode.none:
+            log.info(
+                "%s-%d: writing %d records failed: %s",
+                GROUP_METADATA_TOPIC_NAME,
+                shard.partition,
+                len(records),
+                error.name,
+            )
+            return _WRITE_ERRORS.get(error, error), -1
+        if not shard.active:
+            return ErrorCode.not_coordinator, -1
+        return ErrorCode.none, result.base_offset
+
+    # -- offsets retention -----------------------------------------------------------
+
+    async def expire_offsets(self) -> int:
+        """Remove expired offsets, and empty groups left without offsets (Kafka
+        ``cleanupGroupMetadata``); the number of offsets removed."""
+        removed = 0
+        retention_ms = self.config.offsets_retention_minutes * 60_000
+        for shard in self.loaded_shards():
+            now = shard.now_ms()
+            tombstones: list[Record] = []
+            expired: list[tuple[str, tuple[str, int]]] = []
+            dead_groups: list[str] = []
+            for group_id in set(shard.offsets.groups()) | set(shard.groups):
+                group = shard.groups.get(group_id)
+                if group is not None and not group.is_empty():
+                    continue
+                since = None if group is None else group.empty_since_ms()
+                for tp in shard.offsets.expired(group_id, now, retention_ms, since):
+                    expired.append((group_id, tp))
+                    tombstones.append(offset_tombstone(group_id, tp))
+                left = set(shard.offsets.of_group(group_id)) - {
+                    tp for g, tp in expired if g == group_id
+                }
+                if group is not None and not left:
+                    dead_groups.append(group_id)
+                    tombstones.extend(group.metadata_tombstones())
+            if not tombstones:
+                continue
+            error, first = await shard.write_at(tombstones)
+            if error != ErrorCode.none or not shard.active:
+                continue
+            for i, (group_id, tp) in enumerate(expired):
+                shard.offsets.remove(group_id, tp, first + i)
+            for group_id in dead_groups:
+                group = shard.groups.get(group_id)
+                if group is not None and group.is_empty():
+                    del shard.groups[group_id]
+                    group.on_deleted(ErrorCode.coordinator_not_available)
+            removed += len(expired)
+            log.info(
+                "%s-%d: expired %d offsets and %d groups",
+                GROUP_METADATA_TOPIC_NAME,
+                shard.partition,
+                len(expired),
+                len(dead_groups),
+            )
+        return removed
+
+    async def shutdown(self) -> None:
+        for partition in list(self._shards):
+            self._unload(partition, ErrorCode.not_coordinator)
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+
+
+def offset_commit_record(
+    group_id: str, tp: tuple[str, int], value: rec.OffsetCommitValue
+) -> Record:
+    return Record(
+        rec.encode_offset_commit_key(rec.OffsetCommitKey(group_id, tp[0], tp[1])),
+        rec.encode_offset_commit_value(value),
+    )
+
+
+def offset_tombstone(group_id: str, tp: tuple[str, int]) -> Record:
+    return Record(rec.encode_offset_commit_key(rec.OffsetCommitKey(group_id, tp[0], tp[1])), None)
