@@ -152,6 +152,10 @@ def test_log_config_defaults_match_kafka() -> None:
         "min.insync.replicas": "1",
         "unclean.leader.election.enable": "false",
         "cleanup.policy": "delete",
+        "min.cleanable.dirty.ratio": "0.5",
+        "min.compaction.lag.ms": "0",
+        "max.compaction.lag.ms": "9223372036854775807",
+        "delete.retention.ms": "86400000",
         # Kafka's default: no replica throttled (an empty list).
         "leader.replication.throttled.replicas": "",
         "follower.replication.throttled.replicas": "",

@@ -33,6 +33,10 @@ def _str(value: str) -> str:
     return value.strip()
 
 
+def _float(value: str) -> float:
+    return float(value.strip())
+
+
 @dataclass(frozen=True)
 class Listener:
     name: str
@@ -84,6 +88,25 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any], str]] = {
     ),
     "log.index.interval.bytes": ("log_index_interval_bytes", _int, "4096"),
     "log.cleanup.policy": ("log_cleanup_policy", _str, "delete"),
+    # The log cleaner (Kafka CleanerConfig), with Kafka's defaults; the last four are the
+    # broker defaults of the topic keys min.cleanable.dirty.ratio ... delete.retention.ms.
+    "log.cleaner.enable": ("log_cleaner_enable", _bool, "true"),
+    "log.cleaner.threads": ("log_cleaner_threads", _int, "1"),
+    "log.cleaner.io.max.bytes.per.second": (
+        "log_cleaner_io_max_bytes_per_second",
+        _float,
+        "1.7976931348623157E308",
+    ),
+    "log.cleaner.dedupe.buffer.size": ("log_cleaner_dedupe_buffer_size", _int, "134217728"),
+    "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", _int, "15000"),
+    "log.cleaner.min.cleanable.ratio": ("log_cleaner_min_cleanable_ratio", _float, "0.5"),
+    "log.cleaner.min.compaction.lag.ms": ("log_cleaner_min_compaction_lag_ms", _int, "0"),
+    "log.cleaner.max.compaction.lag.ms": (
+        "log_cleaner_max_compaction_lag_ms",
+        _int,
+        "9223372036854775807",
+    ),
+    "log.cleaner.delete.retention.ms": ("log_cleaner_delete_retention_ms", _int, "86400000"),
     "log.message.timestamp.type": ("log_message_timestamp_type", _str, "CreateTime"),
     "message.max.bytes": ("message_max_bytes", _int, "1048588"),
     "socket.request.max.bytes": ("socket_request_max_bytes", _int, "104857600"),
@@ -199,6 +222,11 @@ _LONG_KEYS = frozenset(
         "leader.replication.throttled.rate",
         "follower.replication.throttled.rate",
         "offsets.retention.check.interval.ms",
+        "log.cleaner.dedupe.buffer.size",
+        "log.cleaner.backoff.ms",
+        "log.cleaner.min.compaction.lag.ms",
+        "log.cleaner.max.compaction.lag.ms",
+        "log.cleaner.delete.retention.ms",
     }
 )
 KEY_TYPES: dict[str, str] = {
@@ -207,7 +235,7 @@ KEY_TYPES: dict[str, str] = {
     or key == "group.consumer.assignors"
     else "LONG"
     if key in _LONG_KEYS
-    else {_int: "INT", _bool: "BOOLEAN", _str: "STRING"}[parse]
+    else {_int: "INT", _bool: "BOOLEAN", _str: "STRING", _float: "DOUBLE"}[parse]
     for key, (_, parse, _) in _KEYS.items()
 }
 
@@ -235,6 +263,15 @@ class KafkaConfig:
     log_index_interval_bytes: int
     log_message_timestamp_type: str
     log_cleanup_policy: str
+    log_cleaner_enable: bool
+    log_cleaner_threads: int
+    log_cleaner_io_max_bytes_per_second: float
+    log_cleaner_dedupe_buffer_size: int
+    log_cleaner_backoff_ms: int
+    log_cleaner_min_cleanable_ratio: float
+    log_cleaner_min_compaction_lag_ms: int
+    log_cleaner_max_compaction_lag_ms: int
+    log_cleaner_delete_retention_ms: int
     message_max_bytes: int
     socket_request_max_bytes: int
     min_insync_replicas: int
@@ -356,6 +393,28 @@ class KafkaConfig:
             "log.cleanup.policy",
             "must be delete, compact or both",
         )
+        need(self.log_cleaner_threads >= 0, "log.cleaner.threads", "must be >= 0")
+        need(self.log_cleaner_backoff_ms >= 0, "log.cleaner.backoff.ms", "must be >= 0")
+        need(
+            self.log_cleaner_io_max_bytes_per_second > 0,
+            "log.cleaner.io.max.bytes.per.second",
+            "must be > 0",
+        )
+        need(
+            0 <= self.log_cleaner_min_cleanable_ratio <= 1,
+            "log.cleaner.min.cleanable.ratio",
+            "must be between 0 and 1",
+        )
+        need(
+            0 <= self.log_cleaner_min_compaction_lag_ms <= self.log_cleaner_max_compaction_lag_ms,
+            "log.cleaner.min.compaction.lag.ms",
+            "must be >= 0 and <= log.cleaner.max.compaction.lag.ms",
+        )
+        need(
+            self.log_cleaner_delete_retention_ms >= 0,
+            "log.cleaner.delete.retention.ms",
+            "must be >= 0",
+        )
         names = [listener.name for listener in self.listeners]
         need(len(set(names)) == len(names), "listeners", "listener names must be unique")
 
@@ -372,6 +431,10 @@ class KafkaConfig:
             "min.insync.replicas": str(self.min_insync_replicas),
             "unclean.leader.election.enable": str(self.unclean_leader_election_enable).lower(),
             "cleanup.policy": self.log_cleanup_policy,
+            "min.cleanable.dirty.ratio": str(self.log_cleaner_min_cleanable_ratio),
+            "min.compaction.lag.ms": str(self.log_cleaner_min_compaction_lag_ms),
+            "max.compaction.lag.ms": str(self.log_cleaner_max_compaction_lag_ms),
+            "delete.retention.ms": str(self.log_cleaner_delete_retention_ms),
         }
 
     def as_properties(self) -> dict[str, str]:

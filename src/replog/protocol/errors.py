@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from replog.protocol.records import CorruptRecordBatch, InvalidRecordBatch
+from replog.protocol.records import CorruptRecordBatch, InvalidRecord, InvalidRecordBatch
 from replog.storage.log import OffsetOutOfRange, RecordTooLarge
 from replog.storage.partition_metadata import InconsistentTopicId
 from replog.storage.producer_state import InvalidProducerEpoch, OutOfOrderSequence
@@ -20,6 +20,7 @@ __all__ = ["error_code_for"]
 _CODES: list[tuple[type[BaseException], ErrorCode]] = [
     (CorruptRecordBatch, ErrorCode.corrupt_message),
     (InvalidRecordBatch, ErrorCode.corrupt_message),
+    (InvalidRecord, ErrorCode.invalid_record),
     (RecordTooLarge, ErrorCode.message_too_large),
     (OutOfOrderSequence, ErrorCode.out_of_order_sequence_number),
     (InvalidProducerEpoch, ErrorCode.invalid_producer_epoch),

@@ -2,7 +2,9 @@
 
 Batches stay bytes from the socket to the disk and back: this module reads the
 61-byte header, checks the CRC32C, and patches ``baseOffset`` and
-``partitionLeaderEpoch`` in place. It never decodes or re-encodes records.
+``partitionLeaderEpoch`` in place. The produce and fetch paths never decode or
+re-encode records; the record-level helpers at the end (``iter_record_spans``,
+``with_timestamp_delta``) serve the log cleaner and the compacted-topic key check.
 
 Layout (Kafka ``DefaultRecordBatch``)::
 
@@ -42,6 +44,7 @@ ATTR_COMPRESSION_MASK = 0x07
 ATTR_TIMESTAMP_TYPE = 0x08  # 1 = LogAppendTime
 ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
+ATTR_DELETE_HORIZON = 0x40  # KIP-534: baseTimestamp holds the batch's delete horizon
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _OFFSET = struct.Struct(">q")
@@ -57,6 +60,11 @@ class InvalidRecordBatch(ValueError):
 
 class CorruptRecordBatch(InvalidRecordBatch):
     """A batch whose CRC32C does not match its contents."""
+
+
+class InvalidRecord(ValueError):
+    """A well-formed batch holding a record the log refuses (Kafka INVALID_RECORD), such
+    as a record without a key on a compacted topic."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +117,11 @@ class BatchHeader:
     @property
     def has_producer_id(self) -> bool:
         return self.producer_id >= 0
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        """KIP-534: when the log cleaner may drop this batch's tombstones (None: not set)."""
+        return self.base_timestamp if self.attributes & ATTR_DELETE_HORIZON else None
 
 
 def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
@@ -224,7 +237,8 @@ def build_batch(
     return bytes(buf)
 
 
-def _varint(value: int) -> bytes:
+def encode_varint(value: int) -> bytes:
+    """Kafka's zigzag varint (``ByteUtils.writeVarlong``)."""
     zigzag = (value << 1) ^ (value >> 63)
     out = bytearray()
     while True:
@@ -246,19 +260,19 @@ def encode_record(
 ) -> bytes:
     """Encode one uncompressed record (for tests and tools; not on the hot path)."""
     body = bytearray(b"\x00")  # attributes
-    body += _varint(timestamp_delta)
-    body += _varint(offset_delta)
+    body += encode_varint(timestamp_delta)
+    body += encode_varint(offset_delta)
     for field in (key, value):
         if field is None:
-            body += _varint(-1)
+            body += encode_varint(-1)
         else:
-            body += _varint(len(field)) + field
-    body += _varint(len(headers))
+            body += encode_varint(len(field)) + field
+    body += encode_varint(len(headers))
     for name, hvalue in headers:
         raw = name.encode()
-        body += _varint(len(raw)) + raw
-        body += _varint(-1) if hvalue is None else _varint(len(hvalue)) + hvalue
-    return _varint(len(body)) + bytes(body)
+        body += encode_varint(len(raw)) + raw
+        body += encode_varint(-1) if hvalue is None else encode_varint(len(hvalue)) + hvalue
+    return encode_varint(len(body)) + bytes(body)
 
 
 def simple_batch(
@@ -286,3 +300,85 @@ def simple_batch(
         record_count=len(values),
         records=records,
     )
+
+
+# -- records inside a batch -------------------------------------------------------------
+#
+# A record (Kafka ``DefaultRecord``), inside the (decompressed) records section::
+#
+#     length varint | attributes int8 | timestampDelta varlong | offsetDelta varint |
+#     keyLength varint | key | valueLength varint | value | headerCount varint | headers
+#
+# Deltas are relative to the batch's baseOffset and baseTimestamp, so a record keeps its
+# bytes when other records of its batch are dropped, as long as the batch keeps both.
+
+
+def read_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
+    """The zigzag varint at ``pos`` and the position after it; IndexError if truncated."""
+    b = buf[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    raw = b & 0x7F
+    shift = 7
+    pos += 1
+    while True:
+        b = buf[pos]
+        pos += 1
+        raw |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (raw >> 1) ^ -(raw & 1), pos
+        shift += 7
+        if shift > 63:
+            raise InvalidRecordBatch("varint too long in record")
+
+
+RecordSpan = tuple[int, int, int, int, bytes | None, bool, int]
+"""``(start, end, timestamp_delta, offset_delta, key, has_value, rest)`` of one record:
+``[start, end)`` are its bytes (length varint included) and ``rest`` is the position of
+its offsetDelta, where the bytes that do not depend on the batch timestamp begin. A plain
+tuple: the cleaner walks millions of them."""
+
+
+def iter_record_spans(records: bytes | memoryview, count: int) -> Iterator[RecordSpan]:
+    """Walk the ``count`` records of an uncompressed records section.
+
+    Raises InvalidRecordBatch if a record is truncated, its fields overrun its length,
+    or bytes are left over after the last record.
+    """
+    n = len(records)
+    pos = 0
+    try:
+        for _ in range(count):
+            length, body = read_varint(records, pos)
+            end = body + length
+            if length < 1 or end > n:
+                raise InvalidRecordBatch("record length runs past the batch")
+            timestamp_delta, rest = read_varint(records, body + 1)  # after the attributes
+            offset_delta, p = read_varint(records, rest)
+            key_length, p = read_varint(records, p)
+            if key_length < 0:
+                key = None
+            else:
+                key = bytes(records[p : p + key_length])
+                p += key_length
+            value_length, p = read_varint(records, p)
+            if p + max(value_length, 0) > end:
+                raise InvalidRecordBatch("record field runs past the record")
+            yield pos, end, timestamp_delta, offset_delta, key, value_length >= 0, rest
+            pos = end
+    except IndexError:
+        raise InvalidRecordBatch("truncated record") from None
+    if pos != n:
+        raise InvalidRecordBatch(f"{n - pos} bytes after the last record of the batch")
+
+
+def with_timestamp_delta(
+    records: bytes | memoryview, span: RecordSpan, timestamp_delta: int
+) -> bytes:
+    """The record of ``span`` re-encoded with another timestamp delta (for a batch whose
+    baseTimestamp changes, as when the cleaner stamps a delete horizon in it)."""
+    start, end, _, _, _, _, rest = span
+    _, body = read_varint(records, start)  # body starts with the attributes byte
+    new_body = bytes(records[body : body + 1]) + encode_varint(timestamp_delta)
+    new_body += bytes(records[rest:end])
+    return encode_varint(len(new_body)) + new_body

@@ -47,6 +47,19 @@ def _number(type_name: str, upper: int, minimum: int | None) -> Callable[[str, s
     return parse
 
 
+def _ratio(key: str, raw: str) -> float:
+    """A DOUBLE between 0 and 1 (Kafka ``between(0, 1)``)."""
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        raise _invalid(key, raw, "Not a number of type DOUBLE") from None
+    if not value >= 0:  # also NaN
+        raise _invalid(key, raw, "Value must be at least 0")
+    if value > 1:
+        raise _invalid(key, raw, "Value must be no more than 1")
+    return value
+
+
 def _parse_bool(key: str, raw: str) -> bool:
     text = str(raw).strip().lower()
     if text in ("true", "false"):
@@ -96,7 +109,7 @@ class TopicConfigKey:
     name: str
     field: str
     parse: Callable[[str, str], Any]
-    type: str  # Kafka ConfigDef.Type: INT, LONG, BOOLEAN, STRING, LIST
+    type: str  # Kafka ConfigDef.Type: INT, LONG, DOUBLE, BOOLEAN, STRING, LIST
     broker_synonyms: tuple[str, ...]
     documentation: str
 
@@ -168,6 +181,29 @@ TOPIC_CONFIGS: dict[str, TopicConfigKey] = {
             "per key) or both.",
         ),
         _key(
+            "min.cleanable.dirty.ratio", "min_cleanable_dirty_ratio", _ratio, "DOUBLE",
+            ["log.cleaner.min.cleanable.ratio"],
+            "The log cleaner cleans a compacted log once its dirty (not yet cleaned) bytes "
+            "are more than this share of the log.",
+        ),
+        _key(
+            "min.compaction.lag.ms", "min_compaction_lag_ms", _number("LONG", LONG_MAX, 0),
+            "LONG", ["log.cleaner.min.compaction.lag.ms"],
+            "The least time a record stays uncompacted in the log (compacted logs only).",
+        ),
+        _key(
+            "max.compaction.lag.ms", "max_compaction_lag_ms", _number("LONG", LONG_MAX, 1),
+            "LONG", ["log.cleaner.max.compaction.lag.ms"],
+            "The most time a record may stay uncompacted: a compacted log with older dirty "
+            "records is cleaned whatever its dirty ratio.",
+        ),
+        _key(
+            "delete.retention.ms", "delete_retention_ms", _number("LONG", LONG_MAX, 0),
+            "LONG", ["log.cleaner.delete.retention.ms"],
+            "How long a tombstone (a record with a null value) stays in a compacted log "
+            "after the cleaner first keeps it, so that consumers can see the delete.",
+        ),
+        _key(
             "leader.replication.throttled.replicas", "leader_replication_throttled_replicas",
             _parse_throttled_replicas, "LIST", [],
             "Replicas whose log replication the leader throttles (leader.replication."
@@ -217,6 +253,10 @@ class LogConfig:
     min_insync_replicas: int = 1
     unclean_leader_election_enable: bool = False
     cleanup_policy: str = "delete"
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    delete_retention_ms: int = 86400000
     leader_replication_throttled_replicas: str = ""
     follower_replication_throttled_replicas: str = ""
 
@@ -224,6 +264,11 @@ class LogConfig:
     def delete_enabled(self) -> bool:
         """Whether time/size retention applies (Kafka: cleanup.policy contains delete)."""
         return "delete" in self.cleanup_policy.split(",")
+
+    @property
+    def compact(self) -> bool:
+        """Whether the log cleaner compacts this log (Kafka: cleanup.policy contains compact)."""
+        return "compact" in self.cleanup_policy.split(",")
 
     @property
     def log_append_time(self) -> bool:
@@ -244,7 +289,14 @@ class LogConfig:
             if raw is None:
                 raise _invalid(key, raw, "a value is required")
             changes[entry.field] = entry.parse(key, raw)
-        return replace(base if base is not None else cls(), **changes)
+        config = replace(base if base is not None else cls(), **changes)
+        if config.min_compaction_lag_ms > config.max_compaction_lag_ms:
+            raise ValueError(
+                f"conflict topic config setting min.compaction.lag.ms "
+                f"({config.min_compaction_lag_ms}) > max.compaction.lag.ms "
+                f"({config.max_compaction_lag_ms})"
+            )
+        return config
 
     @classmethod
     def from_broker_properties(cls, props: Mapping[str, str]) -> LogConfig:
