@@ -13,6 +13,7 @@ from replog.cli import (
     cluster_cmd,
     configs_cmd,
     elect_leaders_cmd,
+    groups_cmd,
     reassign_cmd,
     topics_cmd,
 )
@@ -89,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     configs_cmd.add_parser(sub)
     api_versions_cmd.add_parser(sub)
     elect_leaders_cmd.add_parser(sub)
+    groups_cmd.add_parser(sub)
     reassign_cmd.add_parser(sub)
     return parser
 
