@@ -22,6 +22,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.static.primitive import i8
 
+from group_util import commit
 from replog.coordinator.group.offsets_topic import GROUP_METADATA_TOPIC_NAME, partition_for
 
 TOPIC = "orders"
@@ -56,23 +57,11 @@ def _consumer(cluster, group: str, **extra) -> Consumer:
     )
 
 
-def _commit(consumer: Consumer, offsets: list[TopicPartition], deadline_s: float = 30):
-    """Commit (the first call may find the offsets topic still being created)."""
-    deadline = time.monotonic() + deadline_s
-    while True:
-        try:
-            return consumer.commit(offsets=offsets, asynchronous=False)
-        except KafkaException as exc:
-            if time.monotonic() > deadline or not exc.args[0].retriable():
-                raise
-            time.sleep(0.2)
-
-
 def test_commit_then_fetch_across_consumers(cluster) -> None:
     group = f"g-{uuid.uuid4().hex[:6]}"
     first = _consumer(cluster, group)
     try:
-        result = _commit(first, [TopicPartition(TOPIC, 0, 42), TopicPartition(TOPIC, 3, 7)])
+        result = commit(first, [TopicPartition(TOPIC, 0, 42), TopicPartition(TOPIC, 3, 7)])
         assert all(tp.error is None for tp in result)
     finally:
         first.close()
@@ -121,7 +110,7 @@ def test_coordinator_is_the_leader_of_the_groups_partition(cluster) -> None:
     group = f"g-{uuid.uuid4().hex[:6]}"
     consumer = _consumer(cluster, group)
     try:
-        _commit(consumer, [TopicPartition(TOPIC, 1, 5)])
+        commit(consumer, [TopicPartition(TOPIC, 1, 5)])
     finally:
         consumer.close()
     meta = AdminClient({"bootstrap.servers": cluster.bootstrap_servers()}).list_topics(timeout=30)
@@ -135,7 +124,7 @@ def test_commit_to_unknown_partition_is_refused(cluster) -> None:
     consumer = _consumer(cluster, f"g-{uuid.uuid4().hex[:6]}")
     try:
         with pytest.raises(KafkaException) as err:
-            _commit(consumer, [TopicPartition("no-such-topic", 0, 1)])
+            commit(consumer, [TopicPartition("no-such-topic", 0, 1)])
         assert "UNKNOWN_TOPIC_OR_PART" in str(err.value)
     finally:
         consumer.close()
@@ -145,7 +134,7 @@ def test_delete_group_removes_its_offsets(cluster) -> None:
     group = f"g-{uuid.uuid4().hex[:6]}"
     consumer = _consumer(cluster, group)
     try:
-        _commit(consumer, [TopicPartition(TOPIC, 2, 9)])
+        commit(consumer, [TopicPartition(TOPIC, 2, 9)])
     finally:
         consumer.close()
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers()})
@@ -167,7 +156,7 @@ def test_committed_offsets_survive_a_coordinator_kill(cluster) -> None:
     group = f"g-{uuid.uuid4().hex[:6]}"
     consumer = _consumer(cluster, group)
     try:
-        _commit(consumer, [TopicPartition(TOPIC, 0, 1234)])
+        commit(consumer, [TopicPartition(TOPIC, 0, 1234)])
     finally:
         consumer.close()
     meta = AdminClient({"bootstrap.servers": cluster.bootstrap_servers()}).list_topics(timeout=30)

@@ -126,6 +126,31 @@ def test_starting_and_ending_offsets_json(spark: Any, bootstrap_servers: str) ->
     assert df.rdd.getNumPartitions() >= 8  # the ranges were cut up for minPartitions
 
 
+def test_batch_read_starts_from_a_groups_committed_offsets(
+    spark: Any, bootstrap_servers: str
+) -> None:
+    from confluent_kafka import TopicPartition
+
+    from group_util import commit_offsets
+
+    topic = _topic("committed")
+    create_topic(bootstrap_servers, topic, 2)
+    produced = produce(bootstrap_servers, topic, 2, 0, 20)  # 10 per partition
+    group = f"spark-{topic}"
+    commit_offsets(bootstrap_servers, group, [TopicPartition(topic, 0, 7)])
+    df = reader(
+        spark,
+        bootstrap_servers,
+        subscribe=topic,
+        startingOffsets="committed",
+        includeHeaders="true",
+        **{"kafka.group.id": group},
+    ).load()
+    # Partition 0 from its commit; partition 1, never committed, from its earliest.
+    expected = [r for r in produced if (r[1] == 0 and r[2] >= 7) or r[1] == 1]
+    assert rows_as_records(df.collect()) == sorted(expected, key=lambda rec: (rec[1], rec[2]))
+
+
 def test_batch_write_then_read_back(spark: Any, bootstrap_servers: str) -> None:
     from pyspark.sql import functions as F
 
@@ -384,6 +409,28 @@ def test_offset_json_and_limits_are_checked() -> None:
         parse_offset_spec(
             {"startingoffsets": '{"t":{"x":1}}'}, "startingOffsets", OffsetKind.LATEST
         )
+    with pytest.raises(OptionError, match="kafka.group.id"):
+        parse_offset_spec({"startingoffsets": "committed"}, "startingOffsets", OffsetKind.LATEST)
+    with pytest.raises(OptionError, match="'endingOffsets'"):
+        parse_offset_spec(
+            {"endingoffsets": "committed", "kafka.group.id": "g"},
+            "endingOffsets",
+            OffsetKind.LATEST,
+        )
+    with pytest.raises(OptionError, match="group.id"):  # only with startingOffsets=committed
+        parse_source_options(
+            {"bootstrap.servers": "b", "subscribe": "t", "kafka.group.id": "g"}, streaming=False
+        )
+    opts = parse_source_options(
+        {
+            "bootstrap.servers": "b",
+            "subscribe": "t",
+            "startingOffsets": "committed",
+            "kafka.group.id": "g",
+        },
+        streaming=True,
+    )
+    assert opts.group_id == "g" and "group.id" not in opts.client_config
     with pytest.raises(OptionError, match="'maxOffsetsPerTrigger'"):
         parse_source_options(
             {"bootstrap.servers": "b", "subscribe": "t", "maxOffsetsPerTrigger": "0"},

@@ -89,6 +89,23 @@ class BrokerMetadata:
 
         return self._list_offsets(partitions, OffsetSpec.latest())
 
+    def committed(self, group_id: str, partitions: Iterable[TopicPartition]) -> PartitionOffsets:
+        """``group_id``'s committed offsets of ``partitions`` (those it never committed
+        are left out)."""
+        from confluent_kafka import ConsumerGroupTopicPartitions
+        from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+        wanted = [KafkaTopicPartition(t, p) for t, p in sorted(set(partitions))]
+        request = [ConsumerGroupTopicPartitions(group_id, wanted)]
+        result = self._admin.list_consumer_group_offsets(
+            request, request_timeout=REQUEST_TIMEOUT_S
+        )[group_id].result()
+        return {
+            (tp.topic, tp.partition): int(tp.offset)
+            for tp in result.topic_partitions
+            if tp.error is None and tp.offset >= 0
+        }
+
     def _list_offsets(self, partitions: Iterable[TopicPartition], spec: object) -> PartitionOffsets:
         from confluent_kafka import IsolationLevel
         from confluent_kafka import TopicPartition as KafkaTopicPartition

@@ -53,14 +53,22 @@ def resolve(
     partitions: Iterable[TopicPartition],
     earliest: Mapping[TopicPartition, int],
     latest: Mapping[TopicPartition, int],
+    committed: Mapping[TopicPartition, int] | None = None,
 ) -> PartitionOffsets:
     """Concrete offsets for ``partitions`` from an option's spec; -2/-1 become earliest/latest.
 
     Specific JSON must name exactly the partitions being read, as in Spark's Kafka source.
+    ``committed`` (a group's committed offsets) starts each partition there, clamped to
+    the log, and partitions the group never committed at their earliest offset.
     """
     wanted = sorted(set(partitions))
     if spec.kind is OffsetKind.EARLIEST:
         return {tp: earliest[tp] for tp in wanted}
+    if spec.kind is OffsetKind.COMMITTED:
+        given = committed or {}
+        return {
+            tp: min(max(given.get(tp, earliest[tp]), earliest[tp]), latest[tp]) for tp in wanted
+        }
     if spec.kind is OffsetKind.LATEST:
         return {tp: latest[tp] for tp in wanted}
     given = set(spec.offsets)

@@ -63,6 +63,7 @@ class OffsetKind(Enum):
     EARLIEST = "earliest"
     LATEST = "latest"
     SPECIFIC = "specific"
+    COMMITTED = "committed"  # a consumer group's committed offsets (startingOffsets only)
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class SourceOptions:
     include_headers: bool
     poll_timeout_ms: int
     client_config: Mapping[str, str]
+    group_id: str | None = None  # ``kafka.group.id`` with ``startingOffsets=committed``
 
 
 @dataclass(frozen=True)
@@ -179,6 +181,12 @@ def parse_offset_spec(opts: Mapping[str, str], name: str, default: OffsetKind) -
     text = raw.strip()
     if text.lower() in ("earliest", "latest"):
         return OffsetSpec(OffsetKind(text.lower()))
+    if text.lower() == "committed" and name == "startingOffsets":
+        if not opts.get("kafka.group.id", "").strip():
+            raise OptionError(
+                "option 'startingOffsets' committed needs the group: set 'kafka.group.id'"
+            )
+        return OffsetSpec(OffsetKind.COMMITTED)
     try:
         parsed = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -228,12 +236,20 @@ def _parse_positive(opts: Mapping[str, str], name: str) -> int | None:
     return value
 
 
+def _group_id(opts: dict[str, str], starting: OffsetSpec) -> str | None:
+    """``kafka.group.id``, taken out of ``opts``: the group whose committed offsets
+    ``startingOffsets=committed`` starts from (the source's own consumers stay out of it)."""
+    if starting.kind is not OffsetKind.COMMITTED:
+        return None
+    return opts.pop("kafka.group.id").strip()
+
+
 def check_read_options(options: Mapping[str, str]) -> None:
     """The checks common to batch and streaming reads (run when a query is defined)."""
     opts = normalize(options)
     bootstrap_servers(opts)
     parse_subscription(opts)
-    parse_offset_spec(opts, "startingOffsets", OffsetKind.EARLIEST)
+    _group_id(opts, parse_offset_spec(opts, "startingOffsets", OffsetKind.EARLIEST))
     parse_offset_spec(opts, "endingOffsets", OffsetKind.LATEST)
     _parse_positive(opts, "maxOffsetsPerTrigger")
     _parse_positive(opts, "minPartitions")
@@ -251,6 +267,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
     starting = parse_offset_spec(
         opts, "startingOffsets", OffsetKind.LATEST if streaming else OffsetKind.EARLIEST
     )
+    group_id = _group_id(opts, starting)
     ending = parse_offset_spec(opts, "endingOffsets", OffsetKind.LATEST)
     if streaming and "endingoffsets" in opts:
         raise OptionError("option 'endingOffsets' is for batch queries only, not streams")
@@ -273,6 +290,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         include_headers=_parse_bool(opts, "includeHeaders", False),
         poll_timeout_ms=poll if poll is not None else 120_000,
         client_config=client_config(opts, _RESERVED_CONSUMER_KEYS),
+        group_id=group_id,
     )
 
 

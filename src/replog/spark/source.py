@@ -54,6 +54,7 @@ from replog.spark.metadata import BrokerMetadata, report_data_loss
 from replog.spark.offsets import (
     OffsetRange,
     PartitionOffsets,
+    TopicPartition,
     cap_offsets,
     from_json,
     limit_offsets,
@@ -199,6 +200,12 @@ class _MetadataMixin:
         state["_metadata"] = None
         return state
 
+    def _committed(self, parts: list[TopicPartition]) -> PartitionOffsets | None:
+        """The group's committed offsets when ``startingOffsets=committed``."""
+        if self.opts.group_id is None:
+            return None
+        return self.metadata.committed(self.opts.group_id, parts)
+
 
 class ReplogBatchReader(_MetadataMixin, DataSourceReader):
     """``spark.read.format("replog")``: from ``startingOffsets`` to ``endingOffsets``."""
@@ -212,7 +219,9 @@ class ReplogBatchReader(_MetadataMixin, DataSourceReader):
         parts = self.metadata.partitions(self.opts.subscription, self.opts.fail_on_data_loss)
         earliest = self.metadata.earliest(parts)
         latest = self.metadata.latest(parts)
-        start = resolve(self.opts.starting, "startingOffsets", parts, earliest, latest)
+        start = resolve(
+            self.opts.starting, "startingOffsets", parts, earliest, latest, self._committed(parts)
+        )
         end = resolve(self.opts.ending, "endingOffsets", parts, earliest, latest)
         backwards = sorted(tp for tp in parts if end[tp] < start[tp])
         if backwards:
@@ -250,7 +259,16 @@ class ReplogStreamReader(_MetadataMixin, DataSourceStreamReader, SupportsTrigger
         parts = self.metadata.partitions(self.opts.subscription, self.opts.fail_on_data_loss)
         earliest = self.metadata.earliest(parts)
         latest = self.metadata.latest(parts)
-        return to_json(resolve(self.opts.starting, "startingOffsets", parts, earliest, latest))
+        return to_json(
+            resolve(
+                self.opts.starting,
+                "startingOffsets",
+                parts,
+                earliest,
+                latest,
+                self._committed(parts),
+            )
+        )
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_offsets_per_trigger is not None:
