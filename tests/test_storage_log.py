@@ -219,9 +219,22 @@ def test_retention_never_passes_high_watermark(tmp_path: Path) -> None:
 
 
 def test_compact_policy_is_not_deleted_by_retention(tmp_path: Path) -> None:
-    one = len(batch(1))
-    log = open_log(tmp_path, segment_bytes=one, retention_ms=0, cleanup_policy="compact")
-    fill(log, 5, ts=NOW)  # one batch per segment
+    keyed = build_batch(
+        base_offset=0,
+        partition_leader_epoch=0,
+        attributes=0,
+        last_offset_delta=0,
+        base_timestamp=NOW,
+        max_timestamp=NOW,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        record_count=1,
+        records=encode_record(0, 0, b"key", b"value"),
+    )
+    log = open_log(tmp_path, segment_bytes=len(keyed), retention_ms=0, cleanup_policy="compact")
+    for _ in range(5):  # one batch per segment (a compacted log takes keyed records only)
+        log.append_as_leader(bytearray(keyed), leader_epoch=0, now_ms=NOW)
     assert log.delete_old_segments(NOW + 10) == 0
     # segments wholly below the log start offset go whatever the policy (DeleteRecords)
     assert log.maybe_increment_log_start_offset(3)
@@ -447,10 +460,10 @@ def test_follower_append_keeps_offsets_and_learns_epochs(tmp_path: Path) -> None
     leader.append_as_leader(batch(1), leader_epoch=3, now_ms=NOW)
     fetched = leader.read(0, 1 << 20).records
     follower = open_log(tmp_path, name="a-1")
-    with pytest.raises(UnexpectedAppendOffset):
-        follower.append_as_follower(leader.read(2, 1 << 20).records)
     info = follower.append_as_follower(fetched)
     assert (info.first_offset, info.last_offset, info.num_batches) == (0, 2, 2)
+    with pytest.raises(UnexpectedAppendOffset):  # starts below the log end offset
+        follower.append_as_follower(leader.read(2, 1 << 20).records)
     assert follower.read(0, 1 << 20).records == fetched
     assert follower.leader_epoch_cache.entries() == [(1, 0), (3, 2)]
     assert follower.leader_epoch_cache.end_offset_for(1, follower.log_end_offset) == (1, 2)

@@ -9,8 +9,8 @@ Format (Kafka ``CheckpointFile``)::
 Writes go to ``<name>.tmp``, are fsynced, renamed over the target and the
 directory is fsynced, so a reader sees either the old or the new file, never a
 torn one. ``OffsetCheckpointFile`` serves ``recovery-point-offset-checkpoint``,
-``log-start-offset-checkpoint`` and ``replication-offset-checkpoint`` (entries
-``<topic> <partition> <offset>``).
+``log-start-offset-checkpoint``, ``replication-offset-checkpoint`` and
+``cleaner-offset-checkpoint`` (entries ``<topic> <partition> <offset>``).
 
 Concurrency: a checkpoint object has no state besides its path; concurrent
 writers to one path must be serialised by the caller.
@@ -26,6 +26,7 @@ CHECKPOINT_VERSION = 0
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"  # first dirty offset of each log
 
 
 class CheckpointError(ValueError):

@@ -1,17 +1,25 @@
 """A partition's log: ordered segments, appends, reads, retention, truncation.
 
-``Log`` is Kafka's ``UnifiedLog`` + ``LocalLog`` without tiered storage or
-compaction. Record batches stay bytes: a leader append validates every batch
-header and CRC32C first (all or nothing), patches base offsets and the
-partition leader epoch in place and writes the request's bytes with one
-``pwrite``. Opening a log (recovery of a torn tail included) lives in
-``log_loader.py``.
+``Log`` is Kafka's ``UnifiedLog`` + ``LocalLog`` without tiered storage. Record
+batches stay bytes: a leader append validates every batch header and CRC32C first
+(all or nothing), patches base offsets and the partition leader epoch in place and
+writes the request's bytes with one ``pwrite``. Opening a log (recovery of a torn
+tail and of an interrupted cleaner swap included) lives in ``log_loader.py``.
+
+A compacted log (``cleanup.policy`` with ``compact``) refuses records without a key
+and is rewritten by the log cleaner (``cleaner*.py``): offsets then have gaps, which
+reads step over (a read inside a gap starts at the next batch) and follower appends
+accept (a fetched batch may start past the log end offset, never before it).
 
 Concurrency: a ``Log`` is owned by one asyncio task (or one thread); no method
 awaits, so each call is atomic with respect to the event loop. The one exception
 is ``flush``, which does fsyncs and may run in a worker thread while the owner
 keeps appending and reading; it must not overlap ``truncate_to``,
-``truncate_fully_and_start_at``, ``delete_old_segments`` or ``close``.
+``truncate_fully_and_start_at``, ``delete_old_segments``, ``replace_segments`` or
+``close``. The log cleaner reads closed segments' files from its own thread or
+process and writes ``.cleaned`` files beside them, but only the owner swaps them in
+(``replace_segments``), after checking that the segments cleaned are still the live
+ones and that no truncation happened since (``truncations``).
 """
 
 from __future__ import annotations
@@ -23,9 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from replog.protocol.records import (
+    HEADER_SIZE,
     BatchHeader,
+    InvalidRecord,
     InvalidRecordBatch,
     iter_batches,
+    iter_record_spans,
     read_header,
     set_base_offset,
     set_log_append_time,
@@ -41,7 +52,13 @@ from replog.storage.producer_state import (
     ProducerStateManager,
     list_snapshots,
 )
-from replog.storage.segment import LogSegment, TimestampAndOffset
+from replog.storage.record_reader import decompress
+from replog.storage.segment import (
+    CLEANED_FILE_SUFFIX,
+    SWAP_FILE_SUFFIX,
+    LogSegment,
+    TimestampAndOffset,
+)
 
 __all__ = [
     "AppendInfo",
@@ -114,6 +131,11 @@ class Log:
         self.high_watermark: int | None = None  # set by replication; bounds retention
         self._dir_dirty = False  # segment files created since the last flush
         self._closed = False
+        # For the log cleaner: every truncation bumps ``truncations`` (a cleaning planned
+        # before it is stale) and lowers ``min_truncation_offset`` until the cleaner takes
+        # it (its checkpoint must not stay past a truncation, Kafka maybeTruncateCheckpoint).
+        self.truncations = 0
+        self.min_truncation_offset: int | None = None
 
     @classmethod
     def open(
@@ -162,6 +184,10 @@ class Log:
     def log_end_offset(self) -> int:
         return self._segments[-1].next_offset
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def size_in_bytes(self) -> int:
         return sum(s.size for s in self._segments)
 
@@ -209,6 +235,8 @@ class Log:
         batches = self._analyze(records, leader=True)
         if not batches:
             return AppendInfo(-1, -1, -1, -1, 0)
+        if self.config.compact:
+            self._check_keys(records, batches)
         duplicate = self.producer_state.validate_client_batches([h for _, h in batches])
         if duplicate is not None:
             return AppendInfo(
@@ -236,12 +264,26 @@ class Log:
         self._append(records, patched, now_ms, max_timestamp)
         return AppendInfo(first_offset, offset - 1, max_timestamp, log_append_time, len(patched))
 
+    def _check_keys(self, records: bytearray, batches: list[tuple[int, BatchHeader]]) -> None:
+        """A compacted log refuses records without a key (Kafka ``LogValidator``)."""
+        for pos, h in batches:
+            if h.is_control:
+                continue
+            section = decompress(h.compression, bytes(records[pos + HEADER_SIZE : pos + h.size]))
+            for span in iter_record_spans(section, h.record_count):
+                if span[4] is None:
+                    raise InvalidRecord(
+                        "Compacted topic cannot accept message without key in topic "
+                        f"partition {self.name}."
+                    )
+
     def append_as_follower(
         self, records: bytes | bytearray | memoryview, *, now_ms: int | None = None
     ) -> AppendInfo:
         """Append batches fetched from the leader, offsets and epochs as sent.
 
-        The first batch must start at ``log_end_offset`` (else UnexpectedAppendOffset).
+        The first batch must not start below ``log_end_offset`` (else
+        UnexpectedAppendOffset); it may start past it, after a gap the leader's cleaner left.
         ``now_ms`` is used for time-based rolls of segments whose records carry no
         timestamps; without it the batches' max timestamp stands in.
         """
@@ -249,7 +291,7 @@ class Log:
         if not batches:
             return AppendInfo(-1, -1, -1, -1, 0)
         expected = self.log_end_offset
-        if batches[0][1].base_offset != expected:
+        if batches[0][1].base_offset < expected:
             raise UnexpectedAppendOffset(
                 f"{self.name}: follower append starts at {batches[0][1].base_offset}, "
                 f"log end offset is {expected}"
@@ -415,6 +457,7 @@ class Log:
         if offset < self._segments[0].base_offset:
             self.truncate_fully_and_start_at(offset)
             return
+        self._note_truncation(offset)
         keep = self._segment_index(offset)
         for segment in self._segments[keep + 1 :]:
             segment.delete()
@@ -433,6 +476,7 @@ class Log:
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and start an empty log at ``offset``."""
+        self._note_truncation(offset)
         for segment in self._segments:
             segment.delete()
         self._segments = [
@@ -454,6 +498,11 @@ class Log:
         if self.high_watermark is not None:
             self.high_watermark = offset
         log.info("%s: truncated fully, log starts at %d", self.name, offset)
+
+    def _note_truncation(self, offset: int) -> None:
+        self.truncations += 1
+        if self.min_truncation_offset is None or offset < self.min_truncation_offset:
+            self.min_truncation_offset = offset
 
     def _reload_producer_state(self) -> None:
         rebuild_producer_state(self.producer_state, self.dir, self._segments)
@@ -549,6 +598,50 @@ class Log:
             self.log_start_offset,
         )
         return len(deletable)
+
+    # -- compaction ------------------------------------------------------
+    def last_offsets_of_active_producers(self) -> dict[int, int]:
+        """Producer id -> last offset of its last batch: the cleaner keeps that batch, even
+        emptied, so the producer's sequence survives (Kafka ``lastRecordsOfActiveProducers``)."""
+        return {
+            pid: entry.batches[-1].last_offset
+            for pid, entry in self.producer_state.producers.items()
+            if entry.batches
+        }
+
+    def replace_segments(self, new: LogSegment, old: list[LogSegment]) -> None:
+        """Swap a ``.cleaned`` segment in for the consecutive closed segments ``old`` it was
+        cleaned from (Kafka ``LocalLog.replaceSegments``): ``.cleaned`` -> ``.swap``, the
+        old segments deleted, ``.swap`` -> live. A kill at any point is finished by
+        ``log_loader`` (a ``.swap`` replaces the segments it overlaps).
+        """
+        first = next(i for i, s in enumerate(self._segments) if s is old[0])
+        live = self._segments[first : first + len(old)]
+        if len(live) != len(old) or any(a is not b for a, b in zip(live, old, strict=True)):
+            raise ValueError(f"{self.name}: segments to replace are not consecutive live ones")
+        if first + len(old) >= len(self._segments):
+            raise ValueError(f"{self.name}: the active segment is never replaced")
+        if new.base_offset != old[0].base_offset or new.suffix != CLEANED_FILE_SUFFIX:
+            raise ValueError(f"{self.name}: {new.log_path} cannot replace {old[0].log_path}")
+        try:
+            new.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
+            fsync_dir(self.dir)
+        except BaseException:
+            new.delete()  # nothing was replaced yet: the swap did not happen
+            raise
+        self._segments[first : first + len(old)] = [new]
+        for segment in old:
+            segment.delete()
+        new.change_file_suffixes(SWAP_FILE_SUFFIX, "")
+        fsync_dir(self.dir)
+        log.info(
+            "%s: swapped in cleaned segment %d for %d segment(s) (%d -> %d bytes)",
+            self.name,
+            new.base_offset,
+            len(old),
+            sum(s.size for s in old),
+            new.size,
+        )
 
     # -- durability ------------------------------------------------------
     def flush(self) -> None:

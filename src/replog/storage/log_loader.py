@@ -7,6 +7,14 @@ rescanned with CRC checks; the first bad or truncated batch ends the log:
 that segment is cut there, later segments are deleted, indexes are rebuilt
 and a warning says how many bytes were dropped.
 
+An interrupted log cleaner swap is finished first, by Kafka's rules: ``.cleaned``
+files (a cleaning not yet handed over) are deleted; a ``<base>.log.swap`` (a cleaned
+segment whose swap had begun, fsynced before it got that name) is recovered and
+replaces the segment at ``base`` and every later one that starts before its end,
+then loses its suffix. ``.swap`` index files are deleted and rebuilt. Kafka also
+deletes a ``.swap`` above any ``.cleaned`` file (KAFKA-6264, for segment splits);
+replog never splits a segment, so every ``.swap`` is completed.
+
 ``load_log`` returns the pieces (``LoadedLog``) and ``Log.open`` builds the
 ``Log`` from them, so this module sits below ``log.py`` and never imports it;
 ``Log.truncate_to`` calls ``rebuild_producer_state`` from here.
@@ -22,15 +30,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from replog.protocol.records import InvalidRecordBatch
+from replog.storage.checkpoints import fsync_dir
 from replog.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
 from replog.storage.log_config import LogConfig
 from replog.storage.producer_state import ProducerStateManager, list_snapshots
-from replog.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
+from replog.storage.segment import (
+    CLEANED_FILE_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SWAP_FILE_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+)
 
 log = logging.getLogger(__name__)
 
 _SEGMENT_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex)$")
-_LEFTOVER_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
+_LEFTOVER_SUFFIXES = (".tmp", ".deleted", CLEANED_FILE_SUFFIX)
+_SWAP_LOG = re.compile(r"^(\d{20})\.log\.swap$")
 
 
 @dataclass
@@ -52,12 +69,59 @@ def parse_topic_partition(name: str) -> tuple[str, int]:
     return topic, int(partition)
 
 
-def _remove_leftovers(dir: Path) -> None:
-    """Files of interrupted operations (Kafka's .deleted/.cleaned/.swap, our .tmp)."""
+def _remove_leftovers(dir: Path) -> list[int]:
+    """Delete files of interrupted operations (Kafka's .deleted/.cleaned, our .tmp, .swap
+    indexes); return the base offsets of the ``.log.swap`` files, to be completed."""
+    swaps: list[int] = []
     for path in dir.iterdir():
-        if path.is_file() and path.name.endswith(_LEFTOVER_SUFFIXES):
+        if not path.is_file():
+            continue
+        m = _SWAP_LOG.match(path.name)
+        if m:
+            swaps.append(int(m.group(1)))
+        elif path.name.endswith(_LEFTOVER_SUFFIXES + (SWAP_FILE_SUFFIX,)):
             log.info("%s: removing leftover file %s", dir.name, path.name)
             path.unlink(missing_ok=True)
+    return sorted(swaps)
+
+
+def _complete_swaps(
+    dir: Path, segments: list[LogSegment], swaps: list[int], config: LogConfig, now_ms: int
+) -> set[int]:
+    """Finish interrupted cleaner swaps (Kafka ``LogLoader`` for .swap files): each swap
+    segment is recovered, replaces the segments it overlaps and loses its suffix. Returns
+    the ids of the completed segments (already recovered)."""
+    done: set[int] = set()
+    for base in swaps:
+        swap = LogSegment(
+            dir,
+            base,
+            index_interval_bytes=config.index_interval_bytes,
+            created_ms=now_ms,
+            fresh=False,
+            suffix=SWAP_FILE_SUFFIX,
+        )
+        swap.recover()
+        end = swap.next_offset
+        replaced = [s for s in segments if s.base_offset == base or base < s.base_offset < end]
+        for s in replaced:
+            s.delete()
+            segments.remove(s)
+        swap.change_file_suffixes(SWAP_FILE_SUFFIX, "")
+        segments.append(swap)
+        segments.sort(key=lambda s: s.base_offset)
+        done.add(id(swap))
+        log.warning(
+            "%s: completed an interrupted cleaner swap: segment %d (up to offset %d) "
+            "replaces %d segment(s)",
+            dir.name,
+            base,
+            end,
+            len(replaced),
+        )
+    if swaps:
+        fsync_dir(dir)
+    return done
 
 
 def _load_segments(dir: Path, config: LogConfig, now_ms: int) -> list[LogSegment]:
@@ -101,11 +165,11 @@ def load_log(
     topic, partition = parse_topic_partition(dir.name)
     name = f"{topic}-{partition}"
     dir.mkdir(parents=True, exist_ok=True)
-    _remove_leftovers(dir)
+    swaps = _remove_leftovers(dir)
     segments = _load_segments(dir, config, now_ms)
     epoch_cache = LeaderEpochFileCache(dir / LEADER_EPOCH_CHECKPOINT, topic_partition=name)
 
-    done: set[int] = set()  # ids of segments whose next_offset is known
+    done = _complete_swaps(dir, segments, swaps, config, now_ms)  # ids: next_offset known
     if not clean_shutdown and segments:
         done |= _recover(name, segments, recovery_point, epoch_cache)
     for segment in segments:

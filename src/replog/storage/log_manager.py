@@ -15,9 +15,15 @@ the event loop for seconds. ``flush_dirty_logs`` and ``shutdown`` fsync them, as
 flushes ``partition.metadata`` with its log; after a crash before that, a lost or torn
 file reads as none and the next LeaderAndIsr writes it again.
 
+The log cleaner (``cleaner_threads.LogCleaner``) is the log manager's, as in Kafka:
+``start_cleaner`` starts it over these logs once they are loaded, with ``owner`` to run
+its calls on the logs' owner; ``stop_cleaner`` stops it (before ``shutdown``). Each log
+dir keeps its ``cleaner-offset-checkpoint``; a deleted log leaves it.
+
 Concurrency: owned by the broker's event loop; not thread-safe. ``flush_dirty_logs``
 and ``checkpoint`` do fsyncs: run them where blocking is acceptable, without other
-calls on the same logs meanwhile.
+calls on the same logs meanwhile. ``stop_cleaner`` waits for the cleaner threads,
+which may be waiting for the owner: call it off the owner's thread.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ from replog.storage.checkpoints import (
     atomic_write,
     fsync_dir,
 )
+from replog.storage.cleaner_manager import LogCleanerManager
+from replog.storage.cleaner_threads import CleanerConfig, LogCleaner, Owner
 from replog.storage.log import Log, parse_topic_partition
 from replog.storage.log_config import LogConfig
 from replog.storage.partition_metadata import (
@@ -58,11 +66,18 @@ TopicPartition = tuple[str, int]
 class LogManager:
     """Creates, loads, checkpoints and deletes the logs in ``log_dirs``."""
 
-    def __init__(self, log_dirs: list[Path], default_config: LogConfig) -> None:
+    def __init__(
+        self,
+        log_dirs: list[Path],
+        default_config: LogConfig,
+        cleaner_config: CleanerConfig | None = None,
+    ) -> None:
         if not log_dirs:
             raise ValueError("log.dirs must name at least one directory")
         self.log_dirs = [Path(d) for d in log_dirs]
         self.default_config = default_config
+        self.cleaner_config = cleaner_config
+        self.cleaner: LogCleaner | None = None
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
         self._topic_ids: dict[TopicPartition, uuid.UUID] = {}
@@ -134,6 +149,22 @@ class LogManager:
         except CheckpointError as exc:
             log.warning("ignoring unreadable checkpoint (full recovery follows): %s", exc)
             return {}
+
+    # -- the log cleaner ---------------------------------------------------
+    def start_cleaner(self, owner: Owner, *, use_processes: bool = True) -> None:
+        """Start the log cleaner if ``log.cleaner.enable`` and ``log.cleaner.threads`` say so."""
+        config = self.cleaner_config
+        if config is None or not config.enable_cleaner or config.num_threads < 1:
+            return
+        manager = LogCleanerManager(self.log_dirs, lambda: self._logs, self._dir_of.get)
+        self.cleaner = LogCleaner(config, manager, owner, use_processes=use_processes)
+        self.cleaner.startup()
+
+    def stop_cleaner(self) -> None:
+        """Stop the log cleaner; call it off the owner's thread (see the module docstring)."""
+        cleaner, self.cleaner = self.cleaner, None
+        if cleaner is not None:
+            cleaner.shutdown()
 
     # -- lookup ----------------------------------------------------------
     def get_log(self, topic: str, partition: int) -> Log | None:
@@ -208,6 +239,8 @@ class LogManager:
         self._unflushed_topic_ids.discard(tp)
         if target is None or log_dir is None:
             return
+        if self.cleaner is not None:
+            self.cleaner.manager.remove_log(tp, log_dir)
         target.delete_files()
         self._deleted += 1
         doomed = log_dir / f"{target.dir.name}.{os.getpid()}-{self._deleted}{DELETE_DIR_SUFFIX}"

@@ -6,7 +6,12 @@ every ``index.interval.bytes``. Reads find a start position through the sparse
 offset index (or a small cache of recently seen positions) and return whole
 batches with as few ``pread`` calls and copies as possible.
 
-Concurrency: owned by its ``Log``; not thread-safe, no awaits inside.
+A segment the log cleaner writes carries a file suffix (``.cleaned``, then
+``.swap``) on all three files until it replaces the segments it was cleaned from
+(``change_file_suffixes``; Kafka ``LogSegment.changeFileSuffixes``).
+
+Concurrency: owned by its ``Log``; not thread-safe, no awaits inside. A ``.cleaned``
+segment belongs to the cleaner that writes it until the log's owner swaps it in.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from replog.storage.record_reader import iter_record_timestamps
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+CLEANED_FILE_SUFFIX = ".cleaned"  # written by the log cleaner, not yet swapped in
+SWAP_FILE_SUFFIX = ".swap"  # a cleaned segment being swapped in (completed on load)
 _SCAN_CHUNK = 1 << 20
 _HEADER_CHUNK = 8192
 _POSITION_CACHE_LIMIT = 64
@@ -51,6 +58,16 @@ def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
 
+def segment_paths(dir: Path, base_offset: int, suffix: str = "") -> tuple[Path, Path, Path]:
+    """The ``.log``, ``.index`` and ``.timeindex`` paths of a segment, with ``suffix``."""
+    stem = f"{base_offset:020d}"
+    return (
+        Path(dir) / f"{stem}{LOG_SUFFIX}{suffix}",
+        Path(dir) / f"{stem}{INDEX_SUFFIX}{suffix}",
+        Path(dir) / f"{stem}{TIME_INDEX_SUFFIX}{suffix}",
+    )
+
+
 class LogSegment:
     """A segment file and its indexes. ``next_offset`` is one past its last batch."""
 
@@ -62,17 +79,17 @@ class LogSegment:
         index_interval_bytes: int,
         created_ms: int,
         fresh: bool,
+        suffix: str = "",
     ) -> None:
         self.dir = Path(dir)
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.created_ms = created_ms
-        stem = self.dir / segment_name(base_offset)
-        self.log_path = stem.with_suffix(LOG_SUFFIX)
+        self.suffix = suffix
+        self.log_path, index_path, time_path = segment_paths(self.dir, base_offset, suffix)
         flags = os.O_RDWR | os.O_CREAT | (os.O_TRUNC if fresh else 0)
         self._fd: int | None = os.open(self.log_path, flags, 0o644)
         self.size = os.fstat(self._fd).st_size
-        index_path, time_path = stem.with_suffix(INDEX_SUFFIX), stem.with_suffix(TIME_INDEX_SUFFIX)
         if fresh:
             index_path.unlink(missing_ok=True)
             time_path.unlink(missing_ok=True)
@@ -392,6 +409,20 @@ class LogSegment:
             self._rolling_based_timestamp = None
 
     # -- lifecycle -------------------------------------------------------
+    def change_file_suffixes(self, old: str, new: str) -> None:
+        """Rename the three files from suffix ``old`` to ``new`` (indexes first, the log
+        last). A crash in between leaves files that ``log_loader`` knows how to finish."""
+        if self.suffix != old:
+            raise ValueError(f"segment {self.log_path} has suffix {self.suffix!r}, not {old!r}")
+        log_path, index_path, time_path = segment_paths(self.dir, self.base_offset, new)
+        for index, path in ((self.offset_index, index_path), (self.time_index, time_path)):
+            if index.path.exists():
+                os.replace(index.path, path)
+            index.path = path
+        os.replace(self.log_path, log_path)
+        self.log_path = log_path
+        self.suffix = new
+
     def on_become_inactive(self) -> None:
         """Called when a newer segment takes over: the time index gets its final entry."""
         self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
