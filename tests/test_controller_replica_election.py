@@ -10,6 +10,7 @@ from replog.controller.context import (
     ControllerContext,
     LeaderAndIsr,
     LeaderIsrAndControllerEpoch,
+    ReplicaAssignment,
     TopicPartition,
 )
 from replog.controller.effects import UpdatePartitionState
@@ -122,6 +123,17 @@ def test_auto_rebalance_skips_preferred_replicas_out_of_the_isr() -> None:
     ctx = apply(decisions.on_broker_startup(ctx, [broker(1, 200)]))  # back, not in sync
     assert decisions.auto_rebalance_candidates(ctx, 10) == []
     assert not decisions.on_auto_leader_rebalance(ctx, 10).zk_writes
+
+
+def test_auto_rebalance_leaves_partitions_being_reassigned_alone() -> None:
+    topics = {"t": {p: [1, 2, 3] for p in range(4)}}
+    ctx = bounced(cluster([1, 2, 3], topics), 1)
+    assert len(decisions.auto_rebalance_candidates(ctx, 10)) == 4
+    moving = TopicPartition("t", 0)
+    ctx.partition_reassignments[moving] = ReplicaAssignment((1, 2, 3, 4), adding_replicas=(4,))
+    assert decisions.auto_rebalance_candidates(ctx, 10) == [
+        TopicPartition("t", p) for p in range(1, 4)
+    ]
 
 
 def test_controlled_shutdown_then_elections_avoid_the_shutting_down_broker() -> None:

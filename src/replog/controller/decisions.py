@@ -584,13 +584,18 @@ def auto_rebalance_candidates(
     """Kafka ``checkAndTriggerAutoLeaderRebalance``: for every broker that is the
     preferred replica of some partitions, the share of those it does not lead; where
     that share is over ``leader.imbalance.per.broker.percentage``, its partitions whose
-    preferred replica could lead now (live and in the ISR). Topics being deleted are
-    left alone."""
+    preferred replica could lead now (live and in the ISR). Topics being deleted and
+    partitions being reassigned are left alone (the reassignment itself moves their
+    leadership to a target replica)."""
     ctx = context
     by_preferred: dict[int, list[TopicPartition]] = {}
     for tp in ctx.all_partitions():
         replicas = ctx.replicas_for(tp)
-        if replicas and tp[0] not in ctx.topics_to_be_deleted:
+        if (
+            replicas
+            and tp[0] not in ctx.topics_to_be_deleted
+            and tp not in ctx.partition_reassignments
+        ):
             by_preferred.setdefault(replicas[0], []).append(tp)
     live = ctx.live_broker_ids
     candidates: list[TopicPartition] = []
