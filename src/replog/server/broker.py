@@ -38,6 +38,7 @@ from replog.server.handlers.group_coordinator import GroupCoordinatorRequests
 from replog.server.metadata_cache import MetadataCache
 from replog.server.network import KafkaServer
 from replog.server.producer_ids import ProducerIdManager
+from replog.storage.cleaner_threads import CleanerConfig, LoopOwner
 from replog.storage.log_config import LogConfig
 from replog.storage.log_manager import LogManager
 from replog.zk.client import BrokerAlreadyRegisteredError, KafkaZkClient
@@ -55,7 +56,9 @@ def now_ms() -> int:
 class Broker:
     def __init__(self, config: KafkaConfig) -> None:
         self.config = config
-        self.log_manager = LogManager(list(config.log_dirs), self._default_log_config())
+        self.log_manager = LogManager(
+            list(config.log_dirs), self._default_log_config(), self._cleaner_config()
+        )
         self.metadata_cache = MetadataCache()
         self.zk = KafkaZkClient(
             config.zookeeper_connect,
@@ -115,6 +118,16 @@ class Broker:
         self._stopped = asyncio.Event()
         self.broker_epoch = -1
 
+    def _cleaner_config(self) -> CleanerConfig:
+        c = self.config
+        return CleanerConfig(
+            enable_cleaner=c.log_cleaner_enable,
+            num_threads=c.log_cleaner_threads,
+            dedupe_buffer_size=c.log_cleaner_dedupe_buffer_size,
+            max_io_bytes_per_second=c.log_cleaner_io_max_bytes_per_second,
+            backoff_ms=c.log_cleaner_backoff_ms,
+        )
+
     def _default_log_config(self) -> LogConfig:
         return LogConfig.from_properties(self.config.topic_defaults())
 
@@ -168,6 +181,8 @@ class Broker:
 
     async def start(self) -> None:
         self.log_manager.startup(now_ms())
+        # The log cleaner's threads hand every call on the logs to this loop.
+        self.log_manager.start_cleaner(LoopOwner(asyncio.get_running_loop()))
         await asyncio.to_thread(self.zk.start)
         await self.configs.start()  # dynamic configs before any log is served
         self.admin.cluster_id = await asyncio.to_thread(self.zk.get_or_create_cluster_id)
@@ -366,6 +381,7 @@ class Broker:
         await self.group_coordinator.shutdown()
         await self.configs.stop()
         await self.replica_manager.shutdown()
+        await asyncio.to_thread(self.log_manager.stop_cleaner)  # its threads wait on this loop
         self.log_manager.shutdown()
         await asyncio.to_thread(self.zk.close)
         log.info("broker %d stopped cleanly", self.config.broker_id)

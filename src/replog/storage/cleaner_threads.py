@@ -107,6 +107,13 @@ class LoopOwner:
                     raise CleaningAborted("shutting down") from None
 
 
+MAX_WORKER_DEATHS = 3  # cleanings of one log that killed its worker before it is skipped
+
+
+class WorkerDied(Exception):
+    """The cleaner's worker process exited mid-cleaning (killed, out of memory)."""
+
+
 class Runner(Protocol):
     def clean(
         self,
@@ -196,14 +203,15 @@ class ProcessRunner:
                     conn.send(("abort", seq))
                     abort_sent = True
                 if self._proc is not None and self._proc.poll() is not None:
+                    code = self._proc.returncode
                     self.close()
-                    raise RuntimeError(f"{task.name}: the log cleaner worker exited")
+                    raise WorkerDied(f"the log cleaner worker exited ({code})")
                 continue
             try:
                 msg_seq, kind, payload = conn.recv()
-            except EOFError:
+            except (EOFError, OSError):
                 self.close()
-                raise RuntimeError(f"{task.name}: the log cleaner worker died") from None
+                raise WorkerDied("the log cleaner worker's socket closed") from None
             if msg_seq != seq:
                 continue
             if kind == "group":
@@ -258,6 +266,7 @@ class CleanerThread(threading.Thread):
         self.backoff_s = backoff_ms / 1000
         self.stop = stop
         self.clock = clock
+        self.worker_deaths: dict[tuple[str, int], int] = {}
 
     def run(self) -> None:
         try:
@@ -283,6 +292,12 @@ class CleanerThread(threading.Thread):
             return False
         end_offset: int | None = None
         horizon: int | None = None
+        log.info(
+            "%s: beginning cleaning of offsets [%d, %d)",
+            plan.task.name,
+            plan.task.first_dirty_offset,
+            plan.task.first_uncleanable_offset,
+        )
         try:
             result = self.runner.clean(
                 plan.task,
@@ -290,6 +305,7 @@ class CleanerThread(threading.Thread):
                 should_abort=lambda: self.stop.is_set() or self.manager.is_aborted(plan.tp),
             )
             end_offset, horizon = result.end_offset, result.tombstone_horizon
+            self.worker_deaths.pop(plan.tp, None)
             log.info("%s", result.stats.summary(plan.task.name))
         except CleaningAborted as exc:
             log.info("%s: cleaning aborted (%s)", plan.task.name, exc)
@@ -302,6 +318,16 @@ class CleanerThread(threading.Thread):
                 plan.task.name,
                 exc,
             )
+            return False
+        except WorkerDied as exc:
+            deaths = self.worker_deaths[plan.tp] = self.worker_deaths.get(plan.tp, 0) + 1
+            if deaths >= MAX_WORKER_DEATHS:
+                log.error(
+                    "%s: %s %d times; the log is marked uncleanable", plan.task.name, exc, deaths
+                )
+                self.manager.mark_uncleanable(plan.tp)
+            else:
+                log.warning("%s: %s; a new worker retries after the backoff", plan.task.name, exc)
             return False
         except Exception:
             log.exception("%s: cleaning failed; the log is marked uncleanable", plan.task.name)
