@@ -86,6 +86,8 @@ CLIENT_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.OFFSET_FETCH: (1, 9),
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
 }
 
 # Filled in by replog.protocol.controller_schemas when it is importable.

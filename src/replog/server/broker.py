@@ -31,6 +31,7 @@ from replog.server.handlers import admin as admin_handlers
 from replog.server.handlers import cluster, fetch, metadata, offsets, produce, producers, records
 from replog.server.handlers import configs as config_handlers
 from replog.server.handlers import partitions as partition_handlers
+from replog.server.handlers.consumer_groups import ConsumerGroupRequests
 from replog.server.handlers.context import BrokerServices
 from replog.server.handlers.controller_requests import ControllerRequests
 from replog.server.handlers.controller_rpc import ControllerCommands
@@ -168,6 +169,9 @@ class Broker:
         handlers[ApiKey.OFFSET_FETCH] = groups.handle_offset_fetch
         handlers[ApiKey.OFFSET_DELETE] = groups.handle_offset_delete
         handlers[ApiKey.DELETE_GROUPS] = groups.handle_delete_groups
+        consumer_groups = ConsumerGroupRequests(self.services)
+        handlers[ApiKey.CONSUMER_GROUP_HEARTBEAT] = consumer_groups.handle_consumer_group_heartbeat
+        handlers[ApiKey.CONSUMER_GROUP_DESCRIBE] = consumer_groups.handle_consumer_group_describe
         reassignments = partition_handlers.ReassignmentRequests(lambda: self.controller)
         handlers[ApiKey.ALTER_PARTITION_REASSIGNMENTS] = (
             reassignments.handle_alter_partition_reassignments

@@ -408,6 +408,10 @@ def replay(shard: GroupShard, key_version: int, key: bytes, value: bytes | None)
     record = decode(key, value)
     assert record.key_version == key_version
     apply(shard, record)
+    if getattr(shard, "coordinator", None) is not None:
+        from replog.coordinator.group.consumer_group_runtime import schedule_load_check
+
+        schedule_load_check(shard)
 
 
 def apply(shard: GroupShard, record: ConsumerGroupRecord) -> None:

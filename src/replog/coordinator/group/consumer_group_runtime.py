@@ -1,0 +1,300 @@
+"""Carries out ConsumerGroupHeartbeat decisions on a shard: writes, replays, timers.
+
+Write, then apply. A heartbeat's decision (``consumer_group_heartbeat``) is computed
+from the group as it is; its records are written to ``__consumer_offsets`` with acks=all
+and only once they are committed are they replayed into the group
+(``consumer_records.apply``, the same code that loads a partition after a failover)
+and the member answered. If the write fails the group is unchanged and the member gets
+the coordinator error (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE) and retries.
+
+Kafka applies first and answers after the commit, reverting its timeline snapshot when a
+write fails; replog instead lets one heartbeat (or timer) per group run at a time: each
+group id has a lock held from the decision to the replay, so the next decision sees the
+previous one's records applied. Heartbeats of different groups run concurrently. A
+heartbeat that changes nothing writes nothing and waits only for the group's lock.
+
+Timers are the shard's (cancelled when it unloads): a session timeout per member,
+rescheduled by each heartbeat, and a rebalance timeout while a member is revoking; when
+one fires it fences the member through the same write-then-apply path. After a shard is
+loaded every member of its consumer groups gets a fresh session timeout, and a revoking
+member its rebalance timeout (Kafka ``onLoaded``), so members lost during a failover are
+removed.
+
+Concurrency: owned by the event loop. The per-group lock is held across the write's
+await; nothing else changes a consumer group (DeleteGroups and offsets expiry touch
+only empty groups, and the heartbeat re-checks the group is still the same object
+after its write).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+import weakref
+from collections.abc import Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+from kio.schema.errors import ErrorCode
+
+from replog.coordinator.group import consumer_group_heartbeat as hb
+from replog.coordinator.group import consumer_records as cr
+from replog.coordinator.group.assignors import configured_assignors
+from replog.coordinator.group.consumer_group import ConsumerGroup
+from replog.coordinator.group.reconciliation import MemberState
+
+if TYPE_CHECKING:
+    from replog.config import KafkaConfig
+    from replog.coordinator.group.coordinator import GroupCoordinator, GroupShard
+
+log = logging.getLogger(__name__)
+
+FENCE_RETRY_MS = 1000  # a fence whose write failed is tried again after this
+_LOAD_CHECK_KEY = "consumer-groups-loaded"
+_LOAD_CHECK_MS = 20
+
+# The runtime serving each coordinator, for the load check scheduled by replay.
+_RUNTIMES: weakref.WeakKeyDictionary[GroupCoordinator, ConsumerGroupRuntime] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def settings_from(config: KafkaConfig) -> hb.GroupSettings:
+    return hb.GroupSettings(
+        assignors=configured_assignors(config.group_consumer_assignors),
+        max_size=config.group_consumer_max_size,
+        heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+        session_timeout_ms=config.group_consumer_session_timeout_ms,
+    )
+
+
+def _session_key(group_id: str, member_id: str) -> str:
+    return f"consumer-session-{group_id}-{member_id}"
+
+
+def _rebalance_key(group_id: str, member_id: str) -> str:
+    return f"consumer-rebalance-{group_id}-{member_id}"
+
+
+class _GroupLocks:
+    """An asyncio lock per (shard, group id), dropped when nobody holds or waits on it."""
+
+    def __init__(self) -> None:
+        self._locks: weakref.WeakKeyDictionary[GroupShard, dict[str, tuple[asyncio.Lock, int]]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    @asynccontextmanager
+    async def hold(self, shard: GroupShard, group_id: str):
+        locks = self._locks.setdefault(shard, {})
+        lock, users = locks.get(group_id, (None, 0))
+        if lock is None:
+            lock = asyncio.Lock()
+        locks[group_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = locks[group_id]
+            if users == 1:
+                del locks[group_id]
+            else:
+                locks[group_id] = (lock, users - 1)
+
+
+class ConsumerGroupRuntime:
+    """This broker's driver of KIP-848 groups; see the module docstring.
+
+    Concurrency: owned by the event loop; one decision per group at a time.
+    """
+
+    def __init__(
+        self,
+        coordinator: GroupCoordinator,
+        config: KafkaConfig,
+        topics: hb.TopicImage,
+        new_member_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+    ) -> None:
+        self.coordinator = coordinator
+        self.settings = settings_from(config)
+        self.topics = topics
+        self._new_member_id = new_member_id
+        self._locks = _GroupLocks()
+        self._tasks: set[asyncio.Task[None]] = set()
+        _RUNTIMES[coordinator] = self
+
+    # -- heartbeats --------------------------------------------------------------------------
+
+    async def heartbeat(self, shard: GroupShard, request: hb.HeartbeatRequest) -> hb.Decision:
+        async with self._locks.hold(shard, request.group_id):
+            if not shard.active:
+                return hb.Decision(error=ErrorCode.not_coordinator)
+            existing = shard.groups.get(request.group_id)
+            decision = hb.heartbeat(
+                existing, request, self.settings, self.topics, self._new_member_id()
+            )
+            if decision.error != ErrorCode.none:
+                return decision
+            error = await self._write_and_apply(
+                shard, request.group_id, existing, decision.records, decision.replaces_classic_group
+            )
+            if error != ErrorCode.none:
+                return hb.Decision(error=error)
+            self._carry_out(shard, request.group_id, decision.effects)
+            return decision
+
+    async def _write_and_apply(
+        self,
+        shard: GroupShard,
+        group_id: str,
+        existing,
+        records: list[cr.ConsumerGroupRecord],
+        replaces_classic: bool,
+    ) -> ErrorCode:
+        if not records:
+            return ErrorCode.none
+        encoded = [r.encode() for r in records]
+        if replaces_classic:
+            encoded = existing.metadata_tombstones() + encoded
+        error = await shard.write(encoded)
+        if error != ErrorCode.none:
+            return error
+        if not shard.active:
+            return ErrorCode.not_coordinator
+        if shard.groups.get(group_id) is not existing:
+            # Deleted or taken by a classic member while the write was in flight.
+            log.warning("group %s changed while its heartbeat was written", group_id)
+            return ErrorCode.coordinator_not_available
+        if replaces_classic:
+            del shard.groups[group_id]
+            existing.on_deleted(ErrorCode.group_id_not_found)
+        for record in records:
+            cr.apply(shard, record)
+        return ErrorCode.none
+
+    # -- timers ------------------------------------------------------------------------------
+
+    def _carry_out(self, shard: GroupShard, group_id: str, effects: list[hb.Effect]) -> None:
+        for effect in effects:
+            if isinstance(effect, hb.ScheduleSessionTimeout):
+                self._schedule_session(shard, group_id, effect.member_id, effect.delay_ms)
+            elif isinstance(effect, hb.ScheduleRebalanceTimeout):
+                self._schedule_rebalance(
+                    shard, group_id, effect.member_id, effect.member_epoch, effect.delay_ms
+                )
+            elif isinstance(effect, hb.CancelRebalanceTimeout):
+                shard.cancel(_rebalance_key(group_id, effect.member_id))
+            elif isinstance(effect, hb.CancelMemberTimers):
+                shard.cancel(_session_key(group_id, effect.member_id))
+                shard.cancel(_rebalance_key(group_id, effect.member_id))
+
+    def _schedule_session(
+        self, shard: GroupShard, group_id: str, member_id: str, delay_ms: int
+    ) -> None:
+        shard.schedule(
+            _session_key(group_id, member_id),
+            delay_ms,
+            lambda: self._spawn(self._session_expired(shard, group_id, member_id)),
+        )
+
+    def _schedule_rebalance(
+        self, shard: GroupShard, group_id: str, member_id: str, epoch: int, delay_ms: int
+    ) -> None:
+        shard.schedule(
+            _rebalance_key(group_id, member_id),
+            delay_ms,
+            lambda: self._spawn(self._rebalance_timeout(shard, group_id, member_id, epoch)),
+        )
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _session_expired(self, shard: GroupShard, group_id: str, member_id: str) -> None:
+        await self._fence(shard, group_id, member_id, "its session expired", None)
+
+    async def _rebalance_timeout(
+        self, shard: GroupShard, group_id: str, member_id: str, epoch: int
+    ) -> None:
+        await self._fence(
+            shard, group_id, member_id, "it did not revoke its partitions in time", epoch
+        )
+
+    async def _fence(
+        self,
+        shard: GroupShard,
+        group_id: str,
+        member_id: str,
+        reason: str,
+        revoking_epoch: int | None,
+    ) -> None:
+        async with self._locks.hold(shard, group_id):
+            group = shard.groups.get(group_id)
+            if not shard.active or not isinstance(group, ConsumerGroup):
+                return
+            if revoking_epoch is None:
+                records, effects = hb.session_expired(group, member_id, self.topics)
+            else:
+                records, effects = hb.rebalance_timed_out(
+                    group, member_id, revoking_epoch, self.topics
+                )
+            if not records:
+                return
+            log.info("group %s: member %s fenced because %s", group_id, member_id, reason)
+            error = await self._write_and_apply(shard, group_id, group, records, False)
+            if error != ErrorCode.none:
+                log.info("group %s: fencing %s failed (%s)", group_id, member_id, error.name)
+                if shard.active:
+                    self._schedule_session(shard, group_id, member_id, FENCE_RETRY_MS)
+                return
+            self._carry_out(shard, group_id, effects)
+
+    # -- after loading -----------------------------------------------------------------------
+
+    def on_loaded(self, shard: GroupShard) -> None:
+        """Arm the timers of every member of the shard's consumer groups."""
+        for group in list(shard.groups.values()):
+            if not isinstance(group, ConsumerGroup):
+                continue
+            for member in group.members.values():
+                self._schedule_session(
+                    shard, group.group_id, member.member_id, self.settings.session_timeout_ms
+                )
+                if member.state is MemberState.UNREVOKED_PARTITIONS:
+                    self._schedule_rebalance(
+                        shard,
+                        group.group_id,
+                        member.member_id,
+                        member.member_epoch,
+                        member.rebalance_timeout_ms,
+                    )
+
+    async def shutdown(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+
+
+def schedule_load_check(shard: GroupShard) -> None:
+    """Called by replay while a shard loads: once it is loaded, its consumer groups'
+    members get their timers."""
+    from replog.coordinator.group.coordinator import ShardState
+
+    if shard.state is not ShardState.LOADING or shard in _LOAD_CHECKS:
+        return
+    _LOAD_CHECKS.add(shard)
+
+    def check() -> None:
+        if shard.state is ShardState.LOADING:
+            shard.schedule(_LOAD_CHECK_KEY, _LOAD_CHECK_MS, check)
+            return
+        _LOAD_CHECKS.discard(shard)
+        runtime = _RUNTIMES.get(shard.coordinator)
+        if runtime is not None and shard.active:
+            runtime.on_loaded(shard)
+
+    shard.schedule(_LOAD_CHECK_KEY, _LOAD_CHECK_MS, check)
+
+
+_LOAD_CHECKS: weakref.WeakSet[GroupShard] = weakref.WeakSet()
