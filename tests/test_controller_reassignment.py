@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from replog.controller import partition_modifications, reassignment
+from replog.controller import decisions, partition_modifications, reassignment
 from replog.controller.context import (
     ControllerContext,
     LeaderAndIsr,
@@ -190,3 +190,22 @@ def test_added_partitions_come_online() -> None:
     assert not partition_modifications.on_partition_modifications(
         deleting, "t", {0: [0, 1], 1: [1, 2]}
     ).zk_writes
+
+
+def test_deleting_a_topic_waits_for_its_reassignment() -> None:
+    ctx = apply(start(cluster([0, 1, 2], {"t": {0: [0, 1]}}), [1, 2]))
+    d = decisions.on_topic_deletion(ctx, ["t"])
+    assert "t" in d.context.topics_ineligible_for_deletion
+    assert not any(StopReplicaRequest in sent for sent in requests_by_type(d).values())
+    ctx = apply(d)
+    # The reassignment completes: the deletion starts (every replica told to delete).
+    d = reassignment.on_isr_change(with_isr(ctx, T0, (0, 1, 2)), [T0])
+    assert "t" not in d.context.topics_ineligible_for_deletion
+    deleting = {
+        broker
+        for broker, sent in requests_by_type(d).items()
+        for t in (sent[StopReplicaRequest].topic_states if StopReplicaRequest in sent else ())
+        for p in t.partition_states
+        if p.delete_partition
+    }
+    assert deleting == {0, 1, 2}

@@ -102,9 +102,7 @@ class ControllerContext:
     partition_state_mzxid: dict[TopicPartition, int] = field(default_factory=dict)
     """The zxid of each state znode's last write, as read at controller failover: a
     broker registered after it (a newer broker epoch) restarted since."""
-    partition_reassignments: dict[TopicPartition, ReplicaAssignment] = field(
-        default_factory=dict
-    )
+    partition_reassignments: dict[TopicPartition, ReplicaAssignment] = field(default_factory=dict)
     """Partitions being reassigned (KIP-455, Kafka ``partitionsBeingReassigned``): the
     full assignment with adding and removing replicas; ``partition_assignments`` holds
     its ``replicas`` (RS = TRS + ORS). Filled from the topic znodes."""

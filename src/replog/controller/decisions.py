@@ -71,6 +71,10 @@ def on_controller_failover(context: ControllerContext) -> ControllerDecision:
                 ctx.replica_states[replica] = _R.ReplicaDeletionIneligible
                 if topic in ctx.topics_to_be_deleted:
                     ctx.topics_ineligible_for_deletion.add(topic)
+    # ... and so are topics with a partition reassignment in progress.
+    ctx.topics_ineligible_for_deletion |= {
+        tp[0] for tp in ctx.partition_reassignments
+    } & ctx.topics_to_be_deleted
     for tp in ctx.all_partitions():
         state = ctx.partition_leadership.get(tp)
         if state is None:

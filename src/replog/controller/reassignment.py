@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from replog.controller import topic_deletion
 from replog.controller.context import (
     ControllerContext,
     PartitionReplica,
@@ -220,6 +221,8 @@ def _update_current_reassignment(
     if current == wanted:
         return
     _set_assignment(d.context, tp, wanted)
+    if not wanted.is_being_reassigned:
+        topic_deletion.on_reassignment_done(d, tp.topic)
     d.write_topic_assignment(tp, after_partition_states=False)
     unneeded = [r for r in current.replicas if r not in wanted.replicas]
     if unneeded:
@@ -260,6 +263,7 @@ def _complete(d: ControllerDecision, tp: TopicPartition, ra: ReplicaAssignment) 
         d, [r for r in adding if ctx.replica_state(r) is _R.NewReplica], _R.OnlineReplica
     )
     _set_assignment(ctx, tp, ReplicaAssignment(target))  # B2
+    topic_deletion.on_reassignment_done(d, tp.topic)
     lai = ctx.partition_leadership[tp].leader_and_isr  # B3
     live = ctx.live_broker_ids
     if lai.leader in target and lai.leader in live:

@@ -38,7 +38,20 @@ def enqueue_topics_for_deletion(d: ControllerDecision, topics: Iterable[str]) ->
     if unknown:
         log.info("ignoring deletion of unknown topics %s", sorted(unknown))
     ctx.topics_to_be_deleted |= queued
+    # Kafka processTopicDeletion: a topic with a partition being reassigned waits for it.
+    reassigning = {tp[0] for tp in ctx.partition_reassignments} & queued
+    mark_topic_ineligible_for_deletion(d, reassigning, "partition reassignment in progress")
     resume_deletions(d)
+
+
+def on_reassignment_done(d: ControllerDecision, topic: str) -> None:
+    """A partition of ``topic`` finished (or cancelled) its reassignment: a deletion that
+    waited for the topic's reassignments may start (Kafka ``resumeDeletionForTopics``)."""
+    ctx = d.context
+    if topic in ctx.topics_to_be_deleted and not any(
+        tp[0] == topic for tp in ctx.partition_reassignments
+    ):
+        resume_deletion_for_topics(d, [topic])
 
 
 def mark_topic_ineligible_for_deletion(
