@@ -34,7 +34,7 @@ from kio.schema.offset_fetch.v8 import request as fetch_req
 from kio.static.primitive import i8, i32, i64
 
 from replog.cli.connection import CommandError, connect, connect_any
-from replog.protocol import wire
+from replog.coordinator.group.consumer_protocol import assigned_partitions
 from replog.protocol.client import KafkaConnection
 
 CLIENT_ID = "replog-groups"
@@ -130,22 +130,6 @@ async def _list(args: argparse.Namespace, conn: KafkaConnection) -> int:
 # -- describe -------------------------------------------------------------------------
 
 
-def decode_assignment(data: bytes) -> list[tuple[str, int]]:
-    """The partitions in a classic consumer-protocol assignment (ConsumerProtocolAssignment)."""
-    if not data:
-        return []
-    pos = 2  # version; every version starts with the assigned partitions
-    count, pos = wire.read_array_count(data, pos)
-    out = []
-    for _ in range(max(count, 0)):
-        topic, pos = wire.read_string(data, pos)
-        n, pos = wire.read_array_count(data, pos)
-        for _ in range(max(n, 0)):
-            out.append((topic, int.from_bytes(data[pos : pos + 4], "big", signed=True)))
-            pos += 4
-    return out
-
-
 async def _committed(coordinator: KafkaConnection, group: str) -> dict[tuple[str, int], int]:
     async def call():
         response = await coordinator.request(
@@ -230,7 +214,7 @@ async def _describe(args: argparse.Namespace, conn: KafkaConnection) -> int:
         await coordinator.close()
     owners: dict[tuple[str, int], tuple[str, str, str]] = {}
     for m in described.members:
-        for tp in decode_assignment(bytes(m.member_assignment)):
+        for tp in assigned_partitions(bytes(m.member_assignment)):
             owners[tp] = (str(m.member_id), str(m.client_host), str(m.client_id))
     partitions = sorted(set(committed) | set(owners))
     ends = await _log_offsets(cluster, partitions, LATEST)

@@ -86,6 +86,12 @@ CLIENT_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.OFFSET_FETCH: (1, 9),
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.JOIN_GROUP: (2, 9),
+    ApiKey.SYNC_GROUP: (0, 5),
+    ApiKey.HEARTBEAT: (0, 4),
+    ApiKey.LEAVE_GROUP: (0, 5),
+    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
 }

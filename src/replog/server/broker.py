@@ -20,6 +20,7 @@ from typing import Any
 from replog.config import KafkaConfig
 from replog.controller.controller import KafkaController
 from replog.coordinator.group.coordinator import GroupCoordinator
+from replog.coordinator.group.generic_group_service import GenericGroupService
 from replog.coordinator.group.offsets_topic import GROUP_METADATA_TOPIC_NAME
 from replog.protocol.apis import ApiKey
 from replog.replication.fetcher import FetcherConfig, ReplicaFetcherManager
@@ -36,6 +37,7 @@ from replog.server.handlers.context import BrokerServices
 from replog.server.handlers.controller_requests import ControllerRequests
 from replog.server.handlers.controller_rpc import ControllerCommands
 from replog.server.handlers.group_coordinator import GroupCoordinatorRequests
+from replog.server.handlers.group_membership import GroupMembershipRequests
 from replog.server.metadata_cache import MetadataCache
 from replog.server.network import KafkaServer
 from replog.server.producer_ids import ProducerIdManager
@@ -169,6 +171,15 @@ class Broker:
         handlers[ApiKey.OFFSET_FETCH] = groups.handle_offset_fetch
         handlers[ApiKey.OFFSET_DELETE] = groups.handle_offset_delete
         handlers[ApiKey.DELETE_GROUPS] = groups.handle_delete_groups
+        classic = GenericGroupService(self.group_coordinator)
+        self.group_coordinator.listeners.append(classic)
+        membership = GroupMembershipRequests(self.services, classic)
+        handlers[ApiKey.JOIN_GROUP] = membership.handle_join_group
+        handlers[ApiKey.SYNC_GROUP] = membership.handle_sync_group
+        handlers[ApiKey.HEARTBEAT] = membership.handle_heartbeat
+        handlers[ApiKey.LEAVE_GROUP] = membership.handle_leave_group
+        handlers[ApiKey.DESCRIBE_GROUPS] = membership.handle_describe_groups
+        handlers[ApiKey.LIST_GROUPS] = membership.handle_list_groups
         consumer_groups = ConsumerGroupRequests(self.services)
         handlers[ApiKey.CONSUMER_GROUP_HEARTBEAT] = consumer_groups.handle_consumer_group_heartbeat
         handlers[ApiKey.CONSUMER_GROUP_DESCRIBE] = consumer_groups.handle_consumer_group_describe

@@ -27,7 +27,7 @@ import enum
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -169,9 +169,9 @@ class GroupShard:
 
 
 def _replay_group_metadata(shard: GroupShard, _version: int, key: bytes, value: bytes | None):
-    from replog.coordinator.group import classic_records
+    from replog.coordinator.group.generic_group_service import replay_group_metadata
 
-    classic_records.replay_group_metadata(shard, rec.decode_group_metadata_key(key), value)
+    replay_group_metadata(shard, rec.decode_group_metadata_key(key), value)
 
 
 def _replay_consumer_group(shard: GroupShard, version: int, key: bytes, value: bytes | None):
@@ -187,6 +187,16 @@ _REPLAYERS: dict[int, Callable[[GroupShard, int, bytes, bytes | None], None]] = 
         for v in range(rec.FIRST_CONSUMER_GROUP_KEY, rec.LAST_CONSUMER_GROUP_KEY + 1)
     },
 }
+
+
+class ShardListener(Protocol):
+    """A group protocol's service, told when a shard starts or stops serving (Kafka
+    ``onLoaded`` / ``onUnloaded``): it arms its members' timers, or answers what it
+    parked."""
+
+    def on_loaded(self, shard: GroupShard) -> None: ...
+
+    def on_unloaded(self, shard: GroupShard, error: ErrorCode) -> None: ...
 
 
 class GroupCoordinator:
@@ -208,6 +218,7 @@ class GroupCoordinator:
         self.clock = clock
         self._shards: dict[int, GroupShard] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self.listeners: list[ShardListener] = []
 
     # -- where groups live ----------------------------------------------------------
 
@@ -260,6 +271,8 @@ class GroupCoordinator:
                 len(shard.groups),
             )
             shard.unload(error)
+            for listener in self.listeners:
+                listener.on_unloaded(shard, error)
 
     def _current_partition(self, shard: GroupShard):
         """The replica of the shard's partition, if this broker still leads it at the
@@ -330,6 +343,8 @@ class GroupCoordinator:
         if not shard.active:
             return
         shard.state = ShardState.LOADED
+        for listener in self.listeners:
+            listener.on_loaded(shard)
         log.info(
             "%s-%d: loaded %d groups and offsets of %d groups from %d records in %.3f s",
             GROUP_METADATA_TOPIC_NAME,

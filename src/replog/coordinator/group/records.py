@@ -147,3 +147,115 @@ def decode_group_metadata_key(data: bytes) -> str:
         raise CodecError(f"not a group metadata key (version {version})")
     group, _ = wire.read_string(data, pos)
     return group
+
+
+# -- classic group metadata values ----------------------------------------------------
+
+GROUP_METADATA_VALUE_VERSION = 3  # what Kafka writes (v4 only adds flexible encoding)
+
+
+@dataclass(frozen=True)
+class MemberMetadata:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    subscription: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True)
+class GroupMetadataValue:
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    current_state_timestamp: int
+    members: tuple[MemberMetadata, ...]
+
+
+def encode_group_metadata_value(value: GroupMetadataValue) -> bytes:
+    out = bytearray(_I16.pack(GROUP_METADATA_VALUE_VERSION))
+    out += wire.string(value.protocol_type)
+    out += _I32.pack(value.generation)
+    out += wire.nullable_string(value.protocol)
+    out += wire.nullable_string(value.leader)
+    out += _I64.pack(value.current_state_timestamp)
+    out += _I32.pack(len(value.members))
+    for m in value.members:
+        out += wire.string(m.member_id)
+        out += wire.nullable_string(m.group_instance_id)
+        out += wire.string(m.client_id)
+        out += wire.string(m.client_host)
+        out += _I32.pack(m.rebalance_timeout_ms)
+        out += _I32.pack(m.session_timeout_ms)
+        out += _I32.pack(len(m.subscription)) + m.subscription
+        out += _I32.pack(len(m.assignment)) + m.assignment
+    return bytes(out)
+
+
+def decode_group_metadata_value(data: bytes) -> GroupMetadataValue:
+    """Versions 0 to 4 (v4 is flexible: compact strings, arrays and bytes, tagged fields)."""
+    version, pos = read_int16(data, 0)
+    if not 0 <= version <= 4:
+        raise CodecError(f"unknown group metadata value version {version}")
+    flexible = version >= 4
+    text = wire.read_compact_string if flexible else wire.read_string
+    nullable = wire.read_compact_nullable_string if flexible else wire.read_nullable_string
+
+    def blob(pos: int) -> tuple[bytes, int]:
+        raw, pos = (
+            wire.read_compact_nullable_bytes(data, pos)
+            if flexible
+            else wire.read_nullable_bytes(data, pos)
+        )
+        return raw or b"", pos
+
+    protocol_type, pos = text(data, pos)
+    generation, pos = read_int32(data, pos)
+    protocol, pos = nullable(data, pos)
+    leader, pos = nullable(data, pos)
+    timestamp = -1
+    if version >= 2:
+        timestamp, pos = read_int64(data, pos)
+    if flexible:
+        count, pos = wire.read_compact_array_count(data, pos)
+    else:
+        count, pos = wire.read_array_count(data, pos)
+    members = []
+    for _ in range(max(count, 0)):
+        member_id, pos = text(data, pos)
+        instance_id = None
+        if version >= 3:
+            instance_id, pos = nullable(data, pos)
+        client_id, pos = text(data, pos)
+        client_host, pos = text(data, pos)
+        rebalance_timeout = -1
+        if version >= 1:
+            rebalance_timeout, pos = read_int32(data, pos)
+        session_timeout, pos = read_int32(data, pos)
+        subscription, pos = blob(pos)
+        assignment, pos = blob(pos)
+        if flexible:
+            pos = wire.skip_tagged_fields(data, pos)
+        if rebalance_timeout < 0:
+            rebalance_timeout = session_timeout  # v0 had none: Kafka uses the session's
+        members.append(
+            MemberMetadata(
+                member_id,
+                instance_id,
+                client_id,
+                client_host,
+                rebalance_timeout,
+                session_timeout,
+                subscription,
+                assignment,
+            )
+        )
+    if flexible:
+        pos = wire.skip_tagged_fields(data, pos)
+    return GroupMetadataValue(
+        protocol_type, generation, protocol, leader, timestamp, tuple(members)
+    )
