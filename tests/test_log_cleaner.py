@@ -374,3 +374,29 @@ def test_a_follower_appends_past_a_gap_the_leader_left(tmp_path: Path) -> None:
         follower.append_as_follower(leader.read(follower.log_end_offset, 1 << 20).records)
     assert read_all(follower) == read_all(leader) == [(18, b"k0", b"v18"), (19, b"k1", b"v19"),
                                                        (20, b"k0", b"last")]  # fmt: skip
+
+
+def test_compaction_topic_configs_are_validated_as_kafka_does() -> None:
+    from replog.server.dynamic_config import ConfigRejected, validate_topic_config
+
+    config = validate_topic_config(
+        "t",
+        {
+            "cleanup.policy": "compact,delete",
+            "min.cleanable.dirty.ratio": "0.25",
+            "min.compaction.lag.ms": "10",
+            "max.compaction.lag.ms": "1000",
+            "delete.retention.ms": "0",
+        },
+    )
+    assert config.compact and config.delete_enabled
+    assert (config.min_cleanable_dirty_ratio, config.min_compaction_lag_ms) == (0.25, 10)
+    for bad, why in [
+        ({"min.cleanable.dirty.ratio": "1.5"}, "no more than 1"),
+        ({"min.cleanable.dirty.ratio": "x"}, "DOUBLE"),
+        ({"max.compaction.lag.ms": "0"}, "at least 1"),
+        ({"delete.retention.ms": "-1"}, "at least 0"),
+    ]:
+        with pytest.raises(ConfigRejected, match=why):
+            validate_topic_config("t", bad)
+    assert LogConfig().to_properties()["delete.retention.ms"] == "86400000"

@@ -331,6 +331,7 @@ class LogCleanerManager:
         old: list[LogSegment] = []
         ok = (
             not log_.closed
+            and log_.config.compact  # no longer compacted: its records stay
             and self._logs().get(plan.tp) is log_
             and log_.truncations == plan.truncations
             and not self.is_aborted(plan.tp)
