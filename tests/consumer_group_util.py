@@ -7,7 +7,8 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
-from replog.coordinator.group import consumer_records as cr
+from replog.coordinator.group import consumer_records
+from replog.coordinator.group import consumer_records_codec as cr
 from replog.coordinator.group.assignors import configured_assignors
 from replog.coordinator.group.consumer_group import ConsumerGroup
 from replog.coordinator.group.consumer_group_heartbeat import (
@@ -81,7 +82,7 @@ class Driver:
             self.shard.log.append(encoded)
             decoded = cr.decode(encoded.key, encoded.value)
             assert decoded == record
-            cr.apply(self.shard, decoded)
+            consumer_records.apply(self.shard, decoded)
 
     def heartbeat(self, member_id: str, member_epoch: int, **fields) -> Decision:
         self._ids += 1
@@ -116,7 +117,9 @@ class Driver:
         """The group as a new coordinator would load it from the log."""
         shard = Shard()
         for record in self.shard.log:
-            cr.replay(shard, int.from_bytes(record.key[:2], "big"), record.key, record.value)
+            consumer_records.replay(
+                shard, int.from_bytes(record.key[:2], "big"), record.key, record.value
+            )
         return shard.groups.get(self.group_id)
 
 

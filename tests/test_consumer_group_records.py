@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from replog.coordinator.group import consumer_records as cr
+from replog.coordinator.group import consumer_records
+from replog.coordinator.group import consumer_records_codec as cr
 from replog.protocol.wire import CodecError
 
 names = st.text(min_size=0, max_size=12)
@@ -144,11 +145,11 @@ def test_replay_builds_and_deletes_a_group() -> None:
     ]
     for record in log:
         encoded = record.encode()
-        cr.replay(shard, record.key_version, encoded.key, encoded.value)
+        consumer_records.replay(shard, record.key_version, encoded.key, encoded.value)
     group = shard.groups["g"]
     assert group.state_name() == "Stable"
     assert group.partition_epoch(topic, 1) == 1
     for record in cr.member_tombstones("g", "m") + cr.group_tombstones("g"):
         encoded = record.encode()
-        cr.replay(shard, record.key_version, encoded.key, encoded.value)
+        consumer_records.replay(shard, record.key_version, encoded.key, encoded.value)
     assert shard.groups == {} and group.state_name() == "Dead"

@@ -41,7 +41,7 @@ from functools import lru_cache
 
 from kio.schema.errors import ErrorCode
 
-from replog.coordinator.group import consumer_records as cr
+from replog.coordinator.group import consumer_records_codec as cr
 from replog.coordinator.group.group import Record
 from replog.coordinator.group.offsets_topic import INTERNAL_TOPICS
 from replog.coordinator.group.reconciliation import (

@@ -35,7 +35,7 @@ from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
-from replog.coordinator.group import consumer_records as cr
+from replog.coordinator.group import consumer_records_codec as cr
 from replog.coordinator.group.assignors import (
     Assignor,
     MemberSpec,

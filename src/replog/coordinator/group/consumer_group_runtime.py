@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from replog.coordinator.group import consumer_group_heartbeat as hb
-from replog.coordinator.group import consumer_records as cr
+from replog.coordinator.group import consumer_records
+from replog.coordinator.group import consumer_records_codec as cr
 from replog.coordinator.group.assignors import configured_assignors
 from replog.coordinator.group.consumer_group import ConsumerGroup
 from replog.coordinator.group.reconciliation import MemberState
@@ -51,13 +52,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FENCE_RETRY_MS = 1000  # a fence whose write failed is tried again after this
-_LOAD_CHECK_KEY = "consumer-groups-loaded"
-_LOAD_CHECK_MS = 20
-
-# The runtime serving each coordinator, for the load check scheduled by replay.
-_RUNTIMES: weakref.WeakKeyDictionary[GroupCoordinator, ConsumerGroupRuntime] = (
-    weakref.WeakKeyDictionary()
-)
 
 
 def settings_from(config: KafkaConfig) -> hb.GroupSettings:
@@ -122,7 +116,9 @@ class ConsumerGroupRuntime:
         self._new_member_id = new_member_id
         self._locks = _GroupLocks()
         self._tasks: set[asyncio.Task[None]] = set()
-        _RUNTIMES[coordinator] = self
+        listeners = getattr(coordinator, "listeners", None)
+        if listeners is not None:
+            listeners.append(self)  # on_loaded / on_unloaded (coordinator.ShardListener)
 
     # -- heartbeats --------------------------------------------------------------------------
 
@@ -170,7 +166,7 @@ class ConsumerGroupRuntime:
             del shard.groups[group_id]
             existing.on_deleted(ErrorCode.group_id_not_found)
         for record in records:
-            cr.apply(shard, record)
+            consumer_records.apply(shard, record)
         return ErrorCode.none
 
     # -- timers ------------------------------------------------------------------------------
@@ -271,30 +267,9 @@ class ConsumerGroupRuntime:
                         member.rebalance_timeout_ms,
                     )
 
+    def on_unloaded(self, shard: GroupShard, error: ErrorCode) -> None:
+        """Nothing waits on a consumer group; the shard cancelled its timers."""
+
     async def shutdown(self) -> None:
         for task in list(self._tasks):
             task.cancel()
-
-
-def schedule_load_check(shard: GroupShard) -> None:
-    """Called by replay while a shard loads: once it is loaded, its consumer groups'
-    members get their timers."""
-    from replog.coordinator.group.coordinator import ShardState
-
-    if shard.state is not ShardState.LOADING or shard in _LOAD_CHECKS:
-        return
-    _LOAD_CHECKS.add(shard)
-
-    def check() -> None:
-        if shard.state is ShardState.LOADING:
-            shard.schedule(_LOAD_CHECK_KEY, _LOAD_CHECK_MS, check)
-            return
-        _LOAD_CHECKS.discard(shard)
-        runtime = _RUNTIMES.get(shard.coordinator)
-        if runtime is not None and shard.active:
-            runtime.on_loaded(shard)
-
-    shard.schedule(_LOAD_CHECK_KEY, _LOAD_CHECK_MS, check)
-
-
-_LOAD_CHECKS: weakref.WeakSet[GroupShard] = weakref.WeakSet()
