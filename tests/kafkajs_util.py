@@ -45,3 +45,25 @@ def kafkajs(bootstrap: str, action: str, timeout_s: float = 60, **args: Any) -> 
     if done.returncode != 0:
         raise KafkajsError(done.stderr.strip() or f"node exited {done.returncode}")
     return json.loads(done.stdout)
+
+
+def kafkajs_group_consume(
+    bootstrap: str, group: str, topic: str, count: int, timeout_s: float = 60
+) -> list[str]:
+    """The values kafkajs read as a member of ``group`` (``tests/js/group.js``): ``count``
+    records from its committed position (or the beginning), committed as it goes."""
+    require_kafkajs()
+    command = json.dumps(
+        {"brokers": bootstrap.split(","), "group": group, "topic": topic, "count": count}
+    )
+    done = subprocess.run(
+        ["node", str(JS_DIR / "group.js"), command],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env={**os.environ, "KAFKAJS_NO_PARTITIONER_WARNING": "1"},
+        check=False,
+    )
+    if done.returncode != 0:
+        raise KafkajsError(done.stderr.strip() or f"node exited {done.returncode}")
+    return list(json.loads(done.stdout)["values"])

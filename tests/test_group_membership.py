@@ -137,3 +137,163 @@ def test_a_static_member_keeps_its_assignment_across_a_restart(cluster) -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_kafkajs_consumes_in_a_group_and_resumes_after_its_commit(cluster) -> None:
+    from kafkajs_util import kafkajs_group_consume
+
+    group = f"js-{uuid.uuid4().hex[:6]}"
+    topic = f"js-{uuid.uuid4().hex[:6]}"
+    bootstrap = cluster.bootstrap_servers()
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for i in range(20):
+        producer.produce(topic, value=f"v{i}".encode())
+    assert producer.flush(30) == 0
+    first = kafkajs_group_consume(bootstrap, group, topic, 8)
+    second = kafkajs_group_consume(bootstrap, group, topic, 12)
+    assert first == [f"v{i}" for i in range(8)]
+    assert second == [f"v{i}" for i in range(8, 20)]  # resumed at the commit
+
+
+def test_kcat_balanced_consumer_reads_the_group(cluster) -> None:
+    import shutil
+    import subprocess
+
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    if shutil.which("kcat") is None:
+        pytest.skip("kcat is not installed: run `make test`")
+    group = f"kcat-{uuid.uuid4().hex[:6]}"
+    topic = group
+    bootstrap = cluster.bootstrap_servers()
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 2, 3)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    values = {f"k{i}" for i in range(30)}
+    for i, value in enumerate(sorted(values)):
+        producer.produce(topic, value=value.encode(), partition=i % 2)
+    assert producer.flush(30) == 0
+    done = subprocess.run(
+        [
+            "kcat",
+            "-b",
+            bootstrap,
+            "-G",
+            group,
+            "-o",
+            "beginning",
+            "-c",
+            "30",
+            "-f",
+            "%s\n",
+            "-q",
+            topic,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.split()) == sorted(values)
+    committed = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[
+        group
+    ].result(30)
+    assert sum(tp.offset for tp in committed.topic_partitions) == 30  # kcat committed all
+
+
+def test_members_of_three_libraries_share_one_group(cluster) -> None:
+    import asyncio
+    import threading
+
+    from aiokafka import AIOKafkaConsumer
+    from kafka import KafkaConsumer
+
+    group = f"mixed-{uuid.uuid4().hex[:6]}"
+    bootstrap = cluster.bootstrap_servers()
+    seen: Counter[str] = Counter()
+    owners: dict[str, set[int]] = {}
+    stop = threading.Event()
+    lock = threading.Lock()
+
+    def record(who: str, value: bytes, partition: int) -> None:
+        with lock:
+            seen[value.decode()] += 1
+
+    def owns(who: str, partitions: set[int]) -> None:
+        with lock:
+            owners[who] = partitions
+
+    def run_aiokafka() -> None:
+        async def main() -> None:
+            c = AIOKafkaConsumer(
+                TOPIC,
+                bootstrap_servers=bootstrap,
+                group_id=group,
+                auto_offset_reset="earliest",
+                session_timeout_ms=6000,
+                heartbeat_interval_ms=500,
+            )
+            await c.start()
+            try:
+                while not stop.is_set():
+                    owns("aiokafka", {tp.partition for tp in c.assignment()})
+                    batches = await c.getmany(timeout_ms=100)
+                    for tp, messages in batches.items():
+                        for m in messages:
+                            record("aiokafka", m.value, tp.partition)
+            finally:
+                await c.stop()
+
+        asyncio.run(main())
+
+    def run_kafka_python() -> None:
+        c = KafkaConsumer(
+            TOPIC,
+            bootstrap_servers=bootstrap,
+            group_id=group,
+            auto_offset_reset="earliest",
+            session_timeout_ms=6000,
+            heartbeat_interval_ms=500,
+        )
+        try:
+            while not stop.is_set():
+                owns("kafka-python", {tp.partition for tp in c.assignment()})
+                for tp, messages in c.poll(timeout_ms=100).items():
+                    for m in messages:
+                        record("kafka-python", m.value, tp.partition)
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=run_aiokafka), threading.Thread(target=run_kafka_python)]
+    for t in threads:
+        t.start()
+    ck = consumer(bootstrap, group, **{"partition.assignment.strategy": "roundrobin,range"})
+    try:
+        ck.subscribe([TOPIC])
+        deadline = time.monotonic() + 60
+        values: set[str] = set()
+        while time.monotonic() < deadline:
+            message = ck.poll(0.1)
+            if message is not None and message.error() is None:
+                record("confluent-kafka", message.value(), message.partition())
+            owns("confluent-kafka", assigned(ck))
+            with lock:
+                shares = sorted(p for parts in owners.values() for p in parts)
+            if not values and len(owners) == 3 and shares == list(range(PARTITIONS)):
+                # One generation: the three libraries own the six partitions between them.
+                values = produce(bootstrap, 120, group)
+            with lock:
+                if values and values <= set(seen):
+                    break
+        with lock:
+            mine = {v: n for v, n in seen.items() if v in values}
+        assert values and set(mine) == values
+        assert max(mine.values()) == 1, "a record was consumed twice"
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+        ck.close()
