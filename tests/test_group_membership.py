@@ -121,19 +121,23 @@ def test_a_static_member_keeps_its_assignment_across_a_restart(cluster) -> None:
     static = {"group.instance.id": "instance-a", "session.timeout.ms": 10000}
     a = consumer(bootstrap, group, **static)
     b = consumer(bootstrap, group, **{"group.instance.id": "instance-b"})
+    revoked: list[int] = []
     try:
         a.subscribe([TOPIC])
-        b.subscribe([TOPIC])
+        b.subscribe([TOPIC], on_revoke=lambda _c, parts: revoked.append(len(parts)))
         drain([a, b], produce(bootstrap, 60, f"{group}-a"))
         before_a, before_b = assigned(a), assigned(b)
         assert before_a and before_b
+        revoked.clear()
         a.close()  # a static member does not leave the group on close
         a = consumer(bootstrap, group, **static)
         a.subscribe([TOPIC])
         later = produce(bootstrap, 60, f"{group}-b")
-        drain([a, b], later)
+        seen = drain([a, b], later)
+        assert set(seen) == later
         assert assigned(a) == before_a
         assert assigned(b) == before_b
+        assert not revoked, "the static member's return made the group rebalance"
     finally:
         a.close()
         b.close()
@@ -297,3 +301,177 @@ def test_members_of_three_libraries_share_one_group(cluster) -> None:
         for t in threads:
             t.join(30)
         ck.close()
+
+
+def test_members_find_the_new_coordinator_after_a_kill(cluster) -> None:
+    from confluent_kafka import TopicPartition
+
+    from replog.coordinator.group.offsets_topic import GROUP_METADATA_TOPIC_NAME, partition_for
+
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    bootstrap = cluster.bootstrap_servers()
+    members = [consumer(bootstrap, group, **{"enable.auto.commit": False}) for _ in range(2)]
+    seen: Counter[str] = Counter()
+
+    def consume_and_commit(wanted: set[str], timeout_s: float = 90) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not wanted <= set(seen) and time.monotonic() < deadline:
+            for m in members:
+                message = m.poll(0.05)
+                if message is None or message.error() is not None:
+                    continue
+                seen[message.value().decode()] += 1
+                tp = TopicPartition(message.topic(), message.partition(), message.offset() + 1)
+                while True:  # commit each record before the next: none is read twice
+                    try:
+                        m.commit(offsets=[tp], asynchronous=False)
+                        break
+                    except Exception as exc:  # retriable while the coordinator moves
+                        if time.monotonic() > deadline:
+                            raise AssertionError(f"commit never succeeded: {exc}") from exc
+                        time.sleep(0.1)
+
+    victim = None
+    try:
+        for m in members:
+            m.subscribe([TOPIC])
+        first = produce(bootstrap, 60, f"{group}-a")
+        consume_and_commit(first)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        meta = admin.list_topics(timeout=30).topics[GROUP_METADATA_TOPIC_NAME]
+        victim = meta.partitions[partition_for(group, 6)].leader
+        cluster.kill_broker(victim)
+        survivors = cluster.bootstrap_servers([b for b in cluster.broker_ids if b != victim])
+        second = produce(survivors, 60, f"{group}-b")
+        consume_and_commit(second)
+        assert first | second <= set(seen)
+        twice = [v for v, n in seen.items() if n > 1]
+        assert not twice, f"committed records read again: {twice[:5]}"
+    finally:
+        for m in members:
+            m.close()
+        if victim is not None:
+            cluster.start_broker(victim)
+            cluster.wait_full_isr(60)
+
+
+def test_cooperative_sticky_join_does_not_stop_the_others(cluster) -> None:
+    group = f"coop-{uuid.uuid4().hex[:6]}"
+    bootstrap = cluster.bootstrap_servers()
+    coop = {"partition.assignment.strategy": "cooperative-sticky"}
+    revoked: list[int] = []
+    a = consumer(bootstrap, group, **coop)
+    b = consumer(bootstrap, group, **coop)
+    try:
+        a.subscribe([TOPIC], on_revoke=lambda _c, parts: revoked.append(len(parts)))
+        drain([a], produce(bootstrap, 30, f"{group}-a"))
+        assert assigned(a) == set(range(PARTITIONS))
+        b.subscribe([TOPIC])
+        seen = drain([a, b], produce(bootstrap, 60, f"{group}-b"))
+        assert len(seen) == 60
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(assigned(b)) != PARTITIONS // 2:
+            a.poll(0.05)
+            b.poll(0.05)
+        assert len(assigned(a)) == len(assigned(b)) == PARTITIONS // 2
+        # Incremental: the first member gave up only the partitions that moved.
+        assert revoked == [PARTITIONS // 2]
+    finally:
+        a.close()
+        b.close()
+
+
+MEMBER_PROCESS = """
+import sys
+from confluent_kafka import Consumer
+c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2],
+              "session.timeout.ms": 3000, "heartbeat.interval.ms": 300})
+c.subscribe([sys.argv[3]])
+while True:
+    c.poll(0.1)
+"""
+
+
+def test_a_killed_member_is_dropped_after_its_session_timeout(cluster) -> None:
+    import subprocess
+    import sys
+
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    bootstrap = cluster.bootstrap_servers()
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    process = subprocess.Popen([sys.executable, "-c", MEMBER_PROCESS, bootstrap, group, TOPIC])
+    survivor = consumer(bootstrap, group, **{"session.timeout.ms": 3000})
+    try:
+        survivor.subscribe([TOPIC])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            survivor.poll(0.1)
+            described = admin.describe_consumer_groups([group])[group].result(10)
+            if len(described.members) == 2 and len(assigned(survivor)) == PARTITIONS // 2:
+                break
+        assert len(assigned(survivor)) == PARTITIONS // 2
+        process.kill()  # no LeaveGroup: only the session timeout tells the coordinator
+        process.wait(10)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and assigned(survivor) != set(range(PARTITIONS)):
+            survivor.poll(0.1)
+        assert assigned(survivor) == set(range(PARTITIONS))
+        described = admin.describe_consumer_groups([group])[group].result(10)
+        assert len(described.members) == 1
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+        survivor.close()
+
+
+def test_replog_groups_lists_describes_resets_and_deletes(cluster, capsys) -> None:
+    from confluent_kafka import TopicPartition
+
+    from replog.cli.main import main
+
+    group = f"cli-{uuid.uuid4().hex[:6]}"
+    bootstrap = cluster.bootstrap_servers()
+    produce(bootstrap, 60, group)  # 10 more records per partition
+    member = consumer(bootstrap, group, **{"enable.auto.commit": False})
+    try:
+        member.subscribe([TOPIC])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(assigned(member)) != PARTITIONS:
+            member.poll(0.1)
+        from group_util import commit
+
+        commit(member, [TopicPartition(TOPIC, p, 1) for p in range(PARTITIONS)])
+        assert main(["groups", "--bootstrap-server", bootstrap, "list"]) == 0
+        assert group in capsys.readouterr().out.split()
+        assert main(["groups", "--bootstrap-server", bootstrap, "describe", group]) == 0
+        out = capsys.readouterr().out
+        assert "Stable, 1 members" in out
+        rows = [line.split() for line in out.splitlines() if line.startswith(group)]
+        assert len(rows) == PARTITIONS
+        for row in rows:  # GROUP TOPIC PARTITION CURRENT LOG-END LAG CONSUMER-ID HOST CLIENT
+            assert row[3] == "1" and int(row[5]) == int(row[4]) - 1 and row[6] != "-"
+        # A group with members cannot be reset.
+        reset = ["groups", "--bootstrap-server", bootstrap, "reset-offsets", group]
+        assert main([*reset, "--all-topics", "--to-earliest", "--execute"]) == 1
+        assert "inactive" in capsys.readouterr().err
+    finally:
+        member.close()
+    assert main([*reset, "--topic", f"{TOPIC}:0", "--to-offset", "3"]) == 0
+    assert "dry run" in capsys.readouterr().out
+    assert main([*reset, "--topic", f"{TOPIC}:0", "--to-offset", "3", "--execute"]) == 0
+    capsys.readouterr()
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    def committed() -> dict[int, int]:
+        result = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+        return {tp.partition: tp.offset for tp in result[group].result(30).topic_partitions}
+
+    assert committed()[0] == 3
+    assert main([*reset, "--all-topics", "--shift-by", "-100", "--execute"]) == 0
+    assert set(committed().values()) == {0}  # clamped to the log start
+    assert main(["groups", "--bootstrap-server", bootstrap, "delete", group]) == 0
+    assert committed() == {}
+    assert main(["groups", "--bootstrap-server", bootstrap, "delete", group]) == 1
+    assert "GROUP_ID_NOT_FOUND" in capsys.readouterr().err

@@ -144,11 +144,12 @@ class GroupMembershipRequests:
 
             def described(
                 error: ErrorCode,
-                group_id: str = gid,
                 state: str = "",
                 protocol_type: str = "",
                 protocol: str = "",
                 members: tuple = (),
+                *,
+                group_id: str = gid,
             ) -> Any:
                 return make(
                     group_cls,
