@@ -475,3 +475,35 @@ def test_replog_groups_lists_describes_resets_and_deletes(cluster, capsys) -> No
     assert committed() == {}
     assert main(["groups", "--bootstrap-server", bootstrap, "delete", group]) == 1
     assert "GROUP_ID_NOT_FOUND" in capsys.readouterr().err
+
+
+def test_admin_client_group_operations(cluster) -> None:
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+    group = f"admin-{uuid.uuid4().hex[:6]}"
+    bootstrap = cluster.bootstrap_servers()
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    member = consumer(bootstrap, group)
+    try:
+        member.subscribe([TOPIC])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(assigned(member)) != PARTITIONS:
+            member.poll(0.1)
+        listed = admin.list_consumer_groups().result(30)
+        assert group in {g.group_id for g in listed.valid}
+        described = admin.describe_consumer_groups([group])[group].result(30)
+        assert described.state.name == "STABLE" and len(described.members) == 1
+        [m] = described.members
+        assert {tp.partition for tp in m.assignment.topic_partitions} == set(range(PARTITIONS))
+        assert described.partition_assignor == "range"
+    finally:
+        member.close()
+    offsets = [TopicPartition(TOPIC, p, 5) for p in range(2)]
+    altered = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, offsets)])
+    assert [tp.offset for tp in altered[group].result(30).topic_partitions] == [5, 5]
+    fetched = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+    got = {tp.partition: tp.offset for tp in fetched[group].result(30).topic_partitions}
+    assert got[0] == got[1] == 5
+    admin.delete_consumer_groups([group])[group].result(30)
+    listed = admin.list_consumer_groups().result(30)
+    assert group not in {g.group_id for g in listed.valid}
