@@ -127,6 +127,28 @@ def test_members_share_the_partitions_and_read_every_record_once(cluster) -> Non
             m.close()
 
 
+def test_a_regex_subscription_is_resolved_by_the_coordinator(cluster) -> None:
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    prefix = f"rx{uuid.uuid4().hex[:4]}"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers()})
+    for name in (f"{prefix}-a", f"{prefix}-b", f"other-{prefix}"):
+        admin.create_topics([NewTopic(name, 2, 1)])[name].result(30)
+    member = _consumer(cluster, group)
+    try:
+        member.subscribe([f"^{prefix}-.*"])  # sent as SubscribedTopicRegex (v1)
+
+        def topics() -> set[str]:
+            return {tp.topic for tp in member.assignment()}
+
+        _poll_until([member], lambda: topics() == {f"{prefix}-a", f"{prefix}-b"}, 30)
+        # A topic created later that matches joins the subscription on a later heartbeat.
+        admin.create_topics([NewTopic(f"{prefix}-c", 1, 1)])[f"{prefix}-c"].result(30)
+        _poll_until([member], lambda: f"{prefix}-c" in topics(), 30)
+        assert len(member.assignment()) == 5
+    finally:
+        member.close()
+
+
 _KILLABLE = """
 import sys
 from confluent_kafka import Consumer
