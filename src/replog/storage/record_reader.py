@@ -27,6 +27,7 @@ from replog.protocol.records import (
     HEADER_SIZE,
     BatchHeader,
     InvalidRecordBatch,
+    read_varint,
 )
 
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
@@ -81,21 +82,11 @@ def decompress(codec: int, data: bytes) -> bytes:
 
 
 def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
-    """Zigzag varint at ``pos`` -> (value, next position)."""
-    shift = 0
-    raw = 0
-    while True:
-        if pos >= len(buf):
-            raise InvalidRecordBatch("truncated varint in record")
-        byte = buf[pos]
-        pos += 1
-        raw |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            break
-        shift += 7
-        if shift > 63:
-            raise InvalidRecordBatch("varint too long in record")
-    return (raw >> 1) ^ -(raw & 1), pos
+    """Zigzag varint at ``pos`` -> (value, next position); InvalidRecordBatch if cut short."""
+    try:
+        return read_varint(buf, pos)
+    except IndexError:
+        raise InvalidRecordBatch("truncated varint in record") from None
 
 
 def iter_record_timestamps(batch: bytes, header: BatchHeader) -> Iterator[tuple[int, int]]:
