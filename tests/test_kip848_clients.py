@@ -97,7 +97,7 @@ def _split(consumers) -> bool:
     return all(sets) and len(every) == PARTITIONS and len(set(every)) == PARTITIONS
 
 
-def test_members_share_the_partitions_and_read_every_record_once(cluster) -> None:
+def test_members_share_the_partitions_and_read_every_record_once(cluster, capsys) -> None:
     group = f"g-{uuid.uuid4().hex[:6]}"
     members = [_consumer(cluster, group, **{"client.id": f"m{i}"}) for i in range(3)]
     try:
@@ -122,6 +122,17 @@ def test_members_share_the_partitions_and_read_every_record_once(cluster) -> Non
         assert len(described.members) == 3
         assert {m.client_id for m in described.members} == {"m0", "m1", "m2"}
         assert sorted(len(m.assignment.topic_partitions) for m in described.members) == [2, 2, 2]
+
+        # replog groups describes a KIP-848 group through ConsumerGroupDescribe.
+        from replog.cli.main import main
+
+        bootstrap = cluster.bootstrap_servers()
+        assert main(["groups", "--bootstrap-server", bootstrap, "describe", group]) == 0
+        out = capsys.readouterr().out
+        assert "Stable, 3 members" in out
+        rows = [line.split() for line in out.splitlines() if line.startswith(group)]
+        assert sorted(int(r[2]) for r in rows) == list(range(PARTITIONS))
+        assert all(r[6] != "-" for r in rows)  # each partition has its owner
     finally:
         for m in members:
             m.close()

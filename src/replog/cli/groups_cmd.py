@@ -22,6 +22,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from kio.schema.consumer_group_describe.v0 import request as consumer_describe_req
 from kio.schema.delete_groups.v2 import request as delete_req
 from kio.schema.describe_groups.v5 import request as describe_req
 from kio.schema.errors import ErrorCode
@@ -193,32 +194,82 @@ async def _log_offsets(
     return out
 
 
+@dataclass
+class GroupDescription:
+    state: str
+    members: list[tuple[str, str, str, list[tuple[str, int]]]]  # id, host, client, partitions
+
+
+async def _describe_group(coordinator: KafkaConnection, group: str) -> GroupDescription:
+    """DescribeGroups for a classic group; a KIP-848 group (which DescribeGroups calls
+    GROUP_ID_NOT_FOUND) is asked again with ConsumerGroupDescribe, as admin clients do."""
+
+    async def classic():
+        response = await coordinator.request(
+            describe_req.DescribeGroupsRequest(groups=(group,), include_authorized_operations=False)
+        )
+        [g] = response.groups
+        return g.error_code, g
+
+    async def consumer():
+        response = await coordinator.request(
+            consumer_describe_req.ConsumerGroupDescribeRequest(
+                group_ids=(group,), include_authorized_operations=False
+            )
+        )
+        [g] = response.groups
+        return g.error_code, g
+
+    try:
+        g = await _retrying(classic, f"cannot describe {group}")
+    except CommandError:
+        g = await _retrying(consumer, f"cannot describe {group}")
+        return GroupDescription(
+            str(g.group_state),
+            [
+                (
+                    str(m.member_id),
+                    str(m.client_host),
+                    str(m.client_id),
+                    [
+                        (str(t.topic_name), int(p))
+                        for t in m.assignment.topic_partitions
+                        for p in t.partitions
+                    ],
+                )
+                for m in g.members
+            ],
+        )
+    return GroupDescription(
+        str(g.group_state),
+        [
+            (
+                str(m.member_id),
+                str(m.client_host),
+                str(m.client_id),
+                assigned_partitions(bytes(m.member_assignment)),
+            )
+            for m in g.members
+        ],
+    )
+
+
 async def _describe(args: argparse.Namespace, conn: KafkaConnection) -> int:
     group = args.group
     cluster = await _cluster(conn)
     coordinator = await _coordinator(conn, group)
     try:
-
-        async def call():
-            response = await coordinator.request(
-                describe_req.DescribeGroupsRequest(
-                    groups=(group,), include_authorized_operations=False
-                )
-            )
-            [g] = response.groups
-            return g.error_code, g
-
-        described = await _retrying(call, f"cannot describe {group}")
+        described = await _describe_group(coordinator, group)
         committed = await _committed(coordinator, group)
     finally:
         await coordinator.close()
     owners: dict[tuple[str, int], tuple[str, str, str]] = {}
-    for m in described.members:
-        for tp in assigned_partitions(bytes(m.member_assignment)):
-            owners[tp] = (str(m.member_id), str(m.client_host), str(m.client_id))
+    for member_id, host, client, partitions in described.members:
+        for tp in partitions:
+            owners[tp] = (member_id, host, client)
     partitions = sorted(set(committed) | set(owners))
     ends = await _log_offsets(cluster, partitions, LATEST)
-    state = str(described.group_state)
+    state = described.state
     if state == "Dead" and not committed:
         raise CommandError(f"consumer group {group} does not exist")
     print(f"Consumer group '{group}' ({state}, {len(described.members)} members)")
@@ -267,21 +318,11 @@ async def _reset(args: argparse.Namespace, conn: KafkaConnection) -> int:
     cluster = await _cluster(conn)
     coordinator = await _coordinator(conn, group)
     try:
-
-        async def call():
-            response = await coordinator.request(
-                describe_req.DescribeGroupsRequest(
-                    groups=(group,), include_authorized_operations=False
-                )
-            )
-            [g] = response.groups
-            return g.error_code, g
-
-        described = await _retrying(call, f"cannot describe {group}")
-        if str(described.group_state) not in ("Empty", "Dead"):
+        described = await _describe_group(coordinator, group)
+        if described.state not in ("Empty", "Dead"):
             raise CommandError(
                 f"assignments can only be reset if the group '{group}' is inactive, "
-                f"but the current state is {described.group_state}"
+                f"but the current state is {described.state}"
             )
         committed = await _committed(coordinator, group)
         targets = _targets(args, cluster, committed)
