@@ -56,6 +56,11 @@ def _runtime(session_timeout_ms: int = 100) -> ConsumerGroupRuntime:
             "zookeeper.connect": "127.0.0.1:1",
             "log.dirs": "/nonexistent",
             "group.consumer.session.timeout.ms": str(session_timeout_ms),
+            "group.consumer.min.session.timeout.ms": str(session_timeout_ms),
+            "group.consumer.heartbeat.interval.ms": str(session_timeout_ms // 2),
+            "group.consumer.min.heartbeat.interval.ms": str(session_timeout_ms // 2),
+            "group.consumer.max.session.timeout.ms": str(max(session_timeout_ms, 60000)),
+            "group.consumer.max.heartbeat.interval.ms": str(max(session_timeout_ms // 2, 15000)),
         }
     )
     ids = iter(range(1000))

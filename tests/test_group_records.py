@@ -120,3 +120,21 @@ def test_expiry_counts_from_emptiness_or_from_each_commit() -> None:
     # Empty since 3 000: nothing by retention before 7 000.
     assert store.expired("g", 6_000, 4_000, 3_000) == [("t", 2)]
     assert sorted(store.expired("g", 7_000, 4_000, 3_000)) == [("t", 0), ("t", 1), ("t", 2)]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        ({"group.consumer.session.timeout.ms": "1000"}, "group.consumer.session.timeout.ms"),
+        ({"group.consumer.heartbeat.interval.ms": "60000"}, "group.consumer.heartbeat.interval.ms"),
+        ({"group.min.session.timeout.ms": "9999999"}, "group.min.session.timeout.ms"),
+        ({"group.coordinator.rebalance.protocols": "consumer"}, "group.coordinator.rebalance"),
+        ({"offsets.topic.num.partitions": "0"}, "offsets.topic.num.partitions"),
+    ],
+)
+def test_group_settings_out_of_range_stop_the_broker(overrides: dict, key: str) -> None:
+    from replog.config import ConfigError, KafkaConfig
+
+    KafkaConfig.from_properties({"zookeeper.connect": "zk"})  # the defaults are valid
+    with pytest.raises(ConfigError, match=key):
+        KafkaConfig.from_properties({"zookeeper.connect": "zk", **overrides})

@@ -415,6 +415,44 @@ class KafkaConfig:
             "log.cleaner.delete.retention.ms",
             "must be >= 0",
         )
+        # The group coordinator (Kafka GroupCoordinatorConfig's checks).
+        need(self.offsets_topic_num_partitions >= 1, "offsets.topic.num.partitions", "must be >= 1")
+        need(
+            self.offsets_topic_replication_factor >= 1,
+            "offsets.topic.replication.factor",
+            "must be >= 1",
+        )
+        need(
+            self.group_min_session_timeout_ms <= self.group_max_session_timeout_ms,
+            "group.min.session.timeout.ms",
+            "must be <= group.max.session.timeout.ms",
+        )
+        for name, value, low, high in (
+            (
+                "group.consumer.session.timeout.ms",
+                self.group_consumer_session_timeout_ms,
+                self.group_consumer_min_session_timeout_ms,
+                self.group_consumer_max_session_timeout_ms,
+            ),
+            (
+                "group.consumer.heartbeat.interval.ms",
+                self.group_consumer_heartbeat_interval_ms,
+                self.group_consumer_min_heartbeat_interval_ms,
+                self.group_consumer_max_heartbeat_interval_ms,
+            ),
+        ):
+            need(low <= value <= high, name, f"must be between {low} and {high}")
+        need(
+            self.group_consumer_heartbeat_interval_ms < self.group_consumer_session_timeout_ms,
+            "group.consumer.heartbeat.interval.ms",
+            "must be less than group.consumer.session.timeout.ms",
+        )
+        protocols = {p.strip() for p in self.group_coordinator_rebalance_protocols.split(",")}
+        need(
+            "classic" in protocols and protocols <= {"classic", "consumer"},
+            "group.coordinator.rebalance.protocols",
+            "must include classic; the others known are consumer",
+        )
         names = [listener.name for listener in self.listeners]
         need(len(set(names)) == len(names), "listeners", "listener names must be unique")
 
