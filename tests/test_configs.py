@@ -141,11 +141,13 @@ def test_describe_topic_sources_synonyms_and_documentation(replog_broker) -> Non
     ]
     segment = configs["segment.bytes"]
     assert (segment.value, segment.source) == ("1073741824", ConfigSource.DEFAULT_CONFIG.value)
-    # The broker's static settings show as such (the launcher sets this one).
+    # The broker's static settings show as such (the launcher sets this one), the
+    # others as defaults.
     broker = describe(bootstrap, BROKER, "0")
-    assert broker["offsets.topic.replication.factor"].source == (
+    assert broker["zookeeper.session.timeout.ms"].source == (
         ConfigSource.STATIC_BROKER_CONFIG.value
     )
+    assert broker["offsets.topic.replication.factor"].source == (ConfigSource.DEFAULT_CONFIG.value)
     assert broker["broker.id"].is_read_only and not broker["log.retention.ms"].is_read_only
 
     # v4 (flexible) with documentation and types; v1 without.

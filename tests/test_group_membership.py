@@ -12,6 +12,7 @@ from collections import Counter
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
 
 TOPIC = "members"
 PARTITIONS = 6
@@ -507,3 +508,126 @@ def test_admin_client_group_operations(cluster) -> None:
     admin.delete_consumer_groups([group])[group].result(30)
     listed = admin.list_consumer_groups().result(30)
     assert group not in {g.group_id for g in listed.valid}
+
+
+def test_bad_group_requests_get_kafkas_errors_and_touch_no_other_group(cluster) -> None:
+    """Raw requests with bad input, while a healthy group keeps consuming."""
+    import asyncio
+    import datetime
+
+    from kio.schema.heartbeat.v4.request import HeartbeatRequest
+    from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
+    from kio.schema.offset_commit.v8 import request as commit
+    from kio.schema.sync_group.v5.request import SyncGroupRequest
+    from kio.static.primitive import i32, i32Timedelta, i64
+
+    from replog.coordinator.group.offsets_topic import GROUP_METADATA_TOPIC_NAME, partition_for
+    from replog.protocol.client import KafkaConnection
+
+    bootstrap = cluster.bootstrap_servers()
+    healthy = f"healthy-{uuid.uuid4().hex[:6]}"
+    member = consumer(bootstrap, healthy)
+    member.subscribe([TOPIC])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(assigned(member)) != PARTITIONS:
+        member.poll(0.1)
+    ms = lambda n: i32Timedelta.parse(datetime.timedelta(milliseconds=n))  # noqa: E731
+    bad = f"bad-{uuid.uuid4().hex[:6]}"
+    meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30)
+    leader = meta.topics[GROUP_METADATA_TOPIC_NAME].partitions[partition_for(bad, 6)].leader
+    # A group without members, coordinated by the same broker.
+    simple = next(
+        f"{bad}-{i}" for i in range(1000) if partition_for(f"{bad}-{i}", 6) == partition_for(bad, 6)
+    )
+
+    def join(group: str, session_ms: int, member_id: str = "", protocol: str = "consumer"):
+        return JoinGroupRequest(
+            group_id=group,
+            session_timeout=ms(session_ms),
+            rebalance_timeout=ms(10000),
+            member_id=member_id,
+            group_instance_id=None,
+            protocol_type=protocol,
+            protocols=(JoinGroupRequestProtocol(name="range", metadata=b"\x00\x01"),),
+            reason=None,
+        )
+
+    async def ask():
+        conn = KafkaConnection("127.0.0.1", cluster.port(leader))
+        await conn.connect()
+        try:
+            out = {}
+            out["empty id"] = (await conn.request(join("", 10000))).error_code
+            out["session"] = (await conn.request(join(bad, 10))).error_code
+            out["unknown member"] = (await conn.request(join(bad, 10000, "nobody"))).error_code
+            required = await conn.request(join(bad, 10000))
+            out["first join"] = required.error_code
+            joined = await conn.request(join(bad, 10000, required.member_id))
+            out["second join"] = joined.error_code
+            out["other protocol"] = (await conn.request(join(bad, 10000, "", "connect"))).error_code
+            out["generation"] = (
+                await conn.request(
+                    HeartbeatRequest(
+                        group_id=bad,
+                        generation_id=i32(joined.generation_id + 5),
+                        member_id=joined.member_id,
+                        group_instance_id=None,
+                    )
+                )
+            ).error_code
+            out["sync stranger"] = (
+                await conn.request(
+                    SyncGroupRequest(
+                        group_id=bad,
+                        generation_id=joined.generation_id,
+                        member_id="stranger",
+                        group_instance_id=None,
+                        protocol_type="consumer",
+                        protocol_name="range",
+                        assignments=(),
+                    )
+                )
+            ).error_code
+            big = await conn.request(
+                commit.OffsetCommitRequest(
+                    group_id=simple,
+                    generation_id_or_member_epoch=i32(-1),
+                    member_id="",
+                    group_instance_id=None,
+                    topics=(
+                        commit.OffsetCommitRequestTopic(
+                            name=TOPIC,
+                            partitions=(
+                                commit.OffsetCommitRequestPartition(
+                                    partition_index=i32(0),
+                                    committed_offset=i64(1),
+                                    committed_leader_epoch=i32(-1),
+                                    committed_metadata="x" * 5000,
+                                ),
+                            ),
+                        ),
+                    ),
+                )
+            )
+            out["metadata"] = big.topics[0].partitions[0].error_code
+            return out
+        finally:
+            await conn.close()
+
+    try:
+        errors = asyncio.run(ask())
+        assert errors["empty id"] == ErrorCode.invalid_group_id
+        assert errors["session"] == ErrorCode.invalid_session_timeout
+        assert errors["unknown member"] == ErrorCode.unknown_member_id
+        assert errors["first join"] == ErrorCode.member_id_required
+        assert errors["second join"] == ErrorCode.none
+        assert errors["other protocol"] == ErrorCode.inconsistent_group_protocol
+        assert errors["generation"] == ErrorCode.illegal_generation
+        assert errors["sync stranger"] == ErrorCode.unknown_member_id
+        assert errors["metadata"] == ErrorCode.offset_metadata_too_large
+        # The healthy group did not notice.
+        values = produce(bootstrap, 30, healthy)
+        assert set(drain([member], values)) == values
+        assert assigned(member) == set(range(PARTITIONS))
+    finally:
+        member.close()

@@ -74,6 +74,11 @@ def test_commit_then_fetch_across_consumers(cluster) -> None:
 
 
 def test_offsets_topic_is_internal_compacted_and_replicated(cluster) -> None:
+    consumer = _consumer(cluster, f"g-{uuid.uuid4().hex[:6]}")
+    try:
+        commit(consumer, [TopicPartition(TOPIC, 0, 1)])  # the first commit creates the topic
+    finally:
+        consumer.close()
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers()})
     meta = admin.list_topics(timeout=30)
     assert GROUP_METADATA_TOPIC_NAME in meta.topics
