@@ -74,6 +74,7 @@ class GroupMember:
 class GenericGroup:
     group_id: str
     state: GroupState = GroupState.EMPTY
+    previous_state: GroupState | None = None  # a rebalance begun in Empty is the initial one
     state_timestamp_ms: int = -1
     generation_id: int = 0
     protocol_type_name: str | None = None
@@ -164,7 +165,7 @@ class GenericGroup:
             raise IllegalGroupTransition(
                 f"group {self.group_id}: {self.state.value} -> {target.value} is not allowed"
             )
-        self.state = target
+        self.previous_state, self.state = self.state, target
         self.state_timestamp_ms = now_ms
         if target is GroupState.EMPTY:
             self.empty_since = now_ms
@@ -234,6 +235,18 @@ class GenericGroup:
 
     def all_members_joined(self) -> bool:
         return not self.pending_members and all(m.awaiting_join for m in self.members.values())
+
+    def elect_joined_leader(self) -> bool:
+        """Kafka ``maybeElectNewJoinedLeader``: a leader that did not rejoin (a static
+        member kept in the group) hands over to a member that did; False if none did."""
+        leader = self.members.get(self.leader_id) if self.leader_id is not None else None
+        if leader is not None and leader.awaiting_join:
+            return True
+        for member in self.members.values():
+            if member.awaiting_join:
+                self.leader_id = member.member_id
+                return True
+        return False
 
     def rebalance_timeout_ms(self) -> int:
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)

@@ -13,10 +13,15 @@
   answered and the group Stable. A member that does not SyncGroup within the rebalance
   timeout is dropped and a new rebalance starts.
 - Every member has a session timer, restarted by its heartbeats, JoinGroup and SyncGroup;
-  when it fires the member is removed and the group rebalances.
+  when it fires the member is removed and the group rebalances, unless its JoinGroup or
+  SyncGroup is parked (Kafka ``hasSatisfiedHeartbeat``: clients do not heartbeat then).
+  A new member's parked JoinGroup is bounded by NEW_MEMBER_JOIN_TIMEOUT_MS instead.
 - Static members (``group.instance.id``, KIP-345) rejoining with a new member id replace
   their old id (which is then FENCED_INSTANCE_ID); in a Stable group with unchanged
-  protocols they keep their assignment without a rebalance.
+  protocols they keep their assignment without a rebalance (if writing the new id fails,
+  the old id is put back). A static member that does not rejoin a rebalance stays in the
+  group (it may be restarting) until its session runs out; only dynamic members are
+  dropped when the rebalance timeout ends the join phase.
 
 Concurrency: owned by the event loop. Group state changes in callbacks that do not await;
 the one await is the write of a generation, after which the group is re-checked (same
@@ -43,6 +48,9 @@ log = logging.getLogger(__name__)
 
 UNKNOWN_MEMBER = ""
 NO_GENERATION = -1
+# Kafka classicGroupNewMemberJoinTimeoutMs: a new member's parked JoinGroup is its only
+# sign of life (it has no member id to heartbeat with), so it is dropped after this long.
+NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
 
 
 @dataclass
@@ -206,17 +214,32 @@ class GenericGroupService:
         _answer(p.joins, (group.group_id, old_id), JoinResult(ErrorCode.fenced_instance_id, old_id))
         _answer(p.syncs, (group.group_id, old_id), SyncResult(ErrorCode.fenced_instance_id))
         shard.cancel(_session_key(group.group_id, old_id))
+        before = (old.rebalance_timeout_ms, old.session_timeout_ms, old.client_id, old.client_host)
         member = group.replace_static_member(instance_id, old_id, new_id)
         member.rebalance_timeout_ms = request.rebalance_timeout_ms
         member.session_timeout_ms = request.session_timeout_ms
         member.client_id, member.client_host = request.client_id, request.client_host
+        self._schedule_session(shard, group, member)
         if group.state is GroupState.STABLE and unchanged and group.leader_id != new_id:
             # KIP-345: no rebalance; the member keeps its assignment. The new id is
             # persisted so a coordinator failover knows it.
             error = await shard.write([group.metadata_record(_assignments(group), shard.now_ms())])
             if error != ErrorCode.none:
-                return JoinResult(error, new_id)
-            self._schedule_session(shard, group, member)
+                # Kafka reverts to the old member id, which the log still holds.
+                if (
+                    shard.groups.get(group.group_id) is group
+                    and group.static_members.get(instance_id) == new_id
+                ):
+                    shard.cancel(_session_key(group.group_id, new_id))
+                    member = group.replace_static_member(instance_id, new_id, old_id)
+                    (
+                        member.rebalance_timeout_ms,
+                        member.session_timeout_ms,
+                        member.client_id,
+                        member.client_host,
+                    ) = before
+                    self._schedule_session(shard, group, member)
+                return JoinResult(error, UNKNOWN_MEMBER)
             return JoinResult(
                 ErrorCode.none,
                 new_id,
@@ -268,7 +291,9 @@ class GenericGroupService:
         )
         p.joins[(group.group_id, member.member_id)] = future
         member.awaiting_join = True
-        self._schedule_session(shard, group, member)
+        self._schedule_session(
+            shard, group, member, NEW_MEMBER_JOIN_TIMEOUT_MS if member.is_new else None
+        )
         if group.state is not GroupState.PREPARING_REBALANCE:
             self._prepare_rebalance(shard, group, reason)
         else:
@@ -337,25 +362,40 @@ class GenericGroupService:
 
     def _try_complete_join(self, shard: GroupShard, group: GenericGroup) -> None:
         if group.state is GroupState.PREPARING_REBALANCE and group.all_members_joined():
-            if group.generation_id == 0 and self.config.group_initial_rebalance_delay_ms > 0:
+            initial = group.previous_state is GroupState.EMPTY
+            if initial and self.config.group_initial_rebalance_delay_ms > 0:
                 return  # the initial delay always runs its course (InitialDelayedJoin)
             shard.cancel(_join_key(group.group_id))
             self._complete_join(shard, group)
 
     def _complete_join(self, shard: GroupShard, group: GenericGroup) -> None:
-        """Kafka ``onCompleteJoin``: drop members that did not rejoin, form the next
-        generation and answer every parked JoinGroup."""
+        """Kafka ``completeClassicGroupJoin``: drop the dynamic members that did not
+        rejoin (static members stay until their session runs out: they may be restarting),
+        form the next generation and answer every parked JoinGroup."""
         if shard.groups.get(group.group_id) is not group:
             return
         if group.state is not GroupState.PREPARING_REBALANCE:
             return
+        shard.cancel(_join_key(group.group_id))
         p = self._p(shard)
         for member in [m for m in group.members.values() if not m.awaiting_join]:
-            group.remove_member(member.member_id)
-            shard.cancel(_session_key(group.group_id, member.member_id))
+            if member.group_instance_id is None:
+                group.remove_member(member.member_id)
+                shard.cancel(_session_key(group.group_id, member.member_id))
         for pending in list(group.pending_members):
             group.pending_members.discard(pending)
             shard.cancel(_session_key(group.group_id, pending))
+        if group.members and not group.elect_joined_leader():
+            # Only static members that did not rejoin: wait for them (or their sessions).
+            log.info(
+                "group %s: no member rejoined; waiting another rebalance timeout", group.group_id
+            )
+            shard.schedule(
+                _join_key(group.group_id),
+                group.rebalance_timeout_ms(),
+                lambda: self._complete_join(shard, group),
+            )
+            return
         now = shard.now_ms()
         group.init_next_generation(now)
         if group.state is GroupState.EMPTY:
@@ -455,6 +495,8 @@ class GenericGroupService:
     async def _store_generation(
         self, shard: GroupShard, group: GenericGroup, generation: int, assignments: dict[str, bytes]
     ) -> None:
+        if group.generation_id != generation or group.state is not GroupState.COMPLETING_REBALANCE:
+            return  # a rebalance began before this task ran: its members were answered
         full = {m: assignments.get(m, b"") for m in group.members}
         error = await shard.write([group.metadata_record(full, shard.now_ms())])
         if (
@@ -586,17 +628,29 @@ class GenericGroupService:
             self._try_complete_join(shard, group)
 
     def _schedule_session(
-        self, shard: GroupShard, group: GenericGroup, member: GroupMember
+        self,
+        shard: GroupShard,
+        group: GenericGroup,
+        member: GroupMember,
+        timeout_ms: int | None = None,
     ) -> None:
         member_id = member.member_id
         shard.schedule(
             _session_key(group.group_id, member_id),
-            member.session_timeout_ms,
+            member.session_timeout_ms if timeout_ms is None else timeout_ms,
             lambda: self._expire_session(shard, group, member_id),
         )
 
     def _expire_session(self, shard: GroupShard, group: GenericGroup, member_id: str) -> None:
-        if shard.groups.get(group.group_id) is not group or member_id not in group.members:
+        if shard.groups.get(group.group_id) is not group:
+            return
+        member = group.members.get(member_id)
+        if member is None:
+            return
+        if not member.is_new and (member.awaiting_join or member.awaiting_sync):
+            # Kafka ``hasSatisfiedHeartbeat``: a parked JoinGroup or SyncGroup is a sign of
+            # life (clients do not heartbeat meanwhile). The session starts over.
+            self._schedule_session(shard, group, member)
             return
         self._remove_member(shard, group, member_id, "session timed out")
 
