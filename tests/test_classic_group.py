@@ -529,12 +529,57 @@ def test_a_static_member_rejoining_keeps_its_assignment_without_a_rebalance() ->
     run(body)
 
 
-def test_a_static_member_with_changed_protocols_starts_a_rebalance() -> None:
+def test_a_static_member_changing_the_selected_protocol_starts_a_rebalance() -> None:
     async def body(h: Harness) -> None:
-        await h.sync_all(await h.until_done(h.join(instance="i-a"), h.join(instance="i-b")))
-        h.join(instance="i-a", protocols=[("range", b"other topics")])
+        both = [("range", b"r"), ("roundrobin", b"o")]
+        ra, rb = await h.until_done(
+            h.join(instance="i-a", protocols=both), h.join(instance="i-b", protocols=both)
+        )
+        await h.sync_all([ra, rb])
+        h.join(instance="i-a", protocols=[("roundrobin", b"o")])  # range is no longer common
         await h.settle()
         assert h.shard.groups["g"].state is S.PREPARING_REBALANCE
+
+    run(body)
+
+
+def test_a_static_member_with_new_metadata_for_the_same_protocol_does_not_rebalance() -> None:
+    """Kafka compares the selected protocol only: a restarted cooperative-sticky member
+    (whose metadata lists no owned partitions any more) keeps its assignment."""
+
+    async def body(h: Harness) -> None:
+        ra, rb = await h.until_done(h.join(instance="i-a"), h.join(instance="i-b"))
+        await h.sync_all([ra, rb])
+        follower = rb if ra.member_id == ra.leader_id else ra
+        instance = "i-b" if follower is rb else "i-a"
+        again = h.join(instance=instance, protocols=[("range", b"nothing owned now")])
+        await h.settle()
+        assert again.result().error == ErrorCode.none
+        group = h.shard.groups["g"]
+        assert group.state is S.STABLE
+        assert group.members[again.result().member_id].protocols == [
+            ("range", b"nothing owned now")
+        ]
+
+    run(body)
+
+
+def test_a_restarted_static_leader_is_answered_as_a_follower_without_a_rebalance() -> None:
+    async def body(h: Harness) -> None:
+        ra, rb = await h.until_done(h.join(instance="i-a"), h.join(instance="i-b"))
+        await h.sync_all([ra, rb])
+        leader = ra if ra.member_id == ra.leader_id else rb
+        instance = "i-a" if leader is ra else "i-b"
+        again = h.join(instance=instance)
+        await h.settle()
+        answer = again.result()
+        assert answer.error == ErrorCode.none and answer.members == []
+        assert answer.leader_id == leader.member_id != answer.member_id  # the old id
+        group = h.shard.groups["g"]
+        assert group.state is S.STABLE and group.leader_id == answer.member_id
+        sync = h.sync(answer.member_id, answer.generation_id, instance=instance)
+        await h.settle()
+        assert sync.result().assignment == assignment_of(leader.member_id, 1)
 
     run(body)
 

@@ -17,9 +17,9 @@
   SyncGroup is parked (Kafka ``hasSatisfiedHeartbeat``: clients do not heartbeat then).
   A new member's parked JoinGroup is bounded by NEW_MEMBER_JOIN_TIMEOUT_MS instead.
 - Static members (``group.instance.id``, KIP-345) rejoining with a new member id replace
-  their old id (which is then FENCED_INSTANCE_ID); in a Stable group with unchanged
-  protocols they keep their assignment without a rebalance (if writing the new id fails,
-  the old id is put back). A static member that does not rejoin a rebalance stays in the
+  their old id (which is then FENCED_INSTANCE_ID); in a Stable group whose selected
+  protocol does not change they keep their assignment without a rebalance (if writing
+  the new id fails, the old id is put back). A static member that does not rejoin a rebalance stays in the
   group (it may be restarting) until its session runs out; only dynamic members are
   dropped when the rebalance timeout ends the join phase.
 
@@ -203,54 +203,66 @@ class GenericGroupService:
     async def _rejoin_static(
         self, shard: GroupShard, group: GenericGroup, request: JoinRequest
     ) -> JoinResult:
+        """Kafka ``updateStaticMemberThenRebalanceOrCompleteJoin``: the instance's new
+        member id replaces the old one (fenced from now on). A Stable group whose
+        selected protocol stays the same does not rebalance: the new id is written and
+        the member syncs to its old assignment. The restarted member is answered with
+        the leader as it was, so a restarted leader acts as a follower and does not
+        compute an assignment (Kafka before KIP-814's skip_assignment)."""
         instance_id = request.group_instance_id
         assert instance_id is not None
         old_id = group.static_members[instance_id]
         new_id = f"{request.client_id}-{uuid.uuid4()}"
-        old = group.members[old_id]
-        unchanged = old.matches(request.protocols)
+        current_leader = group.leader_id
         # The old member id is fenced: its parked requests are answered so.
         p = self._p(shard)
         _answer(p.joins, (group.group_id, old_id), JoinResult(ErrorCode.fenced_instance_id, old_id))
         _answer(p.syncs, (group.group_id, old_id), SyncResult(ErrorCode.fenced_instance_id))
         shard.cancel(_session_key(group.group_id, old_id))
-        before = (old.rebalance_timeout_ms, old.session_timeout_ms, old.client_id, old.client_host)
         member = group.replace_static_member(instance_id, old_id, new_id)
+        before = (
+            member.rebalance_timeout_ms,
+            member.session_timeout_ms,
+            member.client_id,
+            member.client_host,
+            member.protocols,
+        )
         member.rebalance_timeout_ms = request.rebalance_timeout_ms
         member.session_timeout_ms = request.session_timeout_ms
         member.client_id, member.client_host = request.client_id, request.client_host
-        self._schedule_session(shard, group, member)
-        if group.state is GroupState.STABLE and unchanged and group.leader_id != new_id:
-            # KIP-345: no rebalance; the member keeps its assignment. The new id is
-            # persisted so a coordinator failover knows it.
-            error = await shard.write([group.metadata_record(_assignments(group), shard.now_ms())])
-            if error != ErrorCode.none:
-                # Kafka reverts to the old member id, which the log still holds.
-                if (
-                    shard.groups.get(group.group_id) is group
-                    and group.static_members.get(instance_id) == new_id
-                ):
-                    shard.cancel(_session_key(group.group_id, new_id))
-                    member = group.replace_static_member(instance_id, new_id, old_id)
-                    (
-                        member.rebalance_timeout_ms,
-                        member.session_timeout_ms,
-                        member.client_id,
-                        member.client_host,
-                    ) = before
-                    self._schedule_session(shard, group, member)
-                return JoinResult(error, UNKNOWN_MEMBER)
-            return JoinResult(
-                ErrorCode.none,
-                new_id,
-                group.generation_id,
-                group.protocol_type,
-                group.protocol_name,
-                group.leader_id or "",
-                skip_assignment=False,
-            )
         member.protocols = list(request.protocols)
-        return await self._park_join(shard, group, member, "static member rejoined")
+        self._schedule_session(shard, group, member)
+        if group.state is not GroupState.STABLE or group.select_protocol() != group.protocol_name:
+            return await self._park_join(shard, group, member, "static member rejoined")
+        # KIP-345: no rebalance; the member keeps its assignment. The new id is persisted
+        # so that a coordinator failover knows it.
+        error = await shard.write([group.metadata_record(_assignments(group), shard.now_ms())])
+        if error != ErrorCode.none:
+            # Kafka puts the old member id back: the log still holds it.
+            if (
+                shard.groups.get(group.group_id) is group
+                and group.static_members.get(instance_id) == new_id
+            ):
+                shard.cancel(_session_key(group.group_id, new_id))
+                member = group.replace_static_member(instance_id, new_id, old_id)
+                (
+                    member.rebalance_timeout_ms,
+                    member.session_timeout_ms,
+                    member.client_id,
+                    member.client_host,
+                    member.protocols,
+                ) = before
+                self._schedule_session(shard, group, member)
+            return JoinResult(error, UNKNOWN_MEMBER)
+        return JoinResult(
+            ErrorCode.none,
+            new_id,
+            group.generation_id,
+            group.protocol_type,
+            group.protocol_name,
+            current_leader or "",
+            skip_assignment=False,
+        )
 
     async def _join_known(
         self, shard: GroupShard, group: GenericGroup, request: JoinRequest
