@@ -221,7 +221,10 @@ def test_reassignment_survives_controller_failover_and_cancel_reverts(cluster_fa
     bootstrap = cluster.bootstrap_servers()
     zk = ZkView(cluster)
     try:
-        controller = wait_for(lambda: zk.controller()[0], what="a controller")
+        # Broker 0 can be the controller: wait for an id that is not None, not a truthy one.
+        [controller] = wait_for(
+            lambda: [c] if (c := zk.controller()[0]) is not None else None, what="a controller"
+        )
         others = [b for b in range(4) if b != controller]
         origin, target_broker, spare = others[0], others[1], others[2]
         create_topic(bootstrap, TOPIC, 1, 1)
