@@ -37,9 +37,11 @@ js-deps: $(JS_STAMP)
 demo: $(STAMP)
 	$(PY) -m replog.demo
 
+# Two workers (the machine has 2 cores; most of a test's time is waiting on brokers), each
+# taking whole files, so a module's shared cluster stays on one worker.
 test: $(STAMP) system-deps js-deps
 	$(VENV)/bin/ruff check src tests bench
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 # Random replication-simulation seeds for SIM_SECONDS of wall time over every profile
 # (SIM_PROFILE narrows it to one); failures print
