@@ -32,10 +32,15 @@ class KafkajsError(RuntimeError):
 
 def kafkajs(bootstrap: str, action: str, timeout_s: float = 60, **args: Any) -> Any:
     """The JSON result of one kafkajs call; KafkajsError with its message if it failed."""
+    command = {"brokers": bootstrap.split(","), "action": action, "args": args}
+    return _node("admin.js", command, timeout_s)
+
+
+def _node(script: str, command: dict[str, Any], timeout_s: float) -> Any:
+    """Run ``tests/js/<script>`` with ``command`` as its JSON argument; its JSON output."""
     require_kafkajs()
-    command = json.dumps({"brokers": bootstrap.split(","), "action": action, "args": args})
     done = subprocess.run(
-        ["node", str(JS_DIR / "admin.js"), command],
+        ["node", str(JS_DIR / script), json.dumps(command)],
         capture_output=True,
         text=True,
         timeout=timeout_s,
@@ -52,18 +57,5 @@ def kafkajs_group_consume(
 ) -> list[str]:
     """The values kafkajs read as a member of ``group`` (``tests/js/group.js``): ``count``
     records from its committed position (or the beginning), committed as it goes."""
-    require_kafkajs()
-    command = json.dumps(
-        {"brokers": bootstrap.split(","), "group": group, "topic": topic, "count": count}
-    )
-    done = subprocess.run(
-        ["node", str(JS_DIR / "group.js"), command],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        env={**os.environ, "KAFKAJS_NO_PARTITIONER_WARNING": "1"},
-        check=False,
-    )
-    if done.returncode != 0:
-        raise KafkajsError(done.stderr.strip() or f"node exited {done.returncode}")
-    return list(json.loads(done.stdout)["values"])
+    command = {"brokers": bootstrap.split(","), "group": group, "topic": topic, "count": count}
+    return list(_node("group.js", command, timeout_s)["values"])

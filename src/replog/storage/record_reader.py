@@ -89,29 +89,6 @@ def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
         raise InvalidRecordBatch("truncated varint in record") from None
 
 
-def iter_record_timestamps(batch: bytes, header: BatchHeader) -> Iterator[tuple[int, int]]:
-    """Yield ``(offset, timestamp)`` of every record in ``batch`` (whole batch bytes).
-
-    LogAppendTime batches report the batch's maxTimestamp for every record, as Kafka does.
-    """
-    records = decompress(header.compression, bytes(batch[HEADER_SIZE : header.size]))
-    log_append_time = bool(header.attributes & ATTR_TIMESTAMP_TYPE)
-    pos = 0
-    for _ in range(header.record_count):
-        length, pos = _read_varint(records, pos)
-        end = pos + length
-        if length < 0 or end > len(records):
-            raise InvalidRecordBatch("record length runs past the batch")
-        body = pos + 1  # skip the record attributes byte
-        timestamp_delta, body = _read_varint(records, body)
-        offset_delta, _ = _read_varint(records, body)
-        timestamp = (
-            header.max_timestamp if log_append_time else header.base_timestamp + timestamp_delta
-        )
-        yield header.base_offset + offset_delta, timestamp
-        pos = end
-
-
 @dataclass(frozen=True)
 class DecodedRecord:
     offset: int
@@ -163,3 +140,12 @@ def iter_records(batch: bytes | memoryview, header: BatchHeader) -> Iterator[Dec
             header.base_offset + offset_delta, timestamp, key, value, tuple(headers)
         )
         pos = end
+
+
+def iter_record_timestamps(batch: bytes, header: BatchHeader) -> Iterator[tuple[int, int]]:
+    """Yield ``(offset, timestamp)`` of every record in ``batch`` (whole batch bytes).
+
+    LogAppendTime batches report the batch's maxTimestamp for every record, as Kafka does.
+    """
+    for record in iter_records(batch, header):
+        yield record.offset, record.timestamp

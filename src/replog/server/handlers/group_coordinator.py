@@ -290,26 +290,11 @@ class GroupCoordinatorRequests:
                     for t in request.topics
                     for p in t.partition_indexes
                 ]
-            by_topic: dict[str, list[Any]] = {}
-            for topic, partition, offset, epoch, metadata, perr in rows:
-                by_topic.setdefault(topic, []).append(
-                    make(
-                        part_cls,
-                        partition_index=partition,
-                        committed_offset=offset,
-                        committed_leader_epoch=epoch,
-                        metadata=metadata,
-                        error_code=perr,
-                    )
-                )
             return make(
                 cls,
                 throttle_time=NO_THROTTLE,
                 error_code=error,
-                topics=tuple(
-                    make(topic_cls, name=name, partitions=tuple(parts))
-                    for name, parts in by_topic.items()
-                ),
+                topics=_fetched_topics(rows, topic_cls, part_cls),
             )
         group_cls = nested(cls, "OffsetFetchResponseGroup")
         topic_cls = nested(cls, "OffsetFetchResponseTopics")
@@ -322,27 +307,12 @@ class GroupCoordinatorRequests:
                 getattr(g, "member_id", None),
                 int(getattr(g, "member_epoch", -1)),
             )
-            by_topic = {}
-            for topic, partition, offset, epoch, metadata, perr in rows:
-                by_topic.setdefault(topic, []).append(
-                    make(
-                        part_cls,
-                        partition_index=partition,
-                        committed_offset=offset,
-                        committed_leader_epoch=epoch,
-                        metadata=metadata,
-                        error_code=perr,
-                    )
-                )
             groups.append(
                 make(
                     group_cls,
                     group_id=g.group_id,
                     error_code=error,
-                    topics=tuple(
-                        make(topic_cls, name=name, partitions=tuple(parts))
-                        for name, parts in by_topic.items()
-                    ),
+                    topics=_fetched_topics(rows, topic_cls, part_cls),
                 )
             )
         return make(cls, throttle_time=NO_THROTTLE, groups=tuple(groups))
@@ -441,3 +411,22 @@ class GroupCoordinatorRequests:
             error = await self._delete_group(str(group_id))
             results.append(make(result_cls, group_id=group_id, error_code=error))
         return make(cls, throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+def _fetched_topics(rows, topic_cls: type, part_cls: type) -> tuple[Any, ...]:
+    """OffsetFetch's topics from ``(topic, partition, offset, epoch, metadata, error)`` rows."""
+    by_topic: dict[str, list[Any]] = {}
+    for topic, partition, offset, epoch, metadata, error in rows:
+        by_topic.setdefault(topic, []).append(
+            make(
+                part_cls,
+                partition_index=partition,
+                committed_offset=offset,
+                committed_leader_epoch=epoch,
+                metadata=metadata,
+                error_code=error,
+            )
+        )
+    return tuple(
+        make(topic_cls, name=name, partitions=tuple(parts)) for name, parts in by_topic.items()
+    )
