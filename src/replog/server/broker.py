@@ -19,8 +19,13 @@ from typing import Any
 
 from replog.config import KafkaConfig
 from replog.controller.controller import KafkaController
+from replog.coordinator.group import consumer_records
+from replog.coordinator.group import records as group_records
 from replog.coordinator.group.coordinator import GroupCoordinator
-from replog.coordinator.group.generic_group_service import GenericGroupService
+from replog.coordinator.group.generic_group_service import (
+    GenericGroupService,
+    replay_group_metadata_record,
+)
 from replog.coordinator.group.offsets_topic import GROUP_METADATA_TOPIC_NAME
 from replog.protocol.apis import ApiKey
 from replog.replication.fetcher import FetcherConfig, ReplicaFetcherManager
@@ -173,6 +178,13 @@ class Broker:
         handlers[ApiKey.DELETE_GROUPS] = groups.handle_delete_groups
         classic = GenericGroupService(self.group_coordinator)
         self.group_coordinator.listeners.append(classic)
+        self.group_coordinator.replayers[group_records.GROUP_METADATA_KEY] = (
+            replay_group_metadata_record
+        )
+        for version in range(
+            group_records.FIRST_CONSUMER_GROUP_KEY, group_records.LAST_CONSUMER_GROUP_KEY + 1
+        ):
+            self.group_coordinator.replayers[version] = consumer_records.replay
         membership = GroupMembershipRequests(self.services, classic)
         handlers[ApiKey.JOIN_GROUP] = membership.handle_join_group
         handlers[ApiKey.SYNC_GROUP] = membership.handle_sync_group

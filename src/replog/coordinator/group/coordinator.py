@@ -155,7 +155,7 @@ class GroupShard:
                 committed = CommittedOffset.of(rec.decode_offset_commit_value(value), record_offset)
                 self.offsets.put(k.group, (k.topic, k.partition), committed)
             return
-        replayer = _REPLAYERS.get(version)
+        replayer = self.coordinator.replayers.get(version)
         if replayer is None:
             log.warning(
                 "%s-%d: skipping a record with unknown key version %d at offset %d",
@@ -168,25 +168,9 @@ class GroupShard:
         replayer(self, version, key, value)
 
 
-def _replay_group_metadata(shard: GroupShard, _version: int, key: bytes, value: bytes | None):
-    from replog.coordinator.group.generic_group_service import replay_group_metadata
-
-    replay_group_metadata(shard, rec.decode_group_metadata_key(key), value)
-
-
-def _replay_consumer_group(shard: GroupShard, version: int, key: bytes, value: bytes | None):
-    from replog.coordinator.group import consumer_records
-
-    consumer_records.replay(shard, version, key, value)
-
-
-_REPLAYERS: dict[int, Callable[[GroupShard, int, bytes, bytes | None], None]] = {
-    rec.GROUP_METADATA_KEY: _replay_group_metadata,
-    **{
-        v: _replay_consumer_group
-        for v in range(rec.FIRST_CONSUMER_GROUP_KEY, rec.LAST_CONSUMER_GROUP_KEY + 1)
-    },
-}
+Replayer = Callable[["GroupShard", int, bytes, "bytes | None"], None]
+"""Applies one record of a group type while a shard loads: ``(shard, key version, key,
+value or None for a tombstone)``."""
 
 
 class ShardListener(Protocol):
@@ -219,6 +203,9 @@ class GroupCoordinator:
         self._shards: dict[int, GroupShard] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.listeners: list[ShardListener] = []
+        # Key version -> the group type's replay (offset commits are the runtime's own);
+        # each protocol's service registers its own when the broker wires it.
+        self.replayers: dict[int, Replayer] = {}
 
     # -- where groups live ----------------------------------------------------------
 

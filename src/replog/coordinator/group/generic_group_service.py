@@ -720,3 +720,10 @@ def replay_group_metadata(shard: GroupShard, group_id: str, value: bytes | None)
     shard.groups[group_id] = GenericGroup.from_record(
         group_id, rec.decode_group_metadata_value(value)
     )
+
+
+def replay_group_metadata_record(
+    shard: GroupShard, _key_version: int, key: bytes, value: bytes | None
+) -> None:
+    """``replay_group_metadata`` as the runtime's replayer of GroupMetadata records."""
+    replay_group_metadata(shard, rec.decode_group_metadata_key(key), value)
