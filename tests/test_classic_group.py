@@ -167,6 +167,7 @@ def test_before_v4_a_join_without_member_id_joins_at_once() -> None:
     "kwargs,error",
     [
         ({"group": ""}, ErrorCode.invalid_group_id),
+        ({"group": "g" * 32768}, ErrorCode.invalid_group_id),  # longer than its record key
         ({"session_ms": 99}, ErrorCode.invalid_session_timeout),
         ({"session_ms": 1_800_001}, ErrorCode.invalid_session_timeout),
         ({"member_id": "nobody"}, ErrorCode.unknown_member_id),  # the group does not exist
@@ -700,5 +701,20 @@ def test_a_static_rejoin_whose_write_fails_keeps_the_old_member_id() -> None:
         assert group.static_members[instance] == follower.member_id
         assert h.heartbeat(follower.member_id, follower.generation_id) == ErrorCode.none
         assert f"classic-session-g-{follower.member_id}" in h.shard.timer_keys()
+
+    run(body)
+
+
+def test_a_generation_that_cannot_be_written_is_answered_not_left_parked() -> None:
+    async def body(h: Harness) -> None:
+        client_id = "c" * 32767  # the member id (client id - uuid) is too long to store
+        (ra,) = await h.until_done(await h.join_dynamic(client_id=client_id))
+        sync = h.sync(ra.member_id, ra.generation_id, {ra.member_id: b"x"})
+        await h.settle()
+        assert sync.result().error == ErrorCode.unknown_server_error
+        assert h.shard.groups["g"].state is S.PREPARING_REBALANCE
+        other = h.join(group="other", require_known_member_id=False)
+        (answer,) = await h.until_done(other)
+        assert answer.error == ErrorCode.none  # another group is not affected
 
     run(body)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -51,6 +52,9 @@ NO_GENERATION = -1
 # Kafka classicGroupNewMemberJoinTimeoutMs: a new member's parked JoinGroup is its only
 # sign of life (it has no member id to heartbeat with), so it is dropped after this long.
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
+# The GroupMetadataKey holds the group id as an int16-length string: a longer id could
+# never be stored (Kafka fails the write; replog refuses the join with INVALID_GROUP_ID).
+MAX_GROUP_ID_BYTES = 32767
 
 
 @dataclass
@@ -130,7 +134,7 @@ class GenericGroupService:
 
     async def join_group(self, request: JoinRequest) -> JoinResult:
         c = self.config
-        if not request.group_id:
+        if not request.group_id or len(request.group_id.encode()) > MAX_GROUP_ID_BYTES:
             return JoinResult(ErrorCode.invalid_group_id, request.member_id)
         if not (
             c.group_min_session_timeout_ms
@@ -236,7 +240,7 @@ class GenericGroupService:
             return await self._park_join(shard, group, member, "static member rejoined")
         # KIP-345: no rebalance; the member keeps its assignment. The new id is persisted
         # so that a coordinator failover knows it.
-        error = await shard.write([group.metadata_record(_assignments(group), shard.now_ms())])
+        error = await _write_generation(shard, group, _assignments(group))
         if error != ErrorCode.none:
             # Kafka puts the old member id back: the log still holds it.
             if (
@@ -510,7 +514,7 @@ class GenericGroupService:
         if group.generation_id != generation or group.state is not GroupState.COMPLETING_REBALANCE:
             return  # a rebalance began before this task ran: its members were answered
         full = {m: assignments.get(m, b"") for m in group.members}
-        error = await shard.write([group.metadata_record(full, shard.now_ms())])
+        error = await _write_generation(shard, group, full)
         if (
             shard.groups.get(group.group_id) is not group
             or group.generation_id != generation
@@ -540,7 +544,7 @@ class GenericGroupService:
         self, shard: GroupShard, group: GenericGroup, assignments: dict[str, bytes]
     ) -> None:
         async def write() -> None:
-            error = await shard.write([group.metadata_record(assignments, shard.now_ms())])
+            error = await _write_generation(shard, group, assignments)
             if error != ErrorCode.none:
                 log.warning(
                     "group %s: storing the empty generation failed: %s", group.group_id, error.name
@@ -695,6 +699,20 @@ class GenericGroupService:
 
 def _assignments(group: GenericGroup) -> dict[str, bytes]:
     return {m.member_id: m.assignment for m in group.members.values()}
+
+
+async def _write_generation(
+    shard: GroupShard, group: GenericGroup, assignments: dict[str, bytes]
+) -> ErrorCode:
+    """Write the group's GroupMetadataValue (acks=all). A field too long for the record
+    (a member id made of a 32 KiB client id) answers UNKNOWN_SERVER_ERROR, as Kafka's
+    failed serialization does, instead of leaving the parked requests unanswered."""
+    try:
+        record = group.metadata_record(assignments, shard.now_ms())
+    except (struct.error, ValueError) as e:
+        log.warning("group %s: its metadata cannot be written: %s", group.group_id, e)
+        return ErrorCode.unknown_server_error
+    return await shard.write([record])
 
 
 def _session_key(group_id: str, member_id: str) -> str:
