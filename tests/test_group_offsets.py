@@ -184,3 +184,27 @@ def test_committed_offsets_survive_a_coordinator_kill(cluster) -> None:
             consumer.close()
     finally:
         cluster.start_broker(leader)
+
+
+def test_offset_delete_removes_only_the_partitions_named(cluster) -> None:
+    from kafka import KafkaAdminClient
+    from kafka.structs import TopicPartition as KafkaTopicPartition
+
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    consumer = _consumer(cluster, group)
+    try:
+        commit(consumer, [TopicPartition(TOPIC, p, 10 + p) for p in range(3)])
+    finally:
+        consumer.close()
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers())
+    try:
+        result = admin.delete_group_offsets(group, [KafkaTopicPartition(TOPIC, 1)])
+        assert all(error is None or error.errno == 0 for error in result.values()), result
+    finally:
+        admin.close()
+    reader = _consumer(cluster, group)
+    try:
+        got = reader.committed([TopicPartition(TOPIC, p) for p in range(3)], timeout=30)
+        assert {tp.partition: tp.offset for tp in got} == {0: 10, 1: -1001, 2: 12}
+    finally:
+        reader.close()
