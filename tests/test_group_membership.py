@@ -610,6 +610,28 @@ def test_bad_group_requests_get_kafkas_errors_and_touch_no_other_group(cluster) 
                 )
             )
             out["metadata"] = big.topics[0].partitions[0].error_code
+            huge = await conn.request(
+                commit.OffsetCommitRequest(
+                    group_id="g" * 40000,  # longer than a record key's string can hold
+                    generation_id_or_member_epoch=i32(-1),
+                    member_id="",
+                    group_instance_id=None,
+                    topics=(
+                        commit.OffsetCommitRequestTopic(
+                            name=TOPIC,
+                            partitions=(
+                                commit.OffsetCommitRequestPartition(
+                                    partition_index=i32(0),
+                                    committed_offset=i64(1),
+                                    committed_leader_epoch=i32(-1),
+                                    committed_metadata="",
+                                ),
+                            ),
+                        ),
+                    ),
+                )
+            )
+            out["huge group id"] = huge.topics[0].partitions[0].error_code
             return out
         finally:
             await conn.close()
@@ -625,6 +647,7 @@ def test_bad_group_requests_get_kafkas_errors_and_touch_no_other_group(cluster) 
         assert errors["generation"] == ErrorCode.illegal_generation
         assert errors["sync stranger"] == ErrorCode.unknown_member_id
         assert errors["metadata"] == ErrorCode.offset_metadata_too_large
+        assert errors["huge group id"] == ErrorCode.invalid_group_id
         # The healthy group did not notice.
         values = produce(bootstrap, 30, healthy)
         assert set(drain([member], values)) == values

@@ -54,7 +54,6 @@ NO_GENERATION = -1
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
 # The GroupMetadataKey holds the group id as an int16-length string: a longer id could
 # never be stored (Kafka fails the write; replog refuses the join with INVALID_GROUP_ID).
-MAX_GROUP_ID_BYTES = 32767
 
 
 @dataclass
@@ -134,7 +133,7 @@ class GenericGroupService:
 
     async def join_group(self, request: JoinRequest) -> JoinResult:
         c = self.config
-        if not request.group_id or len(request.group_id.encode()) > MAX_GROUP_ID_BYTES:
+        if not request.group_id or not rec.storable(request.group_id):
             return JoinResult(ErrorCode.invalid_group_id, request.member_id)
         if not (
             c.group_min_session_timeout_ms

@@ -28,6 +28,12 @@ OFFSET_COMMIT_VALUE_VERSION = 3  # Kafka writes v3 unless an expire timestamp is
 
 NO_LEADER_EPOCH = -1
 NO_EXPIRE_TIMESTAMP = -1
+MAX_STRING_BYTES = 32767  # a key's strings are int16-length: a longer group id cannot be stored
+
+
+def storable(text: str) -> bool:
+    """Whether ``text`` fits a record key's int16-length string."""
+    return len(text.encode()) <= MAX_STRING_BYTES
 
 
 def key_version(key: bytes) -> int:

@@ -28,7 +28,7 @@ from replog.coordinator.group.offsets_topic import (
     GROUP_METADATA_TOPIC_NAME,
     offsets_topic_configs,
 )
-from replog.coordinator.group.records import NO_EXPIRE_TIMESTAMP, OffsetCommitValue
+from replog.coordinator.group.records import NO_EXPIRE_TIMESTAMP, OffsetCommitValue, storable
 from replog.protocol.apis import ApiKey, make, nested
 from replog.server.admin import TopicSpec
 from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
@@ -181,7 +181,7 @@ class GroupCoordinatorRequests:
         order: list[tuple[str, int]] = []
         group_error = ErrorCode.none
         shard = None
-        if not group_id:
+        if not group_id or not storable(group_id):
             group_error = ErrorCode.invalid_group_id
         else:
             group_error, shard = s.group_coordinator.shard_for(group_id)
@@ -199,7 +199,7 @@ class GroupCoordinatorRequests:
                 metadata = p.committed_metadata or ""
                 if group_error != ErrorCode.none:
                     errors[tp] = group_error
-                elif s.metadata_cache.partition(name, tp[1]) is None:
+                elif s.metadata_cache.partition(name, tp[1]) is None or not storable(name):
                     errors[tp] = ErrorCode.unknown_topic_or_partition
                 elif len(metadata.encode()) > s.config.offset_metadata_max_bytes:
                     errors[tp] = ErrorCode.offset_metadata_too_large
