@@ -37,6 +37,7 @@ from replog.coordinator.group.offsets import CommittedOffset, OffsetStore
 from replog.coordinator.group.offsets_topic import GROUP_METADATA_TOPIC_NAME, partition_for
 from replog.protocol.records import build_batch, encode_record, iter_batches
 from replog.protocol.wire import CodecError
+from replog.replication.waiters import wait_until
 from replog.storage.record_reader import iter_records
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LOAD_READ_BYTES = 5 * 1024 * 1024  # Kafka offsets.load.buffer.size
+LOAD_RECHECK_S = 1.0
 
 # Kafka GroupMetadataManager / CoordinatorRuntime: how an append's error reads to a client.
 _WRITE_ERRORS = {
@@ -283,9 +285,12 @@ class GroupCoordinator:
         # Everything a former leader acknowledged is below our log end; wait until the
         # ISR has it too (the high watermark reaches it) before reading up to the HW.
         while part.high_watermark < target:
-            future = asyncio.get_running_loop().create_future()
-            part.waiters.add(lambda p=part: p.high_watermark >= target or not p.is_leader, future)
-            await future
+            # Woken by the HW or a role change; the timeout re-checks a replica that was
+            # stopped and replaced meanwhile (its waiters would never fire).
+            await wait_until(
+                [(part.waiters, lambda p=part: p.high_watermark >= target or not p.is_leader)],
+                LOAD_RECHECK_S,
+            )
             part = self._current_partition(shard)
             if part is None:
                 return
