@@ -208,3 +208,25 @@ def test_offset_delete_removes_only_the_partitions_named(cluster) -> None:
         assert {tp.partition: tp.offset for tp in got} == {0: 10, 1: -1001, 2: 12}
     finally:
         reader.close()
+
+
+def test_clients_cannot_write_the_offsets_topic(cluster) -> None:
+    from confluent_kafka import Producer
+
+    consumer = _consumer(cluster, f"g-{uuid.uuid4().hex[:6]}")
+    try:
+        commit(consumer, [TopicPartition(TOPIC, 0, 1)])  # the topic exists
+    finally:
+        consumer.close()
+    errors = []
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers()})
+    producer.produce(
+        GROUP_METADATA_TOPIC_NAME,
+        key=b"\x00\x01garbage",
+        value=b"garbage",
+        partition=0,
+        on_delivery=lambda err, _msg: errors.append(err),
+    )
+    producer.flush(30)
+    assert len(errors) == 1 and errors[0] is not None
+    assert errors[0].code() == KafkaError.TOPIC_EXCEPTION

@@ -124,7 +124,12 @@ async def handle_metadata(services: BrokerServices, ctx: RequestContext, request
         partitions = cache.partitions.get(name) if name is not None else None
         if error == ErrorCode.none and partitions is None:
             error = ErrorCode.unknown_topic_or_partition
-            if allow_auto and services.config.auto_create_topics_enable and not all_topics:
+            if (
+                allow_auto
+                and services.config.auto_create_topics_enable
+                and not all_topics
+                and name not in INTERNAL_TOPICS  # FindCoordinator creates it, compacted
+            ):
                 error = await services.admin.auto_create_topic(name)
         if error != ErrorCode.none:
             topics.append(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from replog.coordinator.group.offsets_topic import INTERNAL_TOPICS
 from replog.protocol import frames, produce_codec
 from replog.replication.replica_manager import ProduceResult, now_ms
 from replog.server.handlers.context import BrokerServices
@@ -31,6 +32,12 @@ async def handle_produce(services: BrokerServices, ctx: RequestContext, request)
             key = (str(topic.name), int(part.index))
             if error is not None:
                 results[key] = ProduceResult(error)
+            elif key[0] in INTERNAL_TOPICS:
+                # Kafka: only the brokers write their internal topics.
+                results[key] = ProduceResult(
+                    ErrorCode.invalid_topic_exception,
+                    error_message=f"cannot append to internal topic {key[0]}",
+                )
             elif not part.records:
                 results[key] = ProduceResult(ErrorCode.corrupt_message, error_message="no records")
             else:
