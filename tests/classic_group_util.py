@@ -183,6 +183,7 @@ class Harness:
         session_ms: int = 10_000,
         rebalance_ms: int = 30_000,
         require_known_member_id: bool = True,
+        api_version: int = 5,
     ) -> asyncio.Task[JoinResult]:
         request = JoinRequest(
             group_id=group,
@@ -195,6 +196,7 @@ class Harness:
             protocol_type=protocol_type,
             protocols=list(RANGE if protocols is None else protocols),
             require_known_member_id=require_known_member_id,
+            api_version=api_version,
         )
         task = asyncio.get_running_loop().create_task(self.service.join_group(request))
         self.tasks.append(task)

@@ -585,6 +585,31 @@ def test_a_restarted_static_leader_is_answered_as_a_follower_without_a_rebalance
     run(body)
 
 
+def test_a_restarted_static_leader_on_v9_leads_but_skips_the_assignment() -> None:
+    """KIP-814: a JoinGroup v9 leader coming back gets the members and skip_assignment,
+    so it knows the group without assigning (and the group does not rebalance)."""
+
+    async def body(h: Harness) -> None:
+        ra, rb = await h.until_done(h.join(instance="i-a"), h.join(instance="i-b"))
+        await h.sync_all([ra, rb])
+        leader = ra if ra.member_id == ra.leader_id else rb
+        instance = "i-a" if leader is ra else "i-b"
+        generation = h.shard.groups["g"].generation_id
+        again = h.join(instance=instance, api_version=9)
+        await h.settle()
+        answer = again.result()
+        assert answer.error == ErrorCode.none and answer.skip_assignment
+        assert answer.leader_id == answer.member_id != leader.member_id  # the new id leads
+        assert len(answer.members) == 2
+        group = h.shard.groups["g"]
+        assert group.state is S.STABLE and group.generation_id == generation
+        sync = h.sync(answer.member_id, answer.generation_id, instance=instance)
+        await h.settle()
+        assert sync.result().assignment == assignment_of(leader.member_id, 1)
+
+    run(body)
+
+
 def test_a_static_member_that_does_not_rejoin_a_rebalance_stays_in_the_group() -> None:
     """Kafka removes only the dynamic members that did not rejoin; a static member being
     restarted keeps its place until its session times out."""

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 UNKNOWN_MEMBER = ""
+FIRST_SKIP_ASSIGNMENT = 9  # JoinGroup v9: KIP-814
 NO_GENERATION = -1
 # Kafka classicGroupNewMemberJoinTimeoutMs: a new member's parked JoinGroup is its only
 # sign of life (it has no member id to heartbeat with), so it is dropped after this long.
@@ -89,6 +90,7 @@ class JoinRequest:
     protocols: list[tuple[str, bytes]]
     require_known_member_id: bool
     reason: str | None = None
+    api_version: int = 0  # JoinGroup's: v9+ can skip the assignment (KIP-814)
 
 
 class _Parked:
@@ -209,9 +211,10 @@ class GenericGroupService:
         """Kafka ``updateStaticMemberThenRebalanceOrCompleteJoin``: the instance's new
         member id replaces the old one (fenced from now on). A Stable group whose
         selected protocol stays the same does not rebalance: the new id is written and
-        the member syncs to its old assignment. The restarted member is answered with
-        the leader as it was, so a restarted leader acts as a follower and does not
-        compute an assignment (Kafka before KIP-814's skip_assignment)."""
+        the member syncs to its old assignment. A restarted leader is answered as Kafka
+        answers it: from JoinGroup v9 as the leader with the members and
+        ``skip_assignment`` (KIP-814), so it knows the group without assigning; before
+        v9 with the leader as it was, so it acts as a follower."""
         instance_id = request.group_instance_id
         assert instance_id is not None
         old_id = group.static_members[instance_id]
@@ -257,6 +260,10 @@ class GenericGroupService:
                 ) = before
                 self._schedule_session(shard, group, member)
             return JoinResult(error, UNKNOWN_MEMBER)
+        if current_leader == old_id and request.api_version >= FIRST_SKIP_ASSIGNMENT:
+            result = self._join_result(group, member)  # the leader: with every member
+            result.skip_assignment = True
+            return result
         return JoinResult(
             ErrorCode.none,
             new_id,

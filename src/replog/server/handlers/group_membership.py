@@ -57,6 +57,7 @@ class GroupMembershipRequests:
                 protocols=[(str(p.name), bytes(p.metadata)) for p in request.protocols],
                 require_known_member_id=version >= FIRST_REQUIRED_MEMBER_ID,
                 reason=getattr(request, "reason", None),
+                api_version=version,
             )
         )
         return make(
