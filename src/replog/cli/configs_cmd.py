@@ -23,6 +23,7 @@ from kio.schema.incremental_alter_configs.v1 import request as alter_req
 from kio.schema.metadata.v8 import request as metadata_req
 from kio.static.primitive import i8
 
+from replog.cli.connection import CommandError, connect, connect_any
 from replog.protocol.client import KafkaConnection
 
 TOPIC, BROKER = 2, 4
@@ -36,10 +37,7 @@ SOURCE_NAMES = {
     6: "DYNAMIC_BROKER_LOGGER_CONFIG",
 }
 SET, DELETE = 0, 1
-
-
-class CommandError(Exception):
-    """A failure to report in one line."""
+CLIENT_ID = "replog-configs"
 
 
 def parse_add_config(text: str) -> dict[str, str]:
@@ -68,25 +66,12 @@ def parse_add_config(text: str) -> dict[str, str]:
 
 
 async def _connect(server: str) -> KafkaConnection:
-    host, _, port = server.strip().rpartition(":")
-    conn = KafkaConnection(host or "127.0.0.1", int(port), client_id="replog-configs")
-    await conn.connect()
-    return conn
-
-
-async def _connect_any(bootstrap: str) -> KafkaConnection:
-    last: Exception | None = None
-    for server in bootstrap.split(","):
-        try:
-            return await _connect(server)
-        except OSError as exc:
-            last = exc
-    raise CommandError(f"cannot reach any of {bootstrap}: {last}")
+    return await connect(server, CLIENT_ID)
 
 
 async def _connection_for(args: argparse.Namespace) -> KafkaConnection:
     """A broker's own configs are that broker's to describe and alter."""
-    conn = await _connect_any(args.bootstrap_server)
+    conn = await connect_any(args.bootstrap_server, CLIENT_ID)
     if args.entity_type != "brokers" or args.entity_default:
         return conn
     try:

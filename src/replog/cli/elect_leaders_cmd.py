@@ -22,21 +22,15 @@ from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v8 import request as metadata_req
 from kio.static.primitive import i8, i32, i32Timedelta
 
+from replog.cli.connection import CommandError, connect
 from replog.protocol.client import KafkaConnection
 
 ELECTION_TYPES = {"preferred": 0, "unclean": 1}
 TIMEOUT_MS = 30_000
 
 
-class CommandError(Exception):
-    """A failure to report on one line and exit 1."""
-
-
 async def _connect(server: str) -> KafkaConnection:
-    host, _, port = server.strip().rpartition(":")
-    conn = KafkaConnection(host or "127.0.0.1", int(port), client_id="replog-elect-leaders")
-    await conn.connect()
-    return conn
+    return await connect(server, "replog-elect-leaders")
 
 
 async def _connect_to_controller(bootstrap: str) -> KafkaConnection:
@@ -44,7 +38,7 @@ async def _connect_to_controller(bootstrap: str) -> KafkaConnection:
     for server in bootstrap.split(","):
         try:
             conn = await _connect(server)
-        except (OSError, ValueError) as exc:
+        except (OSError, CommandError) as exc:
             last = exc
             continue
         try:

@@ -407,13 +407,10 @@ class GroupCoordinator:
                 if group is not None and not group.is_empty():
                     continue
                 since = None if group is None else group.empty_since_ms()
-                for tp in shard.offsets.expired(group_id, now, retention_ms, since):
-                    expired.append((group_id, tp))
-                    tombstones.append(offset_tombstone(group_id, tp))
-                left = set(shard.offsets.of_group(group_id)) - {
-                    tp for g, tp in expired if g == group_id
-                }
-                if group is not None and not left:
+                due = shard.offsets.expired(group_id, now, retention_ms, since)
+                expired += [(group_id, tp) for tp in due]
+                tombstones += [offset_tombstone(group_id, tp) for tp in due]
+                if group is not None and len(due) == len(shard.offsets.of_group(group_id)):
                     dead_groups.append(group_id)
                     tombstones.extend(group.metadata_tombstones())
             if not tombstones:
