@@ -19,7 +19,7 @@ from kio.schema.create_topics.v5.request import CreateTopicsRequest
 from kio.schema.fetch.v12.request import FetchRequest
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import Records, i32Timedelta
+from kio.static.primitive import Records, i32Timedelta, i64Timedelta
 
 from replog.protocol import apis, frames, schema_reader, wire
 from replog.protocol.apis import ApiKey
@@ -35,6 +35,15 @@ SERVED = sorted(
 
 # Records fields are opaque bytes to the schema reader.
 st.register_type_strategy(Records, st.binary(max_size=64).map(Records))
+# kio writes an i64 duration up to Long.MAX ms but reads it back as a Python timedelta,
+# which ends near 8.6e16 ms (OffsetCommit v2-4's retention_time is the first served
+# request with one): draw the durations both sides can hold.
+st.register_type_strategy(
+    i64Timedelta,
+    st.integers(-(10**15), 10**15).map(
+        lambda ms: i64Timedelta.parse(datetime.timedelta(milliseconds=ms))
+    ),
+)
 
 
 def _encode(entity: Any) -> bytes:
