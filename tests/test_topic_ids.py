@@ -196,7 +196,17 @@ def test_recreated_topic_gets_a_new_id_everywhere(cluster_factory) -> None:
                 lambda one=one: described_topic_id(one, "again") == second_id,
                 what=f"Metadata from broker {broker_id} to name the new id",
             )
-            by_id = metadata_by_id(cluster, broker_id, second_id)
+            # The admin client above may have asked another broker: wait until this one
+            # has the new topic's partitions too (its UpdateMetadata can come later).
+            by_id = wait_for(
+                lambda b=broker_id: (
+                    answer
+                    if (answer := metadata_by_id(cluster, b, second_id)).error_code
+                    != ErrorCode.unknown_topic_or_partition
+                    else None
+                ),
+                what=f"broker {broker_id} to have the new topic's partitions",
+            )
             assert (by_id.error_code, by_id.name, by_id.topic_id) == (
                 ErrorCode.none,
                 "again",
