@@ -424,11 +424,15 @@ def test_topics_without_ids_get_one_that_failover_keeps(zk_chroot: str, tmp_path
         assert second.context.topic_ids == {"legacy": legacy_id, "late": late_id}
         for topic, version in versions.items():
             assert (await asyncio.to_thread(zk.get, topic_path(topic)))[1].version == version
-        assert any(
-            t.topic_name == "legacy" and t.topic_id == legacy_id
-            for r in cluster.peers[1].of_type(cs.UpdateMetadataRequest)
-            if r.controller_epoch == second.controller_epoch
-            for t in r.topic_states
+        # The new controller's UpdateMetadata is sent after it becomes active: wait for it.
+        await eventually(
+            lambda: any(
+                t.topic_name == "legacy" and t.topic_id == legacy_id
+                for r in cluster.peers[1].of_type(cs.UpdateMetadataRequest)
+                if r.controller_epoch == second.controller_epoch
+                for t in r.topic_states
+            ),
+            "UpdateMetadata with the legacy topic's id from the new controller",
         )
 
         # The deposed controller's epoch no longer fences anything in: no id is written.
