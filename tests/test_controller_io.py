@@ -436,8 +436,9 @@ def test_topics_without_ids_get_one_that_failover_keeps(zk_chroot: str, tmp_path
         )
 
         # The deposed controller's epoch no longer fences anything in: no id is written.
-        await asyncio.to_thread(zk.create, topic_path("orphan"), old_tool)
+        # (The orphan is created after the last controller stops, or that one may id it.)
         await second.stop()
+        await asyncio.to_thread(zk.create, topic_path("orphan"), old_tool)
         with pytest.raises(ControllerMovedError):
             await asyncio.to_thread(
                 controller_zk.assign_topic_ids, cluster.admin, ["orphan"], old_epoch.zk_version

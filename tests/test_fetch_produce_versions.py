@@ -35,6 +35,7 @@ from clients_util import (
     produce_confluent,
     wait_for_leaders,
 )
+from cluster_util import wait_for
 from replog.cluster.launcher import LocalCluster
 from replog.protocol.apis import ApiKey, make, nested, request_schema
 from replog.protocol.client import KafkaConnection
@@ -80,8 +81,7 @@ def _call(port: int, body: Any, timeout_s: float = 30) -> Any:
     return asyncio.run(go())
 
 
-def _metadata(port: int, topic: str) -> tuple[uuid.UUID, dict[int, tuple[int, int]], dict]:
-    """``(topic id, {partition: (leader, leader epoch)}, {broker id: (host, port)})``."""
+def _metadata_v12(port: int, topic: str) -> Any:
     cls = request_schema(ApiKey.METADATA, 12)
     body = make(
         cls,
@@ -89,7 +89,12 @@ def _metadata(port: int, topic: str) -> tuple[uuid.UUID, dict[int, tuple[int, in
         allow_auto_topic_creation=False,
         include_topic_authorized_operations=False,
     )
-    response = _call(port, body)
+    return _call(port, body)
+
+
+def _metadata(port: int, topic: str) -> tuple[uuid.UUID, dict[int, tuple[int, int]], dict]:
+    """``(topic id, {partition: (leader, leader epoch)}, {broker id: (host, port)})``."""
+    response = _metadata_v12(port, topic)
     [t] = response.topics
     assert t.error_code == ErrorCode.none, t
     assert t.topic_id is not None, f"Metadata v12 names no topic id for {topic}"
@@ -98,6 +103,12 @@ def _metadata(port: int, topic: str) -> tuple[uuid.UUID, dict[int, tuple[int, in
     }
     brokers = {int(b.node_id): (b.host, int(b.port)) for b in response.brokers}
     return t.topic_id, partitions, brokers
+
+
+def _knows_leader(port: int, topic: str) -> bool:
+    """Whether the broker at ``port`` names a leader for every partition of ``topic``."""
+    [t] = _metadata_v12(port, topic).topics
+    return t.error_code == ErrorCode.none and all(p.leader_id >= 0 for p in t.partitions)
 
 
 def _fetch_request(
@@ -293,6 +304,15 @@ def _replicated_topic(cluster: LocalCluster, topic: str) -> tuple[int, int, int,
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, 1, 2)], operation_timeout=30)[topic].result(timeout=40)
     wait_for_leaders(bootstrap, {topic: 1})
+    # The bootstrap broker may have had its UpdateMetadata before the others: the leader
+    # discovery below asks each broker, so wait until every one of them names the leader.
+    for broker_id in cluster.broker_ids:
+        wait_for(
+            lambda broker_id=broker_id: _knows_leader(cluster.port(broker_id), topic),
+            30,
+            f"broker {broker_id} to name the leader of {topic}",
+            interval_s=0.1,
+        )
     topic_id, leaders, _ = _metadata(cluster.port(cluster.broker_ids[0]), topic)
     [(leader, epoch)] = leaders.values()
     [follower] = [b for b in cluster.broker_ids if b != leader]

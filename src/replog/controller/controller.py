@@ -349,7 +349,7 @@ class KafkaController:
             await asyncio.to_thread(self.zk.get_isr_change_notifications),
             epoch.zk_version,
         )
-        self.context = await asyncio.to_thread(
+        ctx = await asyncio.to_thread(
             controller_zk.load_context,
             self.zk,
             self.broker_id,
@@ -357,10 +357,11 @@ class KafkaController:
             self.unclean_leader_election_default(),
             self._zk_timeout_s,
         )
-        ctx = self.context
         ctx.topic_ids = await asyncio.to_thread(
             controller_zk.assign_topic_ids, self.zk, ctx.all_topics, epoch.zk_version
         )
+        # Active (``is_active``) only once the context is whole, topic ids included.
+        self.context = ctx
         ignored_deletions: set[str] = set()
         if not self.config.delete_topic_enable:  # Kafka: drop the markers, delete nothing
             ignored_deletions, ctx.topics_to_be_deleted = ctx.topics_to_be_deleted, set()
