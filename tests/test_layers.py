@@ -30,6 +30,7 @@ LAYERS: dict[str, int] = {
     "protocol": 0,
     "storage": 0,
     "config": 0,
+    "security": 0,
     "zk": 1,
     "replication": 2,
     "controller": 3,

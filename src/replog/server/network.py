@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from replog.protocol import apis, frames
+from replog.security.principal import ANONYMOUS, KafkaPrincipal
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,9 @@ class RequestContext:
     correlation_id: int
     client_id: str | None
     peer: str
+    # Who sent it: set by the connection's authentication (TLS client certificate or
+    # SASL); ``User:ANONYMOUS`` on a listener that does not authenticate.
+    principal: KafkaPrincipal = ANONYMOUS
 
 
 Handler = Callable[[RequestContext, Any], Awaitable[Any]]
