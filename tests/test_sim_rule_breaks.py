@@ -22,6 +22,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from replog.controller import state_machines
+from replog.controller.election import ElectionResult
 from replog.replication import machine as machine_module
 from replog.replication.core import AcksAllStatus, HwChange, LeaderState, ReplicationInvariantError
 from replog.replication.machine import PartitionMachine
@@ -33,6 +34,9 @@ from sim.world import SimInvariantViolation
 # crashes that may lose the unflushed tail, every kind of fault; a short run per seed.
 PROFILE = "lossy"
 SEEDS = range(8)
+# The rules of the operators' actions (controlled shutdown) run in the "operations" profile,
+# "lossy" with half of the crashes replaced by controlled shutdowns.
+OPERATIONS_PROFILE = "operations"
 STEPS = 3_000
 
 
@@ -43,7 +47,7 @@ def _quiet_controller_logs(caplog) -> Iterator[None]:
     yield
 
 
-def first_violation(others: list[str]) -> tuple[int, str] | None:
+def first_violation(others: list[str], profile: str = PROFILE) -> tuple[int, str] | None:
     """(seed, what broke) for the first seed that breaks an invariant, or None.
 
     A run that fails otherwise (a liveness bound, a glue error) is not a
@@ -51,7 +55,7 @@ def first_violation(others: list[str]) -> tuple[int, str] | None:
     """
     for seed in SEEDS:
         try:
-            run_random(seed, PROFILES[PROFILE], STEPS, label=PROFILE)
+            run_random(seed, PROFILES[profile], STEPS, label=profile)
         except SimInvariantViolation as exc:
             return seed, exc.kind
         except AssertionError as exc:
@@ -61,9 +65,9 @@ def first_violation(others: list[str]) -> tuple[int, str] | None:
     return None
 
 
-def assert_caught(*, world_only: bool = False) -> str:
+def assert_caught(*, world_only: bool = False, profile: str = PROFILE) -> str:
     others: list[str] = []
-    found = first_violation(others)
+    found = first_violation(others, profile)
     assert found is not None, f"no seed in {SEEDS} broke an invariant; other failures: {others}"
     seed, kind = found
     if world_only:
@@ -77,10 +81,11 @@ def disable_core_assertions(monkeypatch) -> None:
     monkeypatch.setattr(PartitionMachine, "check_invariants", lambda self: None)
 
 
-def test_unbroken_rules_pass_the_same_seeds() -> None:
+@pytest.mark.parametrize("profile", [PROFILE, OPERATIONS_PROFILE])
+def test_unbroken_rules_pass_the_same_seeds(profile: str) -> None:
     """Control: with every rule intact the seeds below run, heal and converge."""
     others: list[str] = []
-    found = first_violation(others)
+    found = first_violation(others, profile)
     assert found is None and others == [], (found, others)
 
 
@@ -318,3 +323,21 @@ def test_controller_elects_a_leader_outside_the_isr(monkeypatch) -> None:
     # state_machines calls the name it imported from replog.controller.election
     monkeypatch.setattr(state_machines, "offline_partition_leader", always_unclean)
     assert_caught(world_only=True)
+
+
+def test_controlled_shutdown_moves_leadership_outside_the_isr(monkeypatch) -> None:
+    """Rule: a controlled shutdown hands leadership to a live ISR member that is not
+    shutting down (Kafka ``leaderForControlledShutdown``), or leaves it where it is.
+    Break: the first live replica that is not shutting down leads, in sync or not (with
+    itself as the ISR when it was not in it, as an unclean election would)."""
+
+    def any_live_replica(assignment, isr, live_or_shutting_down, shutting_down):
+        for replica in assignment:
+            if replica in live_or_shutting_down and replica not in shutting_down:
+                if replica not in isr:
+                    return ElectionResult(replica, (replica,), was_unclean=True)
+                return ElectionResult(replica, tuple(r for r in isr if r not in shutting_down))
+        return None
+
+    monkeypatch.setattr(state_machines, "controlled_shutdown_leader", any_live_replica)
+    assert_caught(world_only=True, profile=OPERATIONS_PROFILE)

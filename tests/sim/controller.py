@@ -359,14 +359,20 @@ class BrokerController:
     # -- dispatch (KafkaController._process) -------------------------------------------
 
     def process(self, kind: str) -> None:
-        handler = {
-            "startup": self._elect,
-            "reelect": self._process_reelect,
-            "controller_change": self._process_controller_change,
-            "broker_change": self._process_broker_change,
-            "isr_change": self._process_isr_change,
-            "expire": self._process_expire,
-        }[kind]
+        if kind.startswith("controlled_shutdown "):
+            _, broker, broker_epoch, incarnation = kind.split()
+            handler: Callable[[], None] = partial(
+                self._process_controlled_shutdown, int(broker), int(broker_epoch), int(incarnation)
+            )
+        else:
+            handler = {
+                "startup": self._elect,
+                "reelect": self._process_reelect,
+                "controller_change": self._process_controller_change,
+                "broker_change": self._process_broker_change,
+                "isr_change": self._process_isr_change,
+                "expire": self._process_expire,
+            }[kind]
         try:
             handler()
         except ControllerMovedError as exc:
@@ -426,6 +432,29 @@ class BrokerController:
     def _process_reelect(self) -> None:
         self._process_controller_change()
         self._elect()
+
+    def _process_controlled_shutdown(
+        self, broker: int, broker_epoch: int, incarnation: int
+    ) -> None:
+        """As ``KafkaController._process_controlled_shutdown``: decide, write, send, answer."""
+        if self.context is None:
+            # NOT_CONTROLLER: the broker's retries are not modelled; it stops anyway
+            self.plane.world.controlled_shutdown_answered(broker, incarnation, -1)
+            return
+        results: list[decisions.ControlledShutdownResult] = []
+
+        def decide(ctx: ControllerContext) -> ControllerDecision:
+            d, result = decisions.on_controlled_shutdown(ctx, broker, broker_epoch)
+            results.append(result)
+            return d
+
+        self._apply(decide, lambda ctx, _stale: decide(ctx))
+        answer = results[-1]
+        self._trace(
+            f"controlled shutdown of b{broker}: error {int(answer.error_code)}, "
+            f"{len(answer.remaining)} partitions still led by it"
+        )
+        self.plane.world.controlled_shutdown_answered(broker, incarnation, len(answer.remaining))
 
     def _process_expire(self) -> None:
         if self.is_active:

@@ -33,6 +33,8 @@ PROFILES: dict[str, SimConfig] = {
     "lossy": SimConfig(flush_on_append=False, lossy_crashes=True),
     # five replicas, min.insync.replicas=3, lossy
     "five": SimConfig(replicas=5, min_insync_replicas=3, flush_on_append=False),
+    # half the crashes are controlled shutdowns (leadership moved away first); lossy
+    "operations": SimConfig(flush_on_append=False, controlled_shutdowns=True),
     # mostly ZooKeeper and controller trouble: more faults, calmer network
     "control": SimConfig(
         flush_on_append=False,
