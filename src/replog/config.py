@@ -139,6 +139,8 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "request.timeout.ms": ("request_timeout_ms", _int, "30000"),
     "controller.socket.timeout.ms": ("controller_socket_timeout_ms", _int, "30000"),
     "controlled.shutdown.enable": ("controlled_shutdown_enable", _bool, "true"),
+    # replog's own: the Prometheus endpoint (-1: off; 0: any free port)
+    "metrics.port": ("metrics_port", _int, "-1"),
     "controlled.shutdown.max.retries": ("controlled_shutdown_max_retries", _int, "3"),
     "controlled.shutdown.retry.backoff.ms": ("controlled_shutdown_retry_backoff_ms", _int, "5000"),
     "auto.leader.rebalance.enable": ("auto_leader_rebalance_enable", _bool, "true"),
@@ -290,6 +292,7 @@ class KafkaConfig:
     request_timeout_ms: int
     controller_socket_timeout_ms: int
     controlled_shutdown_enable: bool
+    metrics_port: int
     controlled_shutdown_max_retries: int
     controlled_shutdown_retry_backoff_ms: int
     auto_leader_rebalance_enable: bool
@@ -371,6 +374,7 @@ class KafkaConfig:
         need(self.min_insync_replicas >= 1, "min.insync.replicas", "must be >= 1")
         need(self.replica_lag_time_max_ms >= 1, "replica.lag.time.max.ms", "must be >= 1")
         need(self.num_replica_fetchers >= 1, "num.replica.fetchers", "must be >= 1")
+        need(-1 <= self.metrics_port <= 65535, "metrics.port", "must be -1 (off) or a port")
         for key, rate in (
             ("leader.replication.throttled.rate", self.leader_replication_throttled_rate),
             ("follower.replication.throttled.rate", self.follower_replication_throttled_rate),

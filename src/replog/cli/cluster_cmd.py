@@ -21,12 +21,16 @@ def _up(args: argparse.Namespace) -> int:
     cluster = LocalCluster(Path(args.dir))
     overrides = dict(item.split("=", 1) for item in (args.override or []))
     try:
-        bootstrap = cluster.up(args.brokers, zookeeper=args.zookeeper, overrides=overrides)
+        bootstrap = cluster.up(
+            args.brokers, zookeeper=args.zookeeper, overrides=overrides, metrics=True
+        )
     except (RuntimeError, TimeoutError) as exc:
         print(f"replog: cluster did not come up: {exc}", file=sys.stderr)
         cluster.down()
         return 1
     print(bootstrap)
+    for broker_id in cluster.broker_ids:
+        print(f"broker {broker_id} metrics: {cluster.metrics_url(broker_id)}")
     return 0
 
 

@@ -118,6 +118,11 @@ class LocalCluster:
         ids = broker_ids if broker_ids is not None else self.broker_ids
         return ",".join(f"127.0.0.1:{self.port(b)}" for b in ids)
 
+    def metrics_url(self, broker_id: int) -> str | None:
+        """Where broker ``broker_id`` serves Prometheus metrics (None: not enabled)."""
+        port = self.state["brokers"][str(broker_id)].get("metrics_port")
+        return f"http://127.0.0.1:{port}/metrics" if port else None
+
     def broker_dir(self, broker_id: int) -> Path:
         return self.dir / f"broker-{broker_id}"
 
@@ -140,8 +145,12 @@ class LocalCluster:
         overrides: dict[str, str] | None = None,
         racks: list[str] | None = None,
         wait_s: float = 60,
+        metrics: bool = False,
     ) -> str:
-        """Start ZooKeeper (unless given) and ``brokers`` brokers; return bootstrap servers."""
+        """Start ZooKeeper (unless given) and ``brokers`` brokers; return bootstrap servers.
+
+        ``metrics``: each broker serves Prometheus metrics on a port of its own
+        (``metrics.port``; see ``metrics_url``)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         if zookeeper is None:
             zk_port = free_port()
@@ -157,6 +166,9 @@ class LocalCluster:
             str(i): {"port": free_port(), "rack": (racks[i % len(racks)] if racks else "")}
             for i in range(brokers)
         }
+        if metrics:
+            for entry in self.state["brokers"].values():
+                entry["metrics_port"] = free_port()
         self._save()
         for broker_id in self.broker_ids:
             self.start_broker(broker_id, wait=False)
@@ -179,6 +191,8 @@ class LocalCluster:
         }
         if entry.get("rack"):
             props["broker.rack"] = entry["rack"]
+        if entry.get("metrics_port"):
+            props["metrics.port"] = str(entry["metrics_port"])
         props.update(self.state.get("overrides", {}))
         path = bdir / "server.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))

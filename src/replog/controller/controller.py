@@ -81,6 +81,18 @@ class DecisionTiming:
 
 
 @dataclass
+class ControllerStats:
+    """Kafka's ``ControllerStats`` as plain counters (the server's metrics read them)."""
+
+    leader_elections: int = 0
+    """Partitions given a new leader (Kafka counts each election)."""
+    unclean_leader_elections: int = 0
+    election_events: int = 0
+    """Decisions that moved some leadership, with their time until every broker acked."""
+    election_time_s: float = 0.0
+
+
+@dataclass
 class _Applied:
     timing: DecisionTiming
     started: float
@@ -117,6 +129,7 @@ class KafkaController:
         """The controller as last read from ZooKeeper (-1: none known)."""
         self._zk_timeout_s = config.zookeeper_connection_timeout_ms / 1000
         self.timings: deque[DecisionTiming] = deque(maxlen=100)
+        self.stats = ControllerStats()
         self._controller_watch: WatchHandle | None = None
         self._watches: list[WatchHandle] = []
         self._background: set[asyncio.Task[None]] = set()
@@ -463,6 +476,7 @@ class KafkaController:
                     timing.partitions_offline += 1
                 elif before is not None and before.leader_and_isr.leader != leader:
                     timing.partitions_reelected += 1
+            self.stats.unclean_leader_elections += len(d.unclean_elections)
             self._install(d.context)
             applied.leader_and_isr += self._send_requests(d)
             if not stale:
@@ -531,6 +545,10 @@ class KafkaController:
         async def wait_for_acks() -> None:
             results = await asyncio.gather(*applied.leader_and_isr, return_exceptions=True)
             timing.leader_and_isr_acked_s = time.monotonic() - started
+            if timing.partitions_reelected:
+                self.stats.leader_elections += timing.partitions_reelected
+                self.stats.election_events += 1
+                self.stats.election_time_s += timing.leader_and_isr_acked_s
             timing.leader_and_isr_failed = sum(
                 1 for r in results if isinstance(r, BaseException) or int(r.error_code) != 0
             )

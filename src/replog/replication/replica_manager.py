@@ -21,7 +21,7 @@ from replog.protocol.errors import error_code_for
 from replog.replication.core import AcksAllStatus, StopLeading
 from replog.replication.fetch_rules import READ_UNCOMMITTED, FetchPartitionRequest
 from replog.replication.fetcher import ReplicaFetcherManager
-from replog.replication.isr import IsrChangePropagation, IsrChangeProposal
+from replog.replication.isr import IsrChangePropagation, IsrChangeProposal, IsrState
 from replog.replication.machine import (
     Action,
     IsrCommitted,
@@ -41,6 +41,13 @@ log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 HW_CHECKPOINT = "replication-offset-checkpoint"
+
+
+@dataclass(slots=True)
+class FetchWait:
+    """How long a fetch waited for data (the request metrics' remote time)."""
+
+    waited_s: float = 0.0
 
 
 def now_ms() -> int:
@@ -112,6 +119,9 @@ class ReplicaManager:
         self.isr_change_propagation = IsrChangePropagation.starting_at(now_ms())
         self._background: set[asyncio.Task[None]] = set()
         self._hw_checkpoints: dict[object, dict[tuple[str, int], int]] = {}
+        # ISR changes this broker wrote as leader (the server's metrics read them)
+        self.isr_shrinks = 0
+        self.isr_expands = 0
 
     def get_partition(self, topic: str, partition: int) -> Partition | None:
         return self.partitions.get((topic, partition))
@@ -394,6 +404,11 @@ class ReplicaManager:
                     return
         if self.partitions.get((part.topic, part.partition)) is not part:
             return
+        if version is not None:  # Kafka's IsrShrinksPerSec / IsrExpandsPerSec
+            if proposal.kind is IsrState.PENDING_SHRINK_ISR:
+                self.isr_shrinks += 1
+            elif proposal.kind is IsrState.PENDING_EXPAND_ISR:
+                self.isr_expands += 1
         self._carry_out(part, part.machine.on_isr_update_result(proposal, version))
 
     def maybe_shrink_isr(self, now: int) -> None:
@@ -436,7 +451,10 @@ class ReplicaManager:
         max_bytes: int,
         requests: list[FetchPartitionRequest],
         isolation_level: int = READ_UNCOMMITTED,
+        wait: FetchWait | None = None,
     ) -> list[FetchResult]:
+        """Read ``requests``, waiting up to ``max_wait_ms`` for ``min_bytes`` (Kafka's
+        DelayedFetch); the time spent waiting is added to ``wait``."""
         deadline = time.monotonic() + max_wait_ms / 1000
         first = True
         while True:
@@ -473,7 +491,11 @@ class ReplicaManager:
                     return end > offset or not p.is_leader
 
                 registrations.append((part.waiters, ready))
-            if not await wait_until(registrations, remaining):
+            waiting_from = time.monotonic()
+            woken = await wait_until(registrations, remaining)
+            if wait is not None:
+                wait.waited_s += time.monotonic() - waiting_from
+            if not woken:
                 # Timed out: one last read so the response carries the latest HW.
                 deadline = time.monotonic()
 

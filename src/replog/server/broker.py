@@ -44,6 +44,7 @@ from replog.server.handlers.controller_rpc import ControllerCommands
 from replog.server.handlers.group_coordinator import GroupCoordinatorRequests
 from replog.server.handlers.group_membership import GroupMembershipRequests
 from replog.server.metadata_cache import MetadataCache
+from replog.server.metrics import BrokerMetrics
 from replog.server.network import KafkaServer
 from replog.server.producer_ids import ProducerIdManager
 from replog.storage.cleaner_threads import CleanerConfig, LoopOwner
@@ -114,12 +115,14 @@ class Broker:
         )
         self.controller_requests = ControllerRequests(lambda: self.controller, self.metadata_cache)
         listener = config.listeners[0]
+        self.metrics = BrokerMetrics(self) if config.metrics_port >= 0 else None
         self.server = KafkaServer(
             listener.host,
             listener.port,
             self._handlers(),
             socket_request_max_bytes=config.socket_request_max_bytes,
             on_unsupported_version=metadata.unsupported_version_response,
+            request_observer=None if self.metrics is None else self.metrics.observe_request,
         )
         self.controller: Any = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -214,6 +217,8 @@ class Broker:
         await self.configs.start()  # dynamic configs before any log is served
         self.admin.cluster_id = await asyncio.to_thread(self.zk.get_or_create_cluster_id)
         await self.server.start()
+        if self.metrics is not None:
+            await self.metrics.start(self.server.host, self.config.metrics_port)
         advertised = self.config.advertised_listeners[0]
         port = advertised.port if advertised.port else self.server.port
         info = BrokerInfo.plaintext(
@@ -405,6 +410,8 @@ class Broker:
         if self.controller is not None:
             await self.controller.stop()
         await self.server.stop()
+        if self.metrics is not None:
+            await self.metrics.stop()
         await self.group_coordinator.shutdown()
         await self.configs.stop()
         await self.replica_manager.shutdown()

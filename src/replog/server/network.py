@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -38,9 +39,22 @@ class RequestContext:
     # Who sent it: set by the connection's authentication (TLS client certificate or
     # SASL); ``User:ANONYMOUS`` on a listener that does not authenticate.
     principal: KafkaPrincipal = ANONYMOUS
+    # Request stages (``time.monotonic()`` seconds), as Kafka's RequestMetrics splits them:
+    # read off the socket, handler started, handler done; ``remote_s`` is the part of the
+    # handler's time spent waiting on others (acks=all, a fetch's long poll), which the
+    # handler adds itself.
+    received_s: float = 0.0
+    started_s: float = 0.0
+    handled_s: float = 0.0
+    remote_s: float = 0.0
+    # The request's name in the metrics when not the API's (FetchConsumer, FetchFollower).
+    request_name: str | None = None
 
 
 Handler = Callable[[RequestContext, Any], Awaitable[Any]]
+# Called once a request's response is handed to the socket (or dropped, acks=0), with the
+# time it was: the request metrics.
+RequestObserver = Callable[[RequestContext, float], None]
 UnsupportedVersionResponder = Callable[[frames.UnsupportedVersion], bytes | None]
 
 
@@ -58,12 +72,14 @@ class KafkaServer:
         *,
         socket_request_max_bytes: int,
         on_unsupported_version: UnsupportedVersionResponder,
+        request_observer: RequestObserver | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self._handlers = handlers
         self._max_request = socket_request_max_bytes
         self._on_unsupported_version = on_unsupported_version
+        self._observer = request_observer
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
@@ -92,7 +108,7 @@ class KafkaServer:
         self._connections.add(task)
         peername = writer.get_extra_info("peername")
         peer = f"{peername[0]}:{peername[1]}" if peername else "?"
-        responses = ResponseQueue(writer, MAX_IN_FLIGHT_PER_CONNECTION)
+        responses = ResponseQueue(writer, MAX_IN_FLIGHT_PER_CONNECTION, self._observer)
         handlers: set[asyncio.Task[None]] = set()
         try:
             await self._read_requests(reader, responses, handlers, peer)
@@ -130,6 +146,7 @@ class KafkaServer:
                 )
                 return
             frame = await reader.readexactly(size)
+            received_s = time.monotonic()
             try:
                 request = frames.decode_request(frame)
             except frames.UnsupportedVersion as exc:
@@ -156,8 +173,9 @@ class KafkaServer:
                 correlation_id=request.correlation_id,
                 client_id=request.client_id,
                 peer=peer,
+                received_s=received_s,
             )
-            slot = await responses.reserve()
+            slot = await responses.reserve(context)
             handler_task = asyncio.create_task(
                 self._handle(handler, context, request.body, responses, slot)
             )
@@ -172,8 +190,10 @@ class KafkaServer:
         responses: ResponseQueue,
         slot: Slot,
     ) -> None:
+        context.started_s = time.monotonic()
         try:
             response = await handler(context, body)
+            context.handled_s = time.monotonic()
             data = (
                 None
                 if response is None
@@ -195,11 +215,12 @@ class KafkaServer:
 class Slot:
     """The place of one request's response in its connection's order."""
 
-    __slots__ = ("done", "data")
+    __slots__ = ("done", "data", "context")
 
-    def __init__(self) -> None:
+    def __init__(self, context: RequestContext | None) -> None:
         self.done = False
         self.data: bytes | None = None
+        self.context = context
 
 
 class ResponseQueue:
@@ -212,19 +233,25 @@ class ResponseQueue:
     method awaits between taking slots off the queue and writing them.
     """
 
-    def __init__(self, writer: asyncio.StreamWriter, limit: int) -> None:
+    def __init__(
+        self,
+        writer: asyncio.StreamWriter,
+        limit: int,
+        observer: RequestObserver | None = None,
+    ) -> None:
         self._writer = writer
         self._limit = limit
+        self._observer = observer
         self._slots: deque[Slot] = deque()
         self._room = asyncio.Event()
         self._room.set()
         self.closed = False
 
-    async def reserve(self) -> Slot:
+    async def reserve(self, context: RequestContext | None = None) -> Slot:
         while len(self._slots) >= self._limit and not self.closed:
             self._room.clear()
             await self._room.wait()
-        slot = Slot()
+        slot = Slot(context)
         self._slots.append(slot)
         return slot
 
@@ -233,13 +260,20 @@ class ResponseQueue:
         slot.done = True
         slot.data = data
         out = []
+        written: list[RequestContext] = []
         slots = self._slots
         while slots and slots[0].done:
-            ready = slots.popleft().data
-            if ready is not None:
-                out.append(ready)
+            head = slots.popleft()
+            if head.data is not None:
+                out.append(head.data)
+            if head.context is not None:
+                written.append(head.context)
         if out and not self.closed:
             self._writer.writelines(out)
+        if self._observer is not None and written:
+            now = time.monotonic()
+            for context in written:
+                self._observer(context, now)
         if len(slots) < self._limit:
             self._room.set()
 

@@ -26,14 +26,14 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
 
 from replog.coordinator.group import records as rec
 from replog.coordinator.group.group import Group, Record
-from replog.coordinator.group.offsets import CommittedOffset, OffsetStore
+from replog.coordinator.group.offsets import CommittedOffset, OffsetStore, TopicPartition
 from replog.coordinator.group.offsets_topic import GROUP_METADATA_TOPIC_NAME, partition_for
 from replog.protocol.records import build_batch, encode_record, iter_batches
 from replog.protocol.wire import CodecError
@@ -227,6 +227,13 @@ class GroupCoordinator:
 
     def loaded_shards(self) -> list[GroupShard]:
         return [s for s in self._shards.values() if s.state is ShardState.LOADED]
+
+    def committed_offsets(self) -> Iterator[tuple[str, dict[TopicPartition, CommittedOffset]]]:
+        """``(group, {partition: committed offset})`` of every group of the loaded shards
+        (the metrics' consumer group lag)."""
+        for shard in self.loaded_shards():
+            for group in shard.offsets.groups():
+                yield group, shard.offsets.of_group(group)
 
     def loading(self) -> bool:
         return any(s.state is ShardState.LOADING for s in self._shards.values())

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kio.static.primitive import i32Timedelta
 
 from replog.protocol import apis
+from replog.server.topic_stats import BrokerTopicStats
 
 if TYPE_CHECKING:
     from replog.config import KafkaConfig
@@ -31,6 +32,7 @@ class BrokerServices:
     producer_ids: ProducerIdManager
     configs: ConfigManager
     group_coordinator: GroupCoordinator
+    topic_stats: BrokerTopicStats = field(default_factory=BrokerTopicStats)
 
 
 def response_class(api_key: int, version: int) -> type[Any]:

@@ -22,7 +22,7 @@ from replog.protocol.fetch_codec import FetchResponsePartitionData
 from replog.protocol.wire import NodeEndpoint
 from replog.replication.fetch_rules import FetchPartitionRequest, check_last_fetched_epoch
 from replog.replication.quota import is_throttled, leader_should_throttle
-from replog.replication.replica_manager import ReplicaManager
+from replog.replication.replica_manager import FetchWait, ReplicaManager
 from replog.server.handlers.context import BrokerServices
 from replog.server.handlers.leader_discovery import (
     NOT_LEADER_OR_FENCED_ERRORS,
@@ -47,6 +47,7 @@ async def handle_fetch(services: BrokerServices, ctx: RequestContext, request) -
         if version >= fetch_codec.FIRST_REPLICA_STATE
         else request.replica_id
     )
+    ctx.request_name = "FetchFollower" if replica_id >= 0 else "FetchConsumer"  # Kafka's
     # Follower partitions answered empty: the leader is over its replication quota.
     leader_throttled = 0
     for topic_request in request.topics:
@@ -90,7 +91,9 @@ async def handle_fetch(services: BrokerServices, ctx: RequestContext, request) -
     if not reads and leader_throttled and not answer_now:
         # Kafka's DelayedFetch counts no throttled bytes: the follower waits max_wait.
         await asyncio.sleep(request.max_wait.total_seconds())
+        ctx.remote_s += request.max_wait.total_seconds()
     if reads:
+        wait = FetchWait()
         results = await services.replica_manager.fetch(
             int(replica_id),
             0 if answer_now else int(request.max_wait.total_seconds() * 1000),
@@ -98,8 +101,13 @@ async def handle_fetch(services: BrokerServices, ctx: RequestContext, request) -
             int(getattr(request, "max_bytes", 0x7FFFFFFF)),
             reads,
             isolation_level=int(getattr(request, "isolation_level", 0)),
+            wait=wait,
         )
+        ctx.remote_s += wait.waited_s
+        stats = services.topic_stats
         for (slot, topic_id), req, result in zip(read_slots, reads, results, strict=True):
+            if result.records:
+                stats.record_fetch(req.topic, len(result.records), follower=replica_id >= 0)
             if replica_id >= 0 and result.records:
                 _record_leader_bytes(services, req, replica_id, len(result.records))
             error = result.error

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from kio.schema.errors import ErrorCode
 
 from replog.coordinator.group.offsets_topic import INTERNAL_TOPICS
@@ -41,11 +43,21 @@ async def handle_produce(services: BrokerServices, ctx: RequestContext, request)
             elif not part.records:
                 results[key] = ProduceResult(ErrorCode.corrupt_message, error_message="no records")
             else:
-                results[key] = rm.append_to_leader(key[0], key[1], part.records, acks, now)
+                result = results[key] = rm.append_to_leader(
+                    key[0], key[1], part.records, acks, now
+                )
+                if result.error == ErrorCode.none:
+                    services.topic_stats.record_append(
+                        key[0], result.required_offset - result.base_offset, len(part.records)
+                    )
+                else:
+                    services.topic_stats.of(key[0]).failed_produce_requests += 1
     if acks == 0:
         return None
     if acks == -1:
+        waiting_from = time.monotonic()
         await rm.wait_for_acks_all(results, int(request.timeout.total_seconds() * 1000))
+        ctx.remote_s += time.monotonic() - waiting_from
     version = ctx.api_version
     discovery = (
         LeaderDiscovery(services) if version >= produce_codec.FIRST_LEADER_DISCOVERY else None

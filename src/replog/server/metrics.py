@@ -1,0 +1,341 @@
+"""Prometheus metrics of one broker, at ``/metrics`` on ``metrics.port``.
+
+Names are Kafka's JMX metric names as the Prometheus JMX exporter's Kafka rules
+(``kafka-2_0_0.yml``) translate them: ``kafka.server<type=ReplicaManager,
+name=IsrShrinksPerSec>`` becomes ``kafka_server_replicamanager_isrshrinks_total``,
+``kafka.network<type=RequestMetrics, name=TotalTimeMs, request=Produce>`` becomes
+``kafka_network_requestmetrics_totaltimems{request="Produce"}`` (a histogram here),
+``kafka.log<type=Log, name=LogEndOffset, topic=t, partition=0>`` becomes
+``kafka_log_log_logendoffset{topic="t",partition="0"}``. A per-topic count's all-topics
+sum is the sample with ``topic=""``, which Prometheus reads as the sample without the
+label, as the exporter writes it. Consumer group lag uses kafka-exporter's names
+(``kafka_consumergroup_lag{consumergroup,topic,partition}``).
+
+Nothing below the server layer knows about Prometheus: the replica manager, the
+controller and the handlers keep plain counters, and the collectors here read them (and
+the partitions' state) when Prometheus scrapes. The HTTP endpoint runs on the broker's
+event loop, so a scrape reads the state between two events, never in the middle of one.
+
+Request stages, as Kafka's RequestMetrics splits them (replog has no request queue
+between a network thread and handler threads; a handler task starts when the request is
+read, unless the connection already has ``MAX_IN_FLIGHT_PER_CONNECTION`` requests):
+
+* ``requestqueuetimems``: read off the socket -> handler started (waiting for room on a
+  busy connection);
+* ``localtimems``: the handler's own work (its time minus the remote time);
+* ``remotetimems``: waiting on others inside the handler (acks=all for followers, a
+  fetch's long poll, a follower's replication throttle);
+* ``responsequeuetimems``: handler done -> response handed to the socket (it waits for
+  the responses to earlier requests on the connection, which go out first);
+* ``totaltimems``: read off the socket -> response handed to the socket.
+
+Concurrency: event loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
+
+from replog.protocol.apis import ApiKey
+from replog.server.network import RequestContext
+
+if TYPE_CHECKING:
+    from replog.server.broker import Broker
+
+log = logging.getLogger(__name__)
+
+# Milliseconds: sub-millisecond local work up to a produce waiting its full timeout.
+MS_BUCKETS = (0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
+STAGES = ("requestqueuetimems", "localtimems", "remotetimems", "responsequeuetimems")
+MAX_HTTP_REQUEST_LINE = 8192
+
+
+def kafka_request_name(api_key: int) -> str:
+    """``ApiKey.LEADER_AND_ISR`` -> ``"LeaderAndIsr"``, Kafka's ``ApiKeys.name``."""
+    try:
+        name = ApiKey(api_key).name
+    except ValueError:
+        return str(api_key)
+    return "".join(word.capitalize() for word in name.split("_"))
+
+
+class RequestMetrics:
+    """Kafka's ``RequestMetrics``: request counts and stage histograms per request name."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter(
+            "kafka_network_requestmetrics_requests",
+            "Requests answered (Kafka RequestsPerSec), by request and version",
+            ["request", "version"],
+            registry=registry,
+        )
+        self.total = Histogram(
+            "kafka_network_requestmetrics_totaltimems",
+            "Read off the socket to response handed to the socket (Kafka TotalTimeMs)",
+            ["request"],
+            buckets=MS_BUCKETS,
+            registry=registry,
+        )
+        self.stages = {
+            stage: Histogram(
+                f"kafka_network_requestmetrics_{stage}",
+                f"Kafka RequestMetrics {stage} (see replog.server.metrics)",
+                ["request"],
+                buckets=MS_BUCKETS,
+                registry=registry,
+            )
+            for stage in STAGES
+        }
+
+    def observe(self, context: RequestContext, written_s: float) -> None:
+        name = context.request_name or kafka_request_name(context.api_key)
+        self.requests.labels(name, str(context.api_version)).inc()
+        if not context.handled_s:  # the handler failed: the connection closed unanswered
+            return
+        remote = context.remote_s
+        local = max(context.handled_s - context.started_s - remote, 0.0)
+        for stage, seconds in (
+            ("requestqueuetimems", context.started_s - context.received_s),
+            ("localtimems", local),
+            ("remotetimems", remote),
+            ("responsequeuetimems", written_s - context.handled_s),
+        ):
+            self.stages[stage].labels(name).observe(max(seconds, 0.0) * 1000)
+        self.total.labels(name).observe(max(written_s - context.received_s, 0.0) * 1000)
+
+
+class BrokerStateCollector(Collector):
+    """Gauges and counts read from the broker's components at scrape time."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def collect(self) -> Iterator[Any]:
+        yield from self._replica_manager()
+        yield from self._logs()
+        yield from self._topics()
+        yield from self._controller()
+        yield from self._group_lag()
+
+    def _replica_manager(self) -> Iterator[Any]:
+        rm = self.broker.replica_manager
+        parts = list(rm.partitions.values())
+        leaders = [p for p in parts if p.is_leader]
+        under = 0
+        under_min_isr = 0
+        for p in leaders:
+            state = p.state
+            isr = len(p.in_sync_replicas)
+            if state is not None and isr < len(state.replicas):
+                under += 1
+            if isr < p.machine.min_insync_replicas:
+                under_min_isr += 1
+        prefix = "kafka_server_replicamanager_"
+        for name, value, text in (
+            ("partitioncount", len(parts), "Replicas on this broker"),
+            ("leadercount", len(leaders), "Partitions this broker leads"),
+            ("underreplicatedpartitions", under, "Led partitions whose ISR lacks a replica"),
+            ("underminisrpartitioncount", under_min_isr, "Led partitions below min ISR"),
+        ):
+            yield GaugeMetricFamily(prefix + name, text, value=value)
+        yield CounterMetricFamily(
+            prefix + "isrshrinks", "ISR shrinks written as leader", value=rm.isr_shrinks
+        )
+        yield CounterMetricFamily(
+            prefix + "isrexpands", "ISR expansions written as leader", value=rm.isr_expands
+        )
+
+    def _logs(self) -> Iterator[Any]:
+        labels = ["topic", "partition"]
+        end = GaugeMetricFamily("kafka_log_log_logendoffset", "Log end offset", labels=labels)
+        start = GaugeMetricFamily("kafka_log_log_logstartoffset", "Log start offset", labels=labels)
+        size = GaugeMetricFamily("kafka_log_log_size", "Log size in bytes", labels=labels)
+        segments = GaugeMetricFamily(
+            "kafka_log_log_numlogsegments", "Segments in the log", labels=labels
+        )
+        hw = GaugeMetricFamily(
+            "kafka_cluster_partition_highwatermark", "High watermark", labels=labels
+        )
+        for (topic, partition), p in self.broker.replica_manager.partitions.items():
+            values = [topic, str(partition)]
+            end.add_metric(values, p.log.log_end_offset)
+            start.add_metric(values, p.log.log_start_offset)
+            size.add_metric(values, p.log.size_in_bytes())
+            segments.add_metric(values, len(p.log.segments))
+            hw.add_metric(values, p.high_watermark)
+        yield from (end, start, size, segments, hw)
+
+    def _topics(self) -> Iterator[Any]:
+        prefix = "kafka_server_brokertopicmetrics_"
+        fields = (
+            ("messagesin", "messages_in", "Messages appended as leader (MessagesInPerSec)"),
+            ("bytesin", "bytes_in", "Bytes appended as leader from producers (BytesInPerSec)"),
+            ("bytesout", "bytes_out", "Bytes fetched by consumers (BytesOutPerSec)"),
+            (
+                "replicationbytesout",
+                "replication_bytes_out",
+                "Bytes fetched by followers (ReplicationBytesOutPerSec)",
+            ),
+            (
+                "failedproducerequests",
+                "failed_produce_requests",
+                "Partition appends refused (FailedProduceRequestsPerSec)",
+            ),
+        )
+        topics = self.broker.services.topic_stats.topics
+        for name, attr, text in fields:
+            family = CounterMetricFamily(prefix + name, text, labels=["topic"])
+            total = 0
+            for topic, counts in topics.items():
+                value = getattr(counts, attr)
+                total += value
+                family.add_metric([topic], value)
+            family.add_metric([""], total)  # the all-topics count, as the exporter names it
+            yield family
+
+    def _controller(self) -> Iterator[Any]:
+        controller = self.broker.controller
+        active = controller is not None and controller.is_active
+        prefix = "kafka_controller_kafkacontroller_"
+        yield GaugeMetricFamily(
+            prefix + "activecontrollercount",
+            "1 on the active controller, 0 elsewhere",
+            value=1 if active else 0,
+        )
+        offline = topics = partitions = imbalance = 0
+        if active:
+            ctx = controller.context
+            live = ctx.live_brokers
+            topics = len(ctx.all_topics)
+            for tp, state in ctx.partition_leadership.items():
+                partitions += 1
+                leader = state.leader_and_isr.leader
+                if leader not in live:
+                    offline += 1
+                replicas = ctx.replicas_for(tp)
+                if replicas and leader != replicas[0]:
+                    imbalance += 1
+        for name, value, text in (
+            ("offlinepartitionscount", offline, "Partitions without a live leader"),
+            ("globaltopiccount", topics, "Topics (active controller only)"),
+            ("globalpartitioncount", partitions, "Partitions (active controller only)"),
+            (
+                "preferredreplicaimbalancecount",
+                imbalance,
+                "Partitions not led by their preferred replica",
+            ),
+        ):
+            yield GaugeMetricFamily(prefix + name, text, value=value)
+        if controller is None:
+            return
+        stats = controller.stats
+        yield CounterMetricFamily(
+            "kafka_controller_controllerstats_uncleanleaderelections",
+            "Leaders elected from outside the ISR",
+            value=stats.unclean_leader_elections,
+        )
+        yield CounterMetricFamily(
+            "kafka_controller_controllerstats_leaderelections",
+            "Partitions given a new leader by this broker's controller",
+            value=stats.leader_elections,
+        )
+        yield SummaryMetricFamily(
+            "kafka_controller_controllerstats_leaderelectionrateandtimems",
+            "Controller decisions that moved leadership: count, and ms until every "
+            "LeaderAndIsr was acknowledged",
+            count_value=stats.election_events,
+            sum_value=stats.election_time_s * 1000,
+        )
+        yield GaugeMetricFamily(
+            "kafka_controller_controllereventmanager_eventqueuesize",
+            "Events waiting in the controller's queue",
+            value=controller.events.size(),
+        )
+
+    def _group_lag(self) -> Iterator[Any]:
+        """Lag of the groups coordinated here, against this broker's replica of each
+        partition (leader or follower high watermark); partitions with no replica here
+        are left out."""
+        labels = ["consumergroup", "topic", "partition"]
+        lag = GaugeMetricFamily(
+            "kafka_consumergroup_lag", "High watermark minus committed offset", labels=labels
+        )
+        current = GaugeMetricFamily(
+            "kafka_consumergroup_current_offset", "Committed offset", labels=labels
+        )
+        partitions = self.broker.replica_manager.partitions
+        for group, offsets in self.broker.group_coordinator.committed_offsets():
+            for (topic, partition), committed in offsets.items():
+                values = [group, topic, str(partition)]
+                current.add_metric(values, committed.offset)
+                part = partitions.get((topic, partition))
+                if part is not None:
+                    lag.add_metric(values, max(part.high_watermark - committed.offset, 0))
+        yield lag
+        yield current
+
+
+class BrokerMetrics:
+    """The broker's registry, its request metrics and the ``/metrics`` endpoint."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.requests = RequestMetrics(self.registry)
+        self.registry.register(BrokerStateCollector(broker))
+        self._server: asyncio.AbstractServer | None = None
+        self.port: int | None = None
+
+    def observe_request(self, context: RequestContext, written_s: float) -> None:
+        self.requests.observe(context, written_s)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+    async def start(self, host: str, port: int) -> None:
+        self._server = await asyncio.start_server(self._serve, host, port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        log.info("metrics at http://%s:%d/metrics", host, self.port)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One HTTP/1.x request per connection: ``GET /metrics``, anything else 404/405."""
+        try:
+            request_line = await asyncio.wait_for(reader.readline(), 10)
+            if len(request_line) > MAX_HTTP_REQUEST_LINE:
+                return
+            while True:  # the headers: read and ignored
+                line = await asyncio.wait_for(reader.readline(), 10)
+                if line in (b"\r\n", b"\n", b""):
+                    break
+            parts = request_line.decode("latin-1").split()
+            method, path = (parts[0], parts[1]) if len(parts) >= 2 else ("", "")
+            if method not in ("GET", "HEAD"):
+                status, body, ctype = "405 Method Not Allowed", b"GET only\n", "text/plain"
+            elif path.split("?", 1)[0] != "/metrics":
+                status, body, ctype = "404 Not Found", b"see /metrics\n", "text/plain"
+            else:
+                status, body, ctype = "200 OK", self.exposition(), CONTENT_TYPE_LATEST
+            head = (
+                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            ).encode("latin-1")
+            writer.write(head if method == "HEAD" else head + body)
+            await writer.drain()
+        except (TimeoutError, ConnectionError, UnicodeDecodeError):
+            pass
+        except Exception:
+            log.exception("metrics request failed")
+        finally:
+            writer.close()
