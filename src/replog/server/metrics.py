@@ -39,7 +39,7 @@ import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
@@ -56,6 +56,8 @@ log = logging.getLogger(__name__)
 MS_BUCKETS = (0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
 STAGES = ("requestqueuetimems", "localtimems", "remotetimems", "responsequeuetimems")
 MAX_HTTP_REQUEST_LINE = 8192
+# The text format every Prometheus server reads (prometheus_client's "latest" is 1.0.0).
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def kafka_request_name(api_key: int) -> str:
@@ -326,7 +328,7 @@ class BrokerMetrics:
             elif path.split("?", 1)[0] != "/metrics":
                 status, body, ctype = "404 Not Found", b"see /metrics\n", "text/plain"
             else:
-                status, body, ctype = "200 OK", self.exposition(), CONTENT_TYPE_LATEST
+                status, body, ctype = "200 OK", self.exposition(), CONTENT_TYPE
             head = (
                 f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
