@@ -17,11 +17,15 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# kcat is a Debian package; the tests drive the broker with it.
+# Debian packages the tests use: kcat drives the broker; chromium is the headless browser
+# the console's test runs (through Playwright, pointed at it).
+SYSTEM_PACKAGES := kcat chromium
 system-deps:
-	@command -v kcat >/dev/null 2>&1 || { \
+	@missing=; for p in $(SYSTEM_PACKAGES); do command -v $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq kcat >/dev/null; }
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
 
 # kafkajs (a pure-JavaScript client) for the tests; Node.js from Debian if missing.
 JS_STAMP := tests/js/node_modules/.installed

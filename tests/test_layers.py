@@ -40,6 +40,7 @@ LAYERS: dict[str, int] = {
     "cli": 6,
     "spark": 6,
     "demo": 6,
+    "console": 6,
 }
 
 # Upward imports being removed by work in progress elsewhere, as exact

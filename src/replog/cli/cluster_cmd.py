@@ -24,6 +24,7 @@ def _up(args: argparse.Namespace) -> int:
         bootstrap = cluster.up(
             args.brokers, zookeeper=args.zookeeper, overrides=overrides, metrics=True
         )
+        console = cluster.start_console()
     except (RuntimeError, TimeoutError) as exc:
         print(f"replog: cluster did not come up: {exc}", file=sys.stderr)
         cluster.down()
@@ -31,6 +32,7 @@ def _up(args: argparse.Namespace) -> int:
     print(bootstrap)
     for broker_id in cluster.broker_ids:
         print(f"broker {broker_id} metrics: {cluster.metrics_url(broker_id)}")
+    print(f"console: {console}")
     return 0
 
 

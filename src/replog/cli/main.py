@@ -12,6 +12,7 @@ from replog.cli import (
     api_versions_cmd,
     cluster_cmd,
     configs_cmd,
+    console_cmd,
     elect_leaders_cmd,
     groups_cmd,
     reassign_cmd,
@@ -92,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     elect_leaders_cmd.add_parser(sub)
     groups_cmd.add_parser(sub)
     reassign_cmd.add_parser(sub)
+    console_cmd.add_parser(sub)
     return parser
 
 

@@ -256,7 +256,57 @@ class LocalCluster:
     def resume_broker(self, broker_id: int) -> None:
         self._signal_broker(broker_id, signal.SIGCONT)
 
+    def start_console(self, port: int | None = None, wait_s: float = 30) -> str:
+        """``replog console`` for this cluster as a process of its own (pid in
+        ``cluster.json``, stopped by ``down``); returns its URL."""
+        pid = self.state.get("console_pid")
+        if pid and pid_alive(int(pid)):
+            return self.console_url() or ""
+        port = port or free_port()
+        with open(self.dir / "console.log", "ab") as out:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "replog.cli.main",
+                    "console",
+                    "--cluster-dir",
+                    str(self.dir),
+                    "--port",
+                    str(port),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self.state["console_pid"] = proc.pid
+        self.state["console_port"] = port
+        self._save()
+        deadline = time.monotonic() + wait_s
+        while not _listening(port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"console did not start:\n{_tail(self.dir / 'console.log')}"
+                )
+            time.sleep(0.1)
+        return self.console_url() or ""
+
+    def console_url(self) -> str | None:
+        port = self.state.get("console_port")
+        return f"http://127.0.0.1:{port}/" if port else None
+
+    def stop_console(self) -> None:
+        pid = self.state.pop("console_pid", None)
+        if pid and pid_alive(int(pid)):
+            os.kill(int(pid), signal.SIGTERM)
+            if not _wait_dead(int(pid), 10):
+                os.kill(int(pid), signal.SIGKILL)
+                _wait_dead(int(pid), 10)
+        self._save()
+
     def down(self) -> None:
+        self.stop_console()
         for broker_id in self.broker_ids:
             pid = self.broker_pid(broker_id)
             if pid is not None and pid_alive(pid):
@@ -454,6 +504,14 @@ async def _knows_itself(host: str, port: int, broker_id: int) -> bool:
     finally:
         await conn.close()
     return response.controller_id >= 0 and any(b.node_id == broker_id for b in response.brokers)
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
 
 
 def _wait_dead(pid: int, timeout_s: float) -> bool:
