@@ -16,6 +16,7 @@ from replog.cli import (
     elect_leaders_cmd,
     groups_cmd,
     reassign_cmd,
+    spark_cmd,
     topics_cmd,
 )
 from replog.config import ConfigError, KafkaConfig, parse_overrides, read_properties
@@ -94,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     groups_cmd.add_parser(sub)
     reassign_cmd.add_parser(sub)
     console_cmd.add_parser(sub)
+    spark_cmd.add_parser(sub)
     return parser
 
 

@@ -239,16 +239,16 @@ class LocalCluster:
         pid = self._signal_broker(broker_id, signal.SIGTERM)
         if pid is None:
             return True
-        if not _wait_dead(pid, timeout_s):
+        if not wait_dead(pid, timeout_s):
             os.kill(pid, signal.SIGKILL)
-            _wait_dead(pid, 10)
+            wait_dead(pid, 10)
             return False
         return True
 
     def kill_broker(self, broker_id: int) -> None:
         pid = self._signal_broker(broker_id, signal.SIGKILL)
         if pid is not None:
-            _wait_dead(pid, 10)
+            wait_dead(pid, 10)
 
     def pause_broker(self, broker_id: int) -> None:
         self._signal_broker(broker_id, signal.SIGSTOP)
@@ -287,7 +287,7 @@ class LocalCluster:
         while not _listening(port):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(
-                    f"console did not start:\n{_tail(self.dir / 'console.log')}"
+                    f"console did not start:\n{tail_log(self.dir / 'console.log')}"
                 )
             time.sleep(0.1)
         return self.console_url() or ""
@@ -300,9 +300,9 @@ class LocalCluster:
         pid = self.state.pop("console_pid", None)
         if pid and pid_alive(int(pid)):
             os.kill(int(pid), signal.SIGTERM)
-            if not _wait_dead(int(pid), 10):
+            if not wait_dead(int(pid), 10):
                 os.kill(int(pid), signal.SIGKILL)
-                _wait_dead(int(pid), 10)
+                wait_dead(int(pid), 10)
         self._save()
 
     def down(self) -> None:
@@ -448,7 +448,7 @@ class LocalCluster:
             for broker_id in broker_ids:
                 pid = self.broker_pid(broker_id)
                 if pid is None or not pid_alive(pid):
-                    tail = _tail(self.broker_dir(broker_id) / "broker.log")
+                    tail = tail_log(self.broker_dir(broker_id) / "broker.log")
                     raise RuntimeError(f"broker {broker_id} exited during start-up:\n{tail}")
             registered = self.registered_brokers()
             if set(broker_ids) <= registered and all(self._serving(b) for b in broker_ids):
@@ -514,7 +514,7 @@ def _listening(port: int) -> bool:
         return False
 
 
-def _wait_dead(pid: int, timeout_s: float) -> bool:
+def wait_dead(pid: int, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while pid_alive(pid):
         if time.monotonic() > deadline:
@@ -523,7 +523,7 @@ def _wait_dead(pid: int, timeout_s: float) -> bool:
     return True
 
 
-def _tail(path: Path, lines: int = 30) -> str:
+def tail_log(path: Path, lines: int = 30) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
