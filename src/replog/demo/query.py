@@ -33,16 +33,44 @@ EVENT_SCHEMA = "page STRING, user STRING, ts LONG"
 WATERMARK = "5 minutes"
 
 
-def spark_session(app_name: str = "replog-demo") -> Any:
-    """A local[2] session bound to 127.0.0.1 with the UI off."""
+LOG4J2 = """\
+rootLogger.level = warn
+rootLogger.appenderRef.file.ref = file
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {path}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{ISO8601}} %p %c: %m%n
+"""
+
+
+def log_spark_to(path: Path) -> None:
+    """Send the Spark JVM's log lines (driver, and executors started afterwards on this
+    machine) to ``path`` instead of the terminal: a ``log4j2.properties`` in a
+    ``SPARK_CONF_DIR`` of our own, read when the JVM starts."""
+    conf_dir = path.parent / "spark-conf"
+    conf_dir.mkdir(parents=True, exist_ok=True)
+    (conf_dir / "log4j2.properties").write_text(LOG4J2.format(path=path))
+    os.environ["SPARK_CONF_DIR"] = str(conf_dir)
+
+
+def spark_session(app_name: str = "replog-demo", master: str = "local[2]") -> Any:
+    """A session on ``master`` (``local[2]`` or a ``spark://`` URL) bound to 127.0.0.1
+    with the UI off; on a standalone cluster, two 1-core executors of 512 MB."""
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    builder = SparkSession.builder.master(master)
+    if master.startswith("spark://"):
+        builder = (
+            builder.config("spark.executor.memory", "512m")
+            .config("spark.cores.max", "2")
+            .config("spark.pyspark.python", sys.executable)
+        )
     spark = (
-        SparkSession.builder.master("local[2]")
-        .appName(app_name)
+        builder.appName(app_name)
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.ui.enabled", "false")

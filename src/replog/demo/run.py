@@ -23,6 +23,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import sys
 import time
 import traceback
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from replog.cluster.launcher import LocalCluster
+from replog.cluster.spark_cluster import StandaloneSpark
 from replog.demo import check, cluster_ops, query
 from replog.demo.chart import ChartData, draw
 from replog.demo.workload import PacedProducer
@@ -60,6 +62,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
         "--catch-up-timeout", type=float, default=240, help="seconds the query may lag at the end"
+    )
+    parser.add_argument(
+        "--spark",
+        choices=("local", "standalone"),
+        default="local",
+        help="local[2] in this process (default), or a standalone spark:// cluster of a "
+        "master and two workers started for the demo",
     )
     return parser.parse_args(argv)
 
@@ -103,6 +112,34 @@ class Progress:
         if self.tty:
             sys.stderr.write("\n")
             sys.stderr.flush()
+
+
+class NativeOutput:
+    """What this process's native code writes to file descriptors 1 and 2 (librdkafka's
+    log lines, the Spark JVM and its children, which inherit them) goes to ``path``;
+    Python's ``sys.stdout``/``sys.stderr`` (the demo's own lines) stay on the terminal."""
+
+    def __init__(self, path: Path) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self._saved = (os.dup(1), os.dup(2))
+        self._streams = (sys.stdout, sys.stderr)
+        sys.stdout = os.fdopen(os.dup(1), "w", buffering=1)
+        sys.stderr = os.fdopen(os.dup(2), "w", buffering=1)
+        with open(path, "ab") as log:
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+
+    def restore(self) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(self._saved[0], 1)
+        os.dup2(self._saved[1], 2)
+        for fd in self._saved:
+            os.close(fd)
+        sys.stdout.close()
+        sys.stderr.close()
+        sys.stdout, sys.stderr = self._streams
 
 
 def query_failure(q: Any) -> str | None:
@@ -410,15 +447,25 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     run_dir = (args.out / time.strftime("run-%Y%m%d-%H%M%S")).resolve()
     run_dir.mkdir(parents=True, exist_ok=False)
+    native = NativeOutput(run_dir / "native-output.log")
+    try:
+        return _run(args, run_dir)
+    finally:
+        native.restore()
+
+
+def _run(args: argparse.Namespace, run_dir: Path) -> int:
     cluster = LocalCluster(run_dir / "cluster")
     spark: Any = None
     q: Any = None
     producer: PacedProducer | None = None
+    standalone: StandaloneSpark | None = None
     try:
-        say(f"replog demo: everything goes to {run_dir}")
+        say(f"replog demo: everything goes to {run_dir} (logs of every process too)")
         say(f"starting ZooKeeper and {BROKERS} brokers ...")
-        bootstrap = cluster.up(BROKERS)
+        bootstrap = cluster.up(BROKERS, metrics=True)
         say(f"cluster up: {bootstrap}, controller is broker {cluster.controller_id()}")
+        say(f"watch it live: {cluster.start_console()}  (the cluster console)")
         clients_log = client_logger(run_dir / "clients.log")
         admin = cluster_ops.admin_client(bootstrap, clients_log)
         cluster_ops.create_topics(
@@ -431,8 +478,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         cluster_ops.wait_for_leaders(admin, [EVENTS, OUTPUT, WARM_UP])
         say(f"created {EVENTS} (6 partitions, RF 3, min.insync.replicas=2) and {OUTPUT}")
-        say("starting Spark (local[2]) and the streaming query ...")
-        spark = query.spark_session()
+        query.log_spark_to(run_dir / "spark.log")
+        master = "local[2]"
+        if args.spark == "standalone":
+            say("starting a standalone Spark cluster (a master, two workers) ...")
+            standalone = StandaloneSpark(run_dir / "spark-standalone")
+            master = standalone.up(workers=2, cores=1, memory="1g")
+        say(f"starting Spark ({master}) and the streaming query ...")
+        spark = query.spark_session(master=master)
         started = time.monotonic()
         query.warm_up(spark, bootstrap, WARM_UP)
         say(f"Spark warmed up on topic {WARM_UP} in {time.monotonic() - started:.1f} s")
@@ -496,6 +549,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         shut_down(producer, q, spark, cluster)
+        if standalone is not None:
+            standalone.down()
 
 
 def shut_down(producer: PacedProducer | None, q: Any, spark: Any, cluster: LocalCluster) -> None:
