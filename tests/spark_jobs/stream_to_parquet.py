@@ -1,0 +1,61 @@
+"""A Spark driver for the driver-restart test, run as its own process:
+
+    python tests/spark_jobs/stream_to_parquet.py BOOTSTRAP TOPIC CHECKPOINT OUT MASTER
+
+Streams ``TOPIC`` (``format("replog")``, 100 records per micro-batch) into a parquet table at
+``OUT`` with ``Trigger.AvailableNow`` and ``CHECKPOINT``, then reads the table back (through
+Spark, which reads only the files its sink log committed) and prints one JSON line:
+``{"rows": N, "distinct": D}`` (D: distinct (partition, offset) pairs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def main() -> None:
+    bootstrap, topic, checkpoint, out, master = sys.argv[1:6]
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(master).appName("replog-driver-restart")
+    if master.startswith("spark://"):
+        builder = (
+            builder.config("spark.executor.memory", "512m")
+            .config("spark.cores.max", "2")
+            .config("spark.pyspark.python", sys.executable)
+        )
+    spark = (
+        builder.config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    query = (
+        spark.readStream.format("replog")
+        .option("bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "100")
+        .load()
+        .writeStream.format("parquet")
+        .option("path", out)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    table = spark.read.parquet(out)
+    rows = table.count()
+    distinct = table.select("partition", "offset").distinct().count()
+    print(json.dumps({"rows": rows, "distinct": distinct}), flush=True)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
