@@ -38,8 +38,11 @@ $(JS_STAMP): tests/js/package.json tests/js/package-lock.json
 
 js-deps: $(JS_STAMP)
 
+# DEMO_ARGS: e.g. "--spark standalone" (a spark:// cluster), "--duration 30"; see
+# `.venv/bin/python -m replog.demo --help`.
+DEMO_ARGS ?=
 demo: $(STAMP)
-	$(PY) -m replog.demo
+	$(PY) -m replog.demo $(DEMO_ARGS)
 
 # Two workers (the machine has 2 cores; most of a test's time is waiting on brokers), each
 # taking whole files, so a module's shared cluster stays on one worker.
