@@ -19,15 +19,15 @@ from replog.cluster.launcher import LocalCluster
 from replog.console.view import (
     GroupInfo,
     GroupMember,
-    MetadataPartition,
     Observation,
     build_snapshot,
 )
+from replog.server.metadata_cache import PartitionInfo
 
 CHROMIUM = shutil.which("chromium")
 
 
-def _obs(taken_ms: int, live: dict[int, str], partitions: list[MetadataPartition], **kw):
+def _obs(taken_ms: int, live: dict[int, str], partitions: list[PartitionInfo], **kw):
     return Observation(
         taken_ms=taken_ms,
         brokers=live,
@@ -50,7 +50,7 @@ def test_view_flags_and_events_between_polls() -> None:
         _obs(
             1_000,
             live,
-            [MetadataPartition("t", 0, 1, 4, (1, 2, 0), (1, 2, 0))],
+            [PartitionInfo("t", 0, 1, 4, (1, 2, 0), (1, 2, 0))],
             metrics=_messages("t", {1: 100.0}),
         ),
         None,
@@ -62,7 +62,7 @@ def test_view_flags_and_events_between_polls() -> None:
         _obs(
             3_000,
             {0: "h:1", 2: "h:3"},
-            [MetadataPartition("t", 0, 2, 5, (1, 2, 0), (2, 0))],
+            [PartitionInfo("t", 0, 2, 5, (1, 2, 0), (2, 0))],
             controller=2,
             epoch=2,
             metrics=_messages("t", {2: 300.0}),
@@ -81,7 +81,7 @@ def test_view_flags_and_events_between_polls() -> None:
     [topic] = after.topics
     assert topic.messages_in_per_s == pytest.approx(100.0)
     offline = build_snapshot(
-        _obs(4_000, {0: "h:1"}, [MetadataPartition("t", 0, -1, 6, (1, 2, 0), (2,))]), after
+        _obs(4_000, {0: "h:1"}, [PartitionInfo("t", 0, -1, 6, (1, 2, 0), (2,))]), after
     )
     assert offline.partitions[0].offline and not offline.partitions[0].under_replicated
     assert offline.as_json()["offline"] == 1

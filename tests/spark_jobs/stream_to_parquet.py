@@ -21,13 +21,11 @@ def main() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    from replog.cluster.spark_cluster import session_settings
+
     builder = SparkSession.builder.master(master).appName("replog-driver-restart")
-    if master.startswith("spark://"):
-        builder = (
-            builder.config("spark.executor.memory", "512m")
-            .config("spark.cores.max", "2")
-            .config("spark.pyspark.python", sys.executable)
-        )
+    for key, value in session_settings(master).items():
+        builder = builder.config(key, value)
     spark = (
         builder.config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")

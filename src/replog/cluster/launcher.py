@@ -204,26 +204,14 @@ class LocalCluster:
             return pid
         config = self._write_config(broker_id)
         bdir = self.broker_dir(broker_id)
-        with open(bdir / "broker.log", "ab") as out:
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "replog.cli.main",
-                    "broker",
-                    "start",
-                    "--config",
-                    str(config),
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        (bdir / "broker.pid").write_text(str(proc.pid))
+        pid = spawn(
+            [sys.executable, "-m", "replog.cli.main", "broker", "start", "--config", str(config)],
+            bdir / "broker.log",
+        )
+        (bdir / "broker.pid").write_text(str(pid))
         if wait:
             self.wait_until_ready([broker_id], wait_s)
-        return proc.pid
+        return pid
 
     def _signal_broker(self, broker_id: int, sig: signal.Signals) -> int | None:
         pid = self.broker_pid(broker_id)
@@ -263,29 +251,17 @@ class LocalCluster:
         if pid and pid_alive(int(pid)):
             return self.console_url() or ""
         port = port or free_port()
-        with open(self.dir / "console.log", "ab") as out:
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "replog.cli.main",
-                    "console",
-                    "--cluster-dir",
-                    str(self.dir),
-                    "--port",
-                    str(port),
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        self.state["console_pid"] = proc.pid
+        pid = spawn(
+            [sys.executable, "-m", "replog.cli.main", "console"]
+            + ["--cluster-dir", str(self.dir), "--port", str(port)],
+            self.dir / "console.log",
+        )
+        self.state["console_pid"] = pid
         self.state["console_port"] = port
         self._save()
         deadline = time.monotonic() + wait_s
         while not _listening(port):
-            if proc.poll() is not None or time.monotonic() > deadline:
+            if not pid_alive(pid) or time.monotonic() > deadline:
                 raise RuntimeError(
                     f"console did not start:\n{tail_log(self.dir / 'console.log')}"
                 )
@@ -504,6 +480,21 @@ async def _knows_itself(host: str, port: int, broker_id: int) -> bool:
     finally:
         await conn.close()
     return response.controller_id >= 0 and any(b.node_id == broker_id for b in response.brokers)
+
+
+def spawn(command: list[str], log_path: Path, env: dict[str, str] | None = None) -> int:
+    """Start ``command`` in a session of its own (a terminal's signals do not reach it),
+    output appended to ``log_path``; its pid, to stop it by."""
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+    return proc.pid
 
 
 def _listening(port: int) -> bool:

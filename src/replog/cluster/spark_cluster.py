@@ -17,15 +17,27 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-from replog.cluster.launcher import free_port, pid_alive, tail_log, wait_dead
+from replog.cluster.launcher import free_port, pid_alive, spawn, tail_log, wait_dead
 
 STATE_FILE = "spark.json"
+
+
+def session_settings(master: str) -> dict[str, str]:
+    """The SparkSession settings for ``master``: on a ``spark://`` cluster, executors of
+    512 MB, two cores in all, running this Python; nothing for ``local[*]``."""
+    if not master.startswith("spark://"):
+        return {}
+    return {
+        "spark.executor.memory": "512m",
+        "spark.cores.max": "2",
+        "spark.pyspark.python": sys.executable,
+    }
 
 
 def spark_home() -> Path:
@@ -57,16 +69,9 @@ class StandaloneSpark:
     def _start(self, name: str, args: list[str]) -> int:
         env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_HOME": str(spark_home())}
         env.pop("SPARK_MASTER_HOST", None)
-        with open(self.dir / f"{name}.log", "ab") as out:
-            proc = subprocess.Popen(
-                [str(spark_home() / "bin" / "spark-class"), *args],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,
-            )
-        return proc.pid
+        return spawn(
+            [str(spark_home() / "bin" / "spark-class"), *args], self.dir / f"{name}.log", env
+        )
 
     def up(self, workers: int = 2, cores: int = 1, memory: str = "1g", wait_s: float = 90) -> str:
         """Start the master and ``workers`` workers; wait until every worker registered."""

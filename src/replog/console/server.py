@@ -35,13 +35,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from replog.console.view import (
     GroupInfo,
     GroupMember,
-    MetadataPartition,
     Observation,
     Snapshot,
     build_snapshot,
     parse_samples,
 )
 from replog.protocol.client import KafkaConnection
+from replog.server.metadata_cache import PartitionInfo
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class ClusterPoller:
         self.known_brokers |= set(brokers)
         controller = int(metadata.controller_id)
         partitions = [
-            MetadataPartition(
+            PartitionInfo(
                 str(t.name),
                 int(p.partition_index),
                 int(p.leader_id),

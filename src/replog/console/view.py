@@ -13,20 +13,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from replog.server.metadata_cache import PartitionInfo
+
 MAX_EVENTS = 200
 
 # metrics samples of one broker: (name, sorted label pairs) -> value
 Samples = Mapping[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-@dataclass(frozen=True)
-class MetadataPartition:
-    topic: str
-    partition: int
-    leader: int
-    leader_epoch: int
-    replicas: tuple[int, ...]
-    isr: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -55,7 +47,7 @@ class Observation:
     known_brokers: set[int]
     controller_id: int
     controller_epoch: int | None
-    partitions: list[MetadataPartition]
+    partitions: list[PartitionInfo]
     reassigning: set[tuple[str, int]] = field(default_factory=set)
     groups: list[GroupInfo] = field(default_factory=list)
     metrics: dict[int, Samples] = field(default_factory=dict)

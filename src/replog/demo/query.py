@@ -62,13 +62,11 @@ def spark_session(app_name: str = "replog-demo", master: str = "local[2]") -> An
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    from replog.cluster.spark_cluster import session_settings
+
     builder = SparkSession.builder.master(master)
-    if master.startswith("spark://"):
-        builder = (
-            builder.config("spark.executor.memory", "512m")
-            .config("spark.cores.max", "2")
-            .config("spark.pyspark.python", sys.executable)
-        )
+    for key, value in session_settings(master).items():
+        builder = builder.config(key, value)
     spark = (
         builder.appName(app_name)
         .config("spark.driver.host", "127.0.0.1")
