@@ -44,7 +44,7 @@ from replog.server.handlers.controller_rpc import ControllerCommands
 from replog.server.handlers.group_coordinator import GroupCoordinatorRequests
 from replog.server.handlers.group_membership import GroupMembershipRequests
 from replog.server.metadata_cache import MetadataCache
-from replog.server.metrics import BrokerMetrics
+from replog.server.metrics import BrokerMetrics, BrokerStateCollector
 from replog.server.network import KafkaServer
 from replog.server.producer_ids import ProducerIdManager
 from replog.storage.cleaner_threads import CleanerConfig, LoopOwner
@@ -115,7 +115,18 @@ class Broker:
         )
         self.controller_requests = ControllerRequests(lambda: self.controller, self.metadata_cache)
         listener = config.listeners[0]
-        self.metrics = BrokerMetrics(self) if config.metrics_port >= 0 else None
+        self.metrics = (
+            BrokerMetrics(
+                BrokerStateCollector(
+                    self.replica_manager,
+                    self.services.topic_stats,
+                    self.group_coordinator,
+                    lambda: self.controller,
+                )
+            )
+            if config.metrics_port >= 0
+            else None
+        )
         self.server = KafkaServer(
             listener.host,
             listener.port,

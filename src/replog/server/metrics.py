@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -48,7 +48,10 @@ from replog.protocol.apis import ApiKey
 from replog.server.network import RequestContext
 
 if TYPE_CHECKING:
-    from replog.server.broker import Broker
+    from replog.controller.controller import KafkaController
+    from replog.coordinator.group.coordinator import GroupCoordinator
+    from replog.replication.replica_manager import ReplicaManager
+    from replog.server.topic_stats import BrokerTopicStats
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +120,17 @@ class RequestMetrics:
 class BrokerStateCollector(Collector):
     """Gauges and counts read from the broker's components at scrape time."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        replica_manager: ReplicaManager,
+        topic_stats: BrokerTopicStats,
+        group_coordinator: GroupCoordinator,
+        controller: Callable[[], KafkaController | None],
+    ) -> None:
+        self.replica_manager = replica_manager
+        self.topic_stats = topic_stats
+        self.group_coordinator = group_coordinator
+        self.controller = controller
 
     def collect(self) -> Iterator[Any]:
         yield from self._replica_manager()
@@ -128,7 +140,7 @@ class BrokerStateCollector(Collector):
         yield from self._group_lag()
 
     def _replica_manager(self) -> Iterator[Any]:
-        rm = self.broker.replica_manager
+        rm = self.replica_manager
         parts = list(rm.partitions.values())
         leaders = [p for p in parts if p.is_leader]
         under = 0
@@ -166,7 +178,7 @@ class BrokerStateCollector(Collector):
         hw = GaugeMetricFamily(
             "kafka_cluster_partition_highwatermark", "High watermark", labels=labels
         )
-        for (topic, partition), p in self.broker.replica_manager.partitions.items():
+        for (topic, partition), p in self.replica_manager.partitions.items():
             values = [topic, str(partition)]
             end.add_metric(values, p.log.log_end_offset)
             start.add_metric(values, p.log.log_start_offset)
@@ -192,7 +204,7 @@ class BrokerStateCollector(Collector):
                 "Partition appends refused (FailedProduceRequestsPerSec)",
             ),
         )
-        topics = self.broker.services.topic_stats.topics
+        topics = self.topic_stats.topics
         for name, attr, text in fields:
             family = CounterMetricFamily(prefix + name, text, labels=["topic"])
             total = 0
@@ -204,7 +216,7 @@ class BrokerStateCollector(Collector):
             yield family
 
     def _controller(self) -> Iterator[Any]:
-        controller = self.broker.controller
+        controller = self.controller()
         active = controller is not None and controller.is_active
         prefix = "kafka_controller_kafkacontroller_"
         yield GaugeMetricFamily(
@@ -273,8 +285,8 @@ class BrokerStateCollector(Collector):
         current = GaugeMetricFamily(
             "kafka_consumergroup_current_offset", "Committed offset", labels=labels
         )
-        partitions = self.broker.replica_manager.partitions
-        for group, offsets in self.broker.group_coordinator.committed_offsets():
+        partitions = self.replica_manager.partitions
+        for group, offsets in self.group_coordinator.committed_offsets():
             for (topic, partition), committed in offsets.items():
                 values = [group, topic, str(partition)]
                 current.add_metric(values, committed.offset)
@@ -288,10 +300,10 @@ class BrokerStateCollector(Collector):
 class BrokerMetrics:
     """The broker's registry, its request metrics and the ``/metrics`` endpoint."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, state: BrokerStateCollector) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.requests = RequestMetrics(self.registry)
-        self.registry.register(BrokerStateCollector(broker))
+        self.registry.register(state)
         self._server: asyncio.AbstractServer | None = None
         self.port: int | None = None
 
