@@ -120,8 +120,7 @@ class LocalCluster:
 
     def metrics_url(self, broker_id: int) -> str | None:
         """Where broker ``broker_id`` serves Prometheus metrics (None: not enabled)."""
-        port = self.state["brokers"][str(broker_id)].get("metrics_port")
-        return f"http://127.0.0.1:{port}/metrics" if port else None
+        return self.state["brokers"][str(broker_id)].get("metrics_url")
 
     def broker_dir(self, broker_id: int) -> Path:
         return self.dir / f"broker-{broker_id}"
@@ -169,6 +168,7 @@ class LocalCluster:
         if metrics:
             for entry in self.state["brokers"].values():
                 entry["metrics_port"] = free_port()
+                entry["metrics_url"] = f"http://127.0.0.1:{entry['metrics_port']}/metrics"
         self._save()
         for broker_id in self.broker_ids:
             self.start_broker(broker_id, wait=False)
