@@ -7,11 +7,11 @@ can exit non-zero with that line.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 
 class ConfigError(ValueError):
@@ -47,16 +47,24 @@ class Listener:
         return f"{self.name}://{self.host}:{self.port}"
 
 
+_LISTENER = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?P<host>\[[^\]]*\]|[^:/]*):(?P<port>\d+)$")
+LISTENER_PREFIX = "listener.name."
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
 def parse_listeners(value: str) -> list[Listener]:
     listeners = []
     for item in value.split(","):
         item = item.strip()
         if not item:
             continue
-        parts = urlsplit(item)
-        if not parts.scheme or parts.port is None:
+        # (not urlsplit: listener names such as SASL_SSL are not URL schemes)
+        match = _LISTENER.match(item)
+        if match is None or int(match["port"]) > 65535:
             raise ValueError(f"listener {item!r} is not of the form NAME://host:port")
-        listeners.append(Listener(parts.scheme.upper(), parts.hostname or "", parts.port))
+        listeners.append(
+            Listener(match["name"].upper(), match["host"].strip("[]"), int(match["port"]))
+        )
     if not listeners:
         raise ValueError("no listener given")
     return listeners
@@ -68,6 +76,27 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "broker.rack": ("broker_rack", _str, ""),
     "listeners": ("listeners_raw", _str, "PLAINTEXT://127.0.0.1:9092"),
     "advertised.listeners": ("advertised_listeners_raw", _str, ""),
+    # Security (Kafka's names). Per-listener values go in listener.name.<name>.<key>.
+    "listener.security.protocol.map": (
+        "listener_security_protocol_map_raw",
+        _str,
+        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+    ),
+    "inter.broker.listener.name": ("inter_broker_listener_name", _str, "PLAINTEXT"),
+    # Kafka's default is GSSAPI, which replog does not offer.
+    "sasl.enabled.mechanisms": (
+        "sasl_enabled_mechanisms",
+        _str,
+        "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+    ),
+    "ssl.keystore.location": ("ssl_keystore_location", _str, ""),
+    "ssl.keystore.type": ("ssl_keystore_type", _str, "PEM"),
+    "ssl.key.password": ("ssl_key_password", _str, ""),
+    "ssl.truststore.location": ("ssl_truststore_location", _str, ""),
+    "ssl.truststore.type": ("ssl_truststore_type", _str, "PEM"),
+    "ssl.client.auth": ("ssl_client_auth", _str, "none"),
+    "ssl.enabled.protocols": ("ssl_enabled_protocols", _str, "TLSv1.2,TLSv1.3"),
+    "connections.max.reauth.ms": ("connections_max_reauth_ms", _int, "0"),
     "log.dirs": ("log_dirs_raw", _str, "/tmp/replog-logs"),
     "zookeeper.connect": ("zookeeper_connect", _str, ""),
     "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", _int, "18000"),
@@ -248,6 +277,17 @@ class KafkaConfig:
     broker_rack: str
     listeners_raw: str
     advertised_listeners_raw: str
+    listener_security_protocol_map_raw: str
+    inter_broker_listener_name: str
+    sasl_enabled_mechanisms: str
+    ssl_keystore_location: str
+    ssl_keystore_type: str
+    ssl_key_password: str
+    ssl_truststore_location: str
+    ssl_truststore_type: str
+    ssl_client_auth: str
+    ssl_enabled_protocols: str
+    connections_max_reauth_ms: int
     log_dirs_raw: str
     zookeeper_connect: str
     zookeeper_session_timeout_ms: int
@@ -328,7 +368,7 @@ class KafkaConfig:
     def from_properties(cls, props: Mapping[str, str]) -> KafkaConfig:
         values: dict[str, Any] = {}
         for key in props:
-            if key not in _KEYS:
+            if key not in _KEYS and not key.startswith(LISTENER_PREFIX):
                 raise ConfigError(f"unknown configuration key {key!r}")
         for key, (attr, parse, default) in _KEYS.items():
             raw = props.get(key, default)
@@ -357,10 +397,68 @@ class KafkaConfig:
         config._validate()
         return config
 
+    @property
+    def security_protocol_map(self) -> dict[str, str]:
+        """Listener name -> security protocol (``listener.security.protocol.map``)."""
+        out = {}
+        for item in self.listener_security_protocol_map_raw.split(","):
+            name, sep, protocol = item.strip().partition(":")
+            if sep:
+                out[name.strip().upper()] = protocol.strip().upper()
+        return out
+
+    def security_protocol(self, listener_name: str) -> str:
+        return self.security_protocol_map.get(listener_name.upper(), "")
+
+    def listener_setting(self, listener_name: str, key: str) -> str:
+        """``listener.name.<listener>.<key>`` if set, else the broker-wide ``key`` (Kafka's
+        per-listener overrides), else ""."""
+        prefixed = f"{LISTENER_PREFIX}{listener_name.lower()}.{key}"
+        if prefixed in self.static_properties:
+            return self.static_properties[prefixed]
+        if key in _KEYS:
+            return str(self.static_properties.get(key, _KEYS[key][2]))
+        return ""
+
     def _validate(self) -> None:
         def need(cond: bool, key: str, what: str) -> None:
             if not cond:
                 raise ConfigError(f"invalid value for {key}: {what}")
+
+        protocols = self.security_protocol_map
+        for listener in self.listeners:
+            need(
+                protocols.get(listener.name) in SECURITY_PROTOCOLS,
+                "listener.security.protocol.map",
+                f"listener {listener.name} maps to no security protocol of "
+                f"{', '.join(SECURITY_PROTOCOLS)}",
+            )
+        names = {listener.name for listener in self.listeners}
+        need(
+            self.inter_broker_listener_name.upper() in names,
+            "inter.broker.listener.name",
+            f"{self.inter_broker_listener_name} is not one of the listeners {sorted(names)}",
+        )
+        need(
+            protocols.get(self.inter_broker_listener_name.upper()) == "PLAINTEXT",
+            "inter.broker.listener.name",
+            "replication and controller requests use a PLAINTEXT listener "
+            "(TLS and SASL between brokers are not supported yet)",
+        )
+        for key in self.static_properties:
+            if key.startswith(LISTENER_PREFIX):
+                listener = key[len(LISTENER_PREFIX) :].split(".", 1)[0].upper()
+                need(listener in names, key, f"{listener} is not one of the listeners")
+        need(
+            self.ssl_client_auth in ("none", "requested", "required"),
+            "ssl.client.auth",
+            "must be none, requested or required",
+        )
+        for key, value in (
+            ("ssl.keystore.type", self.ssl_keystore_type),
+            ("ssl.truststore.type", self.ssl_truststore_type),
+        ):
+            need(value.upper() == "PEM", key, "replog reads PEM files only")
 
         need(self.broker_id >= 0, "broker.id", "must be >= 0")
         need(bool(self.log_dirs), "log.dirs", "must name at least one directory")

@@ -55,7 +55,7 @@ def _broker_start(args: argparse.Namespace) -> int:
 
     try:
         asyncio.run(run())
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # a port in use, a listener's unusable TLS files
         print(f"replog: broker {config.broker_id} failed to start: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -114,9 +114,17 @@ class LocalCluster:
     def port(self, broker_id: int) -> int:
         return int(self.state["brokers"][str(broker_id)]["port"])
 
-    def bootstrap_servers(self, broker_ids: list[int] | None = None) -> str:
+    def bootstrap_servers(
+        self, broker_ids: list[int] | None = None, listener: str = "PLAINTEXT"
+    ) -> str:
+        """``host:port,...`` of ``listener`` (the PLAINTEXT one, or one of ``up``'s
+        ``extra_listeners``)."""
         ids = broker_ids if broker_ids is not None else self.broker_ids
-        return ",".join(f"127.0.0.1:{self.port(b)}" for b in ids)
+        if listener == "PLAINTEXT":
+            return ",".join(f"127.0.0.1:{self.port(b)}" for b in ids)
+        return ",".join(
+            f"127.0.0.1:{self.state['brokers'][str(b)]['listeners'][listener]}" for b in ids
+        )
 
     def metrics_url(self, broker_id: int) -> str | None:
         """Where broker ``broker_id`` serves Prometheus metrics (None: not enabled)."""
@@ -145,11 +153,14 @@ class LocalCluster:
         racks: list[str] | None = None,
         wait_s: float = 60,
         metrics: bool = False,
+        extra_listeners: tuple[str, ...] = (),
     ) -> str:
         """Start ZooKeeper (unless given) and ``brokers`` brokers; return bootstrap servers.
 
         ``metrics``: each broker serves Prometheus metrics on a port of its own
-        (``metrics.port``; see ``metrics_url``)."""
+        (``metrics.port``; see ``metrics_url``). ``extra_listeners``: listener names
+        (``SSL``, ``SASL_SSL``, ...) each broker serves besides PLAINTEXT, which stays the
+        inter-broker listener; their settings come in ``overrides``."""
         self.dir.mkdir(parents=True, exist_ok=True)
         if zookeeper is None:
             zk_port = free_port()
@@ -165,6 +176,8 @@ class LocalCluster:
             str(i): {"port": free_port(), "rack": (racks[i % len(racks)] if racks else "")}
             for i in range(brokers)
         }
+        for entry in self.state["brokers"].values():
+            entry["listeners"] = {name: free_port() for name in extra_listeners}
         if metrics:
             for entry in self.state["brokers"].values():
                 entry["metrics_port"] = free_port()
@@ -181,7 +194,10 @@ class LocalCluster:
         entry = self.state["brokers"][str(broker_id)]
         props = {
             "broker.id": str(broker_id),
-            "listeners": f"PLAINTEXT://127.0.0.1:{entry['port']}",
+            "listeners": ",".join(
+                [f"PLAINTEXT://127.0.0.1:{entry['port']}"]
+                + [f"{n}://127.0.0.1:{p}" for n, p in entry.get("listeners", {}).items()]
+            ),
             "log.dirs": str(bdir / "data"),
             "zookeeper.connect": self.zookeeper_connect,
             "zookeeper.session.timeout.ms": "6000",

@@ -30,7 +30,9 @@ from replog.coordinator.group.offsets_topic import GROUP_METADATA_TOPIC_NAME
 from replog.protocol.apis import ApiKey
 from replog.replication.fetcher import FetcherConfig, ReplicaFetcherManager
 from replog.replication.replica_manager import ReplicaManager
+from replog.security import sasl
 from replog.server.admin import AdminManager
+from replog.server.authentication import handle_sasl_without_sasl, listener_security
 from replog.server.config_manager import ConfigManager
 from replog.server.controlled_shutdown import ControllerEndpoint, controlled_shutdown
 from replog.server.handlers import admin as admin_handlers
@@ -51,7 +53,7 @@ from replog.storage.cleaner_threads import CleanerConfig, LoopOwner
 from replog.storage.log_config import LogConfig
 from replog.storage.log_manager import LogManager
 from replog.zk.client import BrokerAlreadyRegisteredError, KafkaZkClient
-from replog.zk.data import BrokerInfo
+from replog.zk.data import BrokerInfo, EndPoint
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +116,6 @@ class Broker:
             self.services, self.zk, lambda: self.broker_epoch
         )
         self.controller_requests = ControllerRequests(lambda: self.controller, self.metadata_cache)
-        listener = config.listeners[0]
         self.metrics = (
             BrokerMetrics(
                 BrokerStateCollector(
@@ -127,18 +128,42 @@ class Broker:
             if config.metrics_port >= 0
             else None
         )
-        self.server = KafkaServer(
-            listener.host,
-            listener.port,
-            self._handlers(),
-            socket_request_max_bytes=config.socket_request_max_bytes,
-            on_unsupported_version=metadata.unsupported_version_response,
-            request_observer=None if self.metrics is None else self.metrics.observe_request,
-        )
+        handlers = self._handlers()
+        # One server per listener; ``self.server`` is the inter-broker one.
+        self.servers = [
+            KafkaServer(
+                listener.host,
+                listener.port,
+                handlers,
+                socket_request_max_bytes=config.socket_request_max_bytes,
+                on_unsupported_version=metadata.unsupported_version_response,
+                request_observer=None if self.metrics is None else self.metrics.observe_request,
+                security=listener_security(config, listener.name, self._scram_credential),
+            )
+            for listener in config.listeners
+        ]
+        inter_broker = config.inter_broker_listener_name.upper()
+        self.server = next(s for s in self.servers if s.security.listener_name == inter_broker)
         self.controller: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         self.broker_epoch = -1
+
+    def _scram_credential(self, mechanism: str, user: str) -> sasl.ScramCredential | None:
+        """A user's SCRAM credential from ``/config/users/<user>`` (read at each
+        authentication, so a new or changed password applies at once), or None."""
+        try:
+            config, _ = self.zk.get_entity_config("users", user)
+        except ValueError:  # a name ZooKeeper cannot hold
+            return None
+        text = config.get(mechanism)
+        if text is None:
+            return None
+        try:
+            return sasl.parse_credential(text)
+        except ValueError as exc:
+            log.error("/config/users/%s: unreadable %s credential: %s", user, mechanism, exc)
+            return None
 
     def _cleaner_config(self) -> CleanerConfig:
         c = self.config
@@ -178,6 +203,8 @@ class Broker:
             ApiKey.CREATE_PARTITIONS: partition_handlers.handle_create_partitions,
         }
         handlers = {int(key): partial(handler, s) for key, handler in table.items()}
+        handlers[ApiKey.SASL_HANDSHAKE] = handle_sasl_without_sasl
+        handlers[ApiKey.SASL_AUTHENTICATE] = handle_sasl_without_sasl
         commands = self.controller_commands
         handlers[ApiKey.LEADER_AND_ISR] = commands.handle_leader_and_isr
         handlers[ApiKey.STOP_REPLICA] = commands.handle_stop_replica
@@ -227,13 +254,23 @@ class Broker:
         await asyncio.to_thread(self.zk.start)
         await self.configs.start()  # dynamic configs before any log is served
         self.admin.cluster_id = await asyncio.to_thread(self.zk.get_or_create_cluster_id)
-        await self.server.start()
+        for server in self.servers:
+            await server.start()
         if self.metrics is not None:
             await self.metrics.start(self.server.host, self.config.metrics_port)
-        advertised = self.config.advertised_listeners[0]
-        port = advertised.port if advertised.port else self.server.port
-        info = BrokerInfo.plaintext(
-            self.config.broker_id, advertised.host, port, rack=self.config.broker_rack or None
+        bound = {s.security.listener_name: s.port for s in self.servers}
+        info = BrokerInfo(
+            self.config.broker_id,
+            tuple(
+                EndPoint(
+                    a.name,
+                    a.host,
+                    a.port or bound.get(a.name, 0),
+                    self.config.security_protocol(a.name),
+                )
+                for a in self.config.advertised_listeners
+            ),
+            rack=self.config.broker_rack or None,
         )
         self._broker_info = info
         self.broker_epoch = await self._register(info)
@@ -420,7 +457,8 @@ class Broker:
                 await task
         if self.controller is not None:
             await self.controller.stop()
-        await self.server.stop()
+        for server in self.servers:
+            await server.stop()
         if self.metrics is not None:
             await self.metrics.stop()
         await self.group_coordinator.shutdown()

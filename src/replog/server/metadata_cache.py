@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,6 +17,8 @@ class BrokerEndpoint:
     host: str
     port: int
     rack: str | None = None
+    # (listener name, host, port) of each of its listeners, from UpdateMetadata
+    listeners: tuple[tuple[str, str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,21 @@ class MetadataCache:
         for topic, topic_id in (topic_ids or {}).items():
             if topic not in deleted:
                 self.set_topic_id(topic, topic_id)
+
+    def brokers_for(self, listener: str) -> dict[int, BrokerEndpoint]:
+        """The live brokers as a client of ``listener`` reaches them: Kafka answers with
+        the endpoints of the listener a request came in on, and leaves out brokers
+        without one."""
+        out = {}
+        for b in self.brokers.values():
+            if not b.listeners:
+                out[b.broker_id] = b
+                continue
+            for name, host, port in b.listeners:
+                if name == listener:
+                    out[b.broker_id] = replace(b, host=host, port=port)
+                    break
+        return out
 
     def remove_topic(self, topic: str) -> None:
         self.partitions.pop(topic, None)

@@ -21,10 +21,17 @@ from typing import Any
 
 from replog.protocol import apis, frames
 from replog.security.principal import ANONYMOUS, KafkaPrincipal
+from replog.security.tls import certificate_principal
+from replog.server.authentication import (
+    ALLOWED_BEFORE_AUTHENTICATION,
+    ListenerSecurity,
+    SaslConnection,
+)
 
 log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT_PER_CONNECTION = 16
+SSL_HANDSHAKE_TIMEOUT_S = 10.0  # a client that stalls its TLS handshake is dropped
 
 
 @dataclass(slots=True)
@@ -49,6 +56,8 @@ class RequestContext:
     remote_s: float = 0.0
     # The request's name in the metrics when not the API's (FetchConsumer, FetchFollower).
     request_name: str | None = None
+    # The listener it came in on (Metadata answers with that listener's endpoints).
+    listener: str = "PLAINTEXT"
 
 
 Handler = Callable[[RequestContext, Any], Awaitable[Any]]
@@ -73,6 +82,7 @@ class KafkaServer:
         socket_request_max_bytes: int,
         on_unsupported_version: UnsupportedVersionResponder,
         request_observer: RequestObserver | None = None,
+        security: ListenerSecurity | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -80,12 +90,20 @@ class KafkaServer:
         self._max_request = socket_request_max_bytes
         self._on_unsupported_version = on_unsupported_version
         self._observer = request_observer
+        self.security = security or ListenerSecurity("PLAINTEXT", "PLAINTEXT")
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
+        context = self.security.ssl_context
         self._server = await asyncio.start_server(
-            self._serve_connection, self.host, self.port, limit=1 << 20, backlog=512
+            self._serve_connection,
+            self.host,
+            self.port,
+            limit=1 << 20,
+            backlog=512,
+            ssl=context,
+            ssl_handshake_timeout=SSL_HANDSHAKE_TIMEOUT_S if context is not None else None,
         )
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
@@ -110,8 +128,12 @@ class KafkaServer:
         peer = f"{peername[0]}:{peername[1]}" if peername else "?"
         responses = ResponseQueue(writer, MAX_IN_FLIGHT_PER_CONNECTION, self._observer)
         handlers: set[asyncio.Task[None]] = set()
+        principal = ANONYMOUS
+        if self.security.ssl_context is not None:
+            principal = certificate_principal(writer.get_extra_info("peercert"))
+        sasl = SaslConnection(self.security, peer) if self.security.uses_sasl else None
         try:
-            await self._read_requests(reader, responses, handlers, peer)
+            await self._read_requests(reader, responses, handlers, peer, principal, sasl)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
@@ -132,6 +154,8 @@ class KafkaServer:
         responses: ResponseQueue,
         handlers: set[asyncio.Task[None]],
         peer: str,
+        principal: KafkaPrincipal,
+        sasl: SaslConnection | None,
     ) -> None:
         while not responses.closed:
             prefix = await reader.readexactly(4)
@@ -161,6 +185,12 @@ class KafkaServer:
                     "closing connection from %s: %s (frame starts %s)", peer, exc, frame[:48].hex()
                 )
                 return
+            if sasl is not None and not sasl.authenticated:
+                if not await self._authenticate(sasl, request, responses, peer):
+                    return
+                if sasl.authenticated:
+                    principal = sasl.principal or principal
+                continue
             handler = self._handlers.get(request.api_key)
             if handler is None:
                 log.warning(
@@ -174,6 +204,8 @@ class KafkaServer:
                 client_id=request.client_id,
                 peer=peer,
                 received_s=received_s,
+                principal=principal,
+                listener=self.security.listener_name,
             )
             slot = await responses.reserve(context)
             handler_task = asyncio.create_task(
@@ -181,6 +213,49 @@ class KafkaServer:
             )
             handlers.add(handler_task)
             handler_task.add_done_callback(handlers.discard)
+
+    async def _authenticate(
+        self,
+        sasl: SaslConnection,
+        request: frames.Request,
+        responses: ResponseQueue,
+        peer: str,
+    ) -> bool:
+        """One request of a connection that has not authenticated yet (Kafka
+        ``SaslServerAuthenticator``); False: close the connection."""
+        if request.api_key not in ALLOWED_BEFORE_AUTHENTICATION:
+            log.warning(
+                "closing connection from %s: %s before SASL authentication",
+                peer,
+                apis.ApiKey(request.api_key).name,
+            )
+            return False
+        close = False
+        if request.api_key == apis.ApiKey.SASL_HANDSHAKE:
+            if request.api_version == 0:  # raw tokens after it: Kafka's pre-KIP-152 flow
+                log.warning("closing connection from %s: SaslHandshake v0 is not served", peer)
+                return False
+            body = sasl.handshake(request.api_version, request.body)
+        elif request.api_key == apis.ApiKey.SASL_AUTHENTICATE:
+            body, close = await sasl.authenticate(request.api_version, request.body)
+        else:
+            handler = self._handlers[request.api_key]  # ApiVersions
+            context = RequestContext(
+                request.api_key,
+                request.api_version,
+                request.correlation_id,
+                request.client_id,
+                peer,
+                listener=self.security.listener_name,
+            )
+            body = await handler(context, request.body)
+        slot = await responses.reserve()
+        responses.complete(
+            slot, frames.encode_response(request.api_key, request.correlation_id, body)
+        )
+        if close:
+            await responses.drain_if_needed()
+        return not close
 
     async def _handle(
         self,

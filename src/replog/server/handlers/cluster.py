@@ -85,7 +85,7 @@ async def handle_describe_cluster(services: BrokerServices, ctx: RequestContext,
             rack=b.rack,
             is_fenced=False,
         )
-        for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id)
+        for b in sorted(cache.brokers_for(ctx.listener).values(), key=lambda b: b.broker_id)
     )
     controller_id = cache.controller_id if cache.controller_id in cache.brokers else -1
     operations = (

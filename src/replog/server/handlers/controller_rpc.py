@@ -212,7 +212,13 @@ class ControllerCommands:
                 continue
             endpoint = b.endpoints[0]
             brokers.append(
-                BrokerEndpoint(int(b.id), str(endpoint.host), int(endpoint.port), b.rack)
+                BrokerEndpoint(
+                    int(b.id),
+                    str(endpoint.host),
+                    int(endpoint.port),
+                    b.rack,
+                    tuple((str(e.listener), str(e.host), int(e.port)) for e in b.endpoints),
+                )
             )
         partitions = []
         deleted: set[str] = set()

@@ -125,7 +125,7 @@ async def handle_fetch(services: BrokerServices, ctx: RequestContext, request) -
             )
     node_endpoints: list[NodeEndpoint] = []
     if version >= fetch_codec.FIRST_NODE_ENDPOINTS:
-        answers, node_endpoints = _with_current_leaders(services, answers)
+        answers, node_endpoints = _with_current_leaders(services, ctx.listener, answers)
     # The hand codec covers every version served (apis: Fetch 4-17).
     return frames.EncodedBody(
         fetch_codec.encode_fetch_response(version, answers, node_endpoints=node_endpoints),
@@ -237,12 +237,12 @@ def _check_last_fetched_epoch(
 
 
 def _with_current_leaders(
-    services: BrokerServices, answers: list[FetchResponsePartitionData]
+    services: BrokerServices, listener: str, answers: list[FetchResponsePartitionData]
 ) -> tuple[list[FetchResponsePartitionData], list[NodeEndpoint]]:
     """KIP-951: NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH answers name the leader."""
     if all(a.error_code not in NOT_LEADER_OR_FENCED_ERRORS for a in answers):
         return answers, []
-    discovery = LeaderDiscovery(services)
+    discovery = LeaderDiscovery(services, listener)
     out = []
     for a in answers:
         if a.error_code in NOT_LEADER_OR_FENCED_ERRORS:

@@ -104,7 +104,7 @@ class GroupCoordinatorRequests:
 
     # -- FindCoordinator -----------------------------------------------------------------
 
-    def _find(self, key_type: int, key: str) -> tuple[ErrorCode, str | None, Any]:
+    def _find(self, key_type: int, key: str, listener: str) -> tuple[ErrorCode, str | None, Any]:
         """(error, message, broker endpoint or None) for one coordinator key."""
         if key_type == TRANSACTION_KEY_TYPE:
             return ErrorCode.coordinator_not_available, "transactions are not supported", None
@@ -116,7 +116,7 @@ class GroupCoordinatorRequests:
         cache = self.services.metadata_cache
         partition = self.services.group_coordinator.partition_for(key)
         info = cache.partition(GROUP_METADATA_TOPIC_NAME, partition)
-        endpoint = None if info is None else cache.brokers.get(info.leader)
+        endpoint = None if info is None else cache.brokers_for(listener).get(info.leader)
         if endpoint is None:
             return ErrorCode.coordinator_not_available, None, None
         return ErrorCode.none, None, endpoint
@@ -126,7 +126,7 @@ class GroupCoordinatorRequests:
         cls = response_class(ApiKey.FIND_COORDINATOR, version)
         key_type = int(getattr(request, "key_type", GROUP_KEY_TYPE))
         if version < FIRST_BATCHED_FIND_COORDINATOR:
-            error, message, node = self._find(key_type, str(request.key))
+            error, message, node = self._find(key_type, str(request.key), ctx.listener)
             return make(
                 cls,
                 throttle_time=NO_THROTTLE,
@@ -139,7 +139,7 @@ class GroupCoordinatorRequests:
         coordinator_cls = nested(cls, "Coordinator")
         answers = []
         for key in request.coordinator_keys:
-            error, message, node = self._find(key_type, str(key))
+            error, message, node = self._find(key_type, str(key), ctx.listener)
             answers.append(
                 make(
                     coordinator_cls,

@@ -39,8 +39,9 @@ def not_hosted_error(services: BrokerServices, topic: str, partition: int) -> Er
 class LeaderDiscovery:
     """Collects the leaders named in one response and their endpoints."""
 
-    def __init__(self, services: BrokerServices) -> None:
+    def __init__(self, services: BrokerServices, listener: str) -> None:
         self._services = services
+        self._listener = listener
         self._endpoints: dict[int, NodeEndpoint] = {}
 
     def current_leader(self, topic: str, partition: int) -> LeaderIdAndEpoch:
@@ -54,7 +55,7 @@ class LeaderDiscovery:
             if info is None:
                 return LeaderIdAndEpoch()
             leader = LeaderIdAndEpoch(info.leader, info.leader_epoch)
-        broker = self._services.metadata_cache.brokers.get(leader.leader_id)
+        broker = self._services.metadata_cache.brokers_for(self._listener).get(leader.leader_id)
         if broker is not None:
             self._endpoints[broker.broker_id] = NodeEndpoint(
                 broker.broker_id, broker.host, broker.port, broker.rack

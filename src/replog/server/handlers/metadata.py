@@ -177,7 +177,7 @@ async def handle_metadata(services: BrokerServices, ctx: RequestContext, request
         )
     brokers = tuple(
         make(broker_cls, node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
-        for b in cache.brokers.values()
+        for b in cache.brokers_for(ctx.listener).values()
     )
     return make(
         cls,

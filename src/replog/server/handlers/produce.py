@@ -60,7 +60,7 @@ async def handle_produce(services: BrokerServices, ctx: RequestContext, request)
         ctx.remote_s += time.monotonic() - waiting_from
     version = ctx.api_version
     discovery = (
-        LeaderDiscovery(services) if version >= produce_codec.FIRST_LEADER_DISCOVERY else None
+        LeaderDiscovery(services, ctx.listener) if version >= produce_codec.FIRST_LEADER_DISCOVERY else None
     )
     answers = []
     for (topic, partition), result in results.items():

@@ -1,0 +1,351 @@
+"""TLS and SASL listeners (``replog.server.authentication``) on real broker processes.
+
+Three brokers serve PLAINTEXT (between brokers), SASL_SSL (SCRAM-SHA-256/512 from
+ZooKeeper ``/config/users``, PLAIN from the listener's JAAS options) and SSL with
+required client certificates; certificates come from a CA made here with ``openssl``.
+Real clients (confluent-kafka, kafka-python) produce and consume over them; wrong
+passwords, unknown mechanisms, requests before authentication, plaintext spoken to a TLS
+port, untrusted certificates and a stalled TLS handshake are refused without disturbing
+anyone else. The SCRAM arithmetic is checked against ``scramp``'s client.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import struct
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
+from scramp import ScramClient
+
+from cluster_util import wait_for
+from replog.cluster.launcher import LocalCluster
+from replog.protocol import apis, frames
+from replog.protocol.apis import ApiKey
+from replog.security import sasl
+from replog.zk.client import KafkaZkClient
+
+SCRAM_USER, SCRAM_PASSWORD = "alice", "alice-secret"
+PLAIN_USER, PLAIN_PASSWORD = "bob", "bob-secret"
+
+
+def openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def make_ca(directory: Path, name: str) -> None:
+    openssl(
+        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        "-keyout", f"{name}.key", "-out", f"{name}.pem", "-subj", f"/CN={name}",
+        cwd=directory,
+    )  # fmt: skip
+
+
+def make_cert(directory: Path, name: str, ca: str, subject: str, san: str = "") -> Path:
+    """``<name>.pem``: the certificate signed by ``ca`` followed by its key."""
+    openssl(
+        "req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
+        "-out", f"{name}.csr", "-subj", subject,
+        cwd=directory,
+    )  # fmt: skip
+    ext = directory / f"{name}.ext"
+    ext.write_text(f"subjectAltName={san}\n" if san else "basicConstraints=CA:FALSE\n")
+    openssl(
+        "x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
+        "-CAcreateserial", "-days", "2", "-out", f"{name}.crt", "-extfile", ext.name,
+        cwd=directory,
+    )  # fmt: skip
+    bundle = directory / f"{name}.pem"
+    bundle.write_text(
+        (directory / f"{name}.crt").read_text() + (directory / f"{name}.key").read_text()
+    )
+    return bundle
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("certs")
+    make_ca(d, "ca")
+    make_ca(d, "rogue-ca")
+    make_cert(d, "broker", "ca", "/CN=127.0.0.1", "IP:127.0.0.1")
+    make_cert(d, "client", "ca", "/CN=carol/OU=dev")
+    make_cert(d, "rogue", "rogue-ca", "/CN=mallory")
+    return d
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper, certs: Path, tmp_path_factory) -> Iterator[LocalCluster]:
+    jaas = (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        f'user_{PLAIN_USER}="{PLAIN_PASSWORD}";'
+    )
+    c = LocalCluster(tmp_path_factory.mktemp("security"))
+    chroot = f"{zookeeper.connect}/replog-{uuid.uuid4().hex[:8]}"
+    try:
+        c.up(
+            3,
+            zookeeper=chroot,
+            extra_listeners=("SASL_SSL", "SSL"),
+            overrides={
+                "ssl.keystore.location": str(certs / "broker.pem"),
+                "ssl.truststore.location": str(certs / "ca.pem"),
+                "listener.name.ssl.ssl.client.auth": "required",
+                "listener.name.sasl_ssl.plain.sasl.jaas.config": jaas,
+            },
+        )
+        zk = KafkaZkClient(chroot)
+        zk.start()
+        try:
+            zk.change_entity_config(
+                "users",
+                SCRAM_USER,
+                {
+                    m: sasl.format_credential(sasl.scram_credential(m, SCRAM_PASSWORD))
+                    for m in (sasl.SCRAM_SHA_256, sasl.SCRAM_SHA_512)
+                },
+                None,
+            )
+        finally:
+            zk.close()
+        yield c
+    finally:
+        c.down()
+
+
+def sasl_config(cluster: LocalCluster, certs: Path, mechanism: str, user: str, password: str):
+    return {
+        "bootstrap.servers": cluster.bootstrap_servers(listener="SASL_SSL"),
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanisms": mechanism,
+        "sasl.username": user,
+        "sasl.password": password,
+        "ssl.ca.location": str(certs / "ca.pem"),
+    }
+
+
+def round_trip(config: dict, topic: str, count: int = 20) -> list[bytes]:
+    admin = AdminClient(config)
+    admin.create_topics([NewTopic(topic, 1, 3)], operation_timeout=30)[topic].result(timeout=40)
+    producer = Producer({**config, "acks": "all"})
+    for i in range(count):
+        producer.produce(topic, value=f"{topic}-{i}".encode())
+    assert producer.flush(30) == 0
+    consumer = Consumer({**config, "group.id": f"g-{topic}", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values: list[bytes] = []
+    try:
+        while len(values) < count:
+            msg = consumer.poll(20)
+            assert msg is not None, f"read {len(values)} of {count}"
+            assert msg.error() is None, msg.error()
+            values.append(msg.value())
+    finally:
+        consumer.close()
+    return values
+
+
+@pytest.mark.parametrize("mechanism", [sasl.SCRAM_SHA_512, sasl.SCRAM_SHA_256])
+def test_scram_over_tls_with_confluent_kafka(cluster, certs, mechanism) -> None:
+    config = sasl_config(cluster, certs, mechanism, SCRAM_USER, SCRAM_PASSWORD)
+    topic = f"scram-{mechanism.lower()}"
+    assert round_trip(config, topic) == [f"{topic}-{i}".encode() for i in range(20)]
+    # Metadata over SASL_SSL names the brokers' SASL_SSL endpoints, not PLAINTEXT ones.
+    md = AdminClient(config).list_topics(timeout=20)
+    ports = {
+        int(s.split(":")[1]) for s in cluster.bootstrap_servers(listener="SASL_SSL").split(",")
+    }
+    assert {b.port for b in md.brokers.values()} == ports
+
+
+def test_plain_over_tls_with_kafka_python(cluster, certs) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KTopicPartition
+
+    settings = dict(
+        bootstrap_servers=cluster.bootstrap_servers(listener="SASL_SSL").split(","),
+        security_protocol="SASL_SSL",
+        sasl_mechanism="PLAIN",
+        sasl_plain_username=PLAIN_USER,
+        sasl_plain_password=PLAIN_PASSWORD,
+        ssl_cafile=str(certs / "ca.pem"),
+    )
+    topic = "plain-kafka-python"
+    admin = AdminClient(sasl_config(cluster, certs, "PLAIN", PLAIN_USER, PLAIN_PASSWORD))
+    admin.create_topics([NewTopic(topic, 1, 3)], operation_timeout=30)[topic].result(timeout=40)
+    producer = KafkaProducer(acks="all", **settings)
+    for i in range(5):
+        producer.send(topic, f"p{i}".encode(), partition=0).get(timeout=30)
+    producer.close()
+    consumer = KafkaConsumer(**settings, consumer_timeout_ms=20_000)
+    consumer.assign([KTopicPartition(topic, 0)])
+    consumer.seek_to_beginning()
+    got = [m.value for _, m in zip(range(5), consumer, strict=False)]
+    consumer.close()
+    assert got == [f"p{i}".encode() for i in range(5)]
+
+
+def test_mutual_tls_listener(cluster, certs) -> None:
+    config = {
+        "bootstrap.servers": cluster.bootstrap_servers(listener="SSL"),
+        "security.protocol": "SSL",
+        "ssl.ca.location": str(certs / "ca.pem"),
+        "ssl.certificate.location": str(certs / "client.crt"),
+        "ssl.key.location": str(certs / "client.key"),
+    }
+    assert len(AdminClient(config).list_topics(timeout=20).brokers) == 3
+    # Without a client certificate the handshake is refused (ssl.client.auth=required).
+    anonymous = {k: v for k, v in config.items() if not k.startswith(("ssl.cert", "ssl.key"))}
+    with pytest.raises(KafkaException):
+        AdminClient(anonymous).list_topics(timeout=5)
+
+
+@pytest.mark.parametrize(
+    "mechanism, user, password",
+    [
+        (sasl.SCRAM_SHA_512, SCRAM_USER, "wrong"),
+        (sasl.SCRAM_SHA_512, "nobody", "x"),
+        ("PLAIN", PLAIN_USER, "wrong"),
+    ],
+)
+def test_bad_credentials_are_refused(cluster, certs, mechanism, user, password) -> None:
+    errors: list = []
+    producer = Producer(
+        {**sasl_config(cluster, certs, mechanism, user, password), "error_cb": errors.append}
+    )
+    wait_for(
+        lambda: producer.poll(0.2) is not None and errors,
+        30,
+        "the client to report an authentication error",
+    )
+    assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
+    assert "Authentication failed" in str(errors[0])
+    with pytest.raises(KafkaException):  # no metadata for a client that did not authenticate
+        producer.list_topics(timeout=3)
+
+
+# -- raw exchanges over TLS ----------------------------------------------------------------
+
+
+class RawTls:
+    """A TLS connection speaking Kafka frames by hand (requests out of order on purpose)."""
+
+    def __init__(self, port: int, certs: Path) -> None:
+        context = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+        self.sock = context.wrap_socket(
+            socket.create_connection(("127.0.0.1", port), timeout=10), server_hostname="127.0.0.1"
+        )
+        self.correlation = 0
+
+    def call(self, api_key: int, version: int, body) -> object | None:
+        """The decoded response, or None when the broker closed the connection."""
+        self.correlation += 1
+        self.sock.sendall(frames.encode_request(api_key, version, self.correlation, "raw", body))
+        try:
+            head = self._read(4)
+        except ConnectionError:
+            return None
+        if head is None:
+            return None
+        data = self._read(struct.unpack(">i", head)[0])
+        return None if data is None else frames.decode_response(api_key, version, data)[1]
+
+    def _read(self, n: int) -> bytes | None:
+        out = b""
+        while len(out) < n:
+            chunk = self.sock.recv(n - len(out))
+            if not chunk:
+                return None
+            out += chunk
+        return out
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _sasl_port(cluster: LocalCluster) -> int:
+    return int(cluster.bootstrap_servers([0], listener="SASL_SSL").split(":")[1])
+
+
+def test_unknown_mechanism_and_requests_out_of_order(cluster, certs) -> None:
+    handshake = apis.request_schema(ApiKey.SASL_HANDSHAKE, 1)
+    raw = RawTls(_sasl_port(cluster), certs)
+    try:
+        answer = raw.call(ApiKey.SASL_HANDSHAKE, 1, handshake(mechanism="GSSAPI"))
+        assert answer.error_code == ErrorCode.unsupported_sasl_mechanism
+        assert set(answer.mechanisms) == set(sasl.MECHANISMS)
+        authenticate = apis.request_schema(ApiKey.SASL_AUTHENTICATE, 2)
+        answer = raw.call(ApiKey.SASL_AUTHENTICATE, 2, authenticate(auth_bytes=b"n,,n=x,r=y"))
+        assert answer.error_code == ErrorCode.illegal_sasl_state
+        assert (
+            raw.call(ApiKey.API_VERSIONS, 0, apis.request_schema(ApiKey.API_VERSIONS, 0)()) is None
+        )
+    finally:
+        raw.close()
+    raw = RawTls(_sasl_port(cluster), certs)
+    try:  # Metadata before authenticating: the connection is closed
+        metadata = apis.request_schema(ApiKey.METADATA, 4)
+        body = metadata(topics=None, allow_auto_topic_creation=False)
+        assert raw.call(ApiKey.METADATA, 4, body) is None
+    finally:
+        raw.close()
+
+
+def test_scram_exchange_matches_an_independent_client(cluster, certs) -> None:
+    """The broker's SCRAM-SHA-512 over SaslAuthenticate, driven by scramp's client, which
+    also checks the server's signature."""
+    raw = RawTls(_sasl_port(cluster), certs)
+    try:
+        handshake = apis.request_schema(ApiKey.SASL_HANDSHAKE, 1)
+        assert (
+            raw.call(ApiKey.SASL_HANDSHAKE, 1, handshake(mechanism=sasl.SCRAM_SHA_512)).error_code
+            == ErrorCode.none
+        )
+        client = ScramClient([sasl.SCRAM_SHA_512], SCRAM_USER, SCRAM_PASSWORD)
+        authenticate = apis.request_schema(ApiKey.SASL_AUTHENTICATE, 2)
+        first = raw.call(
+            ApiKey.SASL_AUTHENTICATE, 2, authenticate(auth_bytes=client.get_client_first().encode())
+        )
+        client.set_server_first(bytes(first.auth_bytes).decode())
+        final = raw.call(
+            ApiKey.SASL_AUTHENTICATE, 2, authenticate(auth_bytes=client.get_client_final().encode())
+        )
+        assert final.error_code == ErrorCode.none
+        client.set_server_final(bytes(final.auth_bytes).decode())  # raises if forged
+        metadata = apis.request_schema(ApiKey.METADATA, 4)
+        answer = raw.call(
+            ApiKey.METADATA, 4, metadata(topics=None, allow_auto_topic_creation=False)
+        )
+        assert answer is not None and len(answer.brokers) == 3
+    finally:
+        raw.close()
+
+
+def test_plaintext_to_tls_port_untrusted_cert_and_stalled_handshake(cluster, certs) -> None:
+    port = _sasl_port(cluster)
+    # Kafka bytes without TLS: the broker drops the connection.
+    with socket.create_connection(("127.0.0.1", port), timeout=15) as plain:
+        versions = apis.request_schema(ApiKey.API_VERSIONS, 0)()
+        plain.sendall(frames.encode_request(ApiKey.API_VERSIONS, 0, 1, "p", versions))
+        data = plain.recv(100)
+        # closed, or a TLS alert record (content type 21); never a Kafka answer
+        assert data == b"" or data[0] == 21, data[:20]
+    # A client trusting another CA refuses the broker's certificate.
+    rogue = ssl.create_default_context(cafile=str(certs / "rogue-ca.pem"))
+    with pytest.raises(ssl.SSLError):
+        rogue.wrap_socket(
+            socket.create_connection(("127.0.0.1", port), timeout=10), server_hostname="127.0.0.1"
+        )
+    # A connection that never starts its handshake does not hold others up.
+    stalled = socket.create_connection(("127.0.0.1", port), timeout=10)
+    try:
+        config = sasl_config(cluster, certs, sasl.SCRAM_SHA_512, SCRAM_USER, SCRAM_PASSWORD)
+        assert len(AdminClient(config).list_topics(timeout=20).brokers) == 3
+    finally:
+        stalled.close()
