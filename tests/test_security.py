@@ -15,6 +15,7 @@ import socket
 import ssl
 import struct
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -349,3 +350,66 @@ def test_plaintext_to_tls_port_untrusted_cert_and_stalled_handshake(cluster, cer
         assert len(AdminClient(config).list_topics(timeout=20).brokers) == 3
     finally:
         stalled.close()
+
+
+def test_scram_credentials_through_the_admin_api(cluster, certs) -> None:
+    """AlterUserScramCredentials / DescribeUserScramCredentials (KIP-554) from
+    confluent-kafka's AdminClient on the PLAINTEXT listener; the new user logs in over
+    SASL_SSL, and no longer once deleted."""
+    from confluent_kafka.admin import (
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers()})
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192)
+    futures = admin.alter_user_scram_credentials(
+        [UserScramCredentialUpsertion("dave", info, b"dave-secret")]
+    )
+    futures["dave"].result(timeout=20)
+    described = admin.describe_user_scram_credentials(["dave"])["dave"].result(timeout=20)
+    [found] = described.scram_credential_infos
+    assert (found.mechanism, found.iterations) == (ScramMechanism.SCRAM_SHA_256, 8192)
+    config = sasl_config(cluster, certs, sasl.SCRAM_SHA_256, "dave", "dave-secret")
+    assert len(AdminClient(config).list_topics(timeout=20).brokers) == 3
+    # Too few iterations: refused, nothing stored.
+    weak = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 100)
+    bad = admin.alter_user_scram_credentials([UserScramCredentialUpsertion("erin", weak, b"x")])
+    with pytest.raises(KafkaException, match="UNACCEPTABLE_CREDENTIAL|Iterations"):
+        bad["erin"].result(timeout=20)
+    with pytest.raises(KafkaException, match="RESOURCE_NOT_FOUND|does not exist"):
+        admin.describe_user_scram_credentials(["erin"])["erin"].result(timeout=20)
+    gone = admin.alter_user_scram_credentials(
+        [UserScramCredentialDeletion("dave", ScramMechanism.SCRAM_SHA_256)]
+    )
+    gone["dave"].result(timeout=20)
+    errors: list = []
+    producer = Producer({**config, "error_cb": errors.append})
+    wait_for(lambda: producer.poll(0.2) is not None and errors, 30, "dave to be refused")
+    assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
+
+
+def test_users_command(cluster, certs, tmp_path) -> None:
+    """``replog users add|list|delete``; the password comes from a file and never shows."""
+    replog = [sys.executable, "-m", "replog.cli.main", "users"]
+    bootstrap = ["--bootstrap-server", cluster.bootstrap_servers()]
+    secret = tmp_path / "pw"
+    secret.write_text("frank-secret\n")
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [*replog, *bootstrap, *args], capture_output=True, text=True, timeout=60
+        )
+
+    added = run("add", "frank", "--mechanism", "SCRAM-SHA-512", "--password-file", str(secret))
+    assert added.returncode == 0, added.stderr
+    listed = run("list")
+    assert "frank: SCRAM-SHA-512 (iterations 4096)" in listed.stdout
+    assert "frank-secret" not in added.stdout + added.stderr + listed.stdout + listed.stderr
+    config = sasl_config(cluster, certs, sasl.SCRAM_SHA_512, "frank", "frank-secret")
+    assert len(AdminClient(config).list_topics(timeout=20).brokers) == 3
+    missing = run("delete", "nobody-here")
+    assert missing.returncode == 1 and "RESOURCE_NOT_FOUND" in missing.stderr.upper()
+    assert run("add", "x", "--mechanism", "MD5", "--password", "p").returncode == 1

@@ -18,6 +18,7 @@ from replog.cli import (
     reassign_cmd,
     spark_cmd,
     topics_cmd,
+    users_cmd,
 )
 from replog.config import ConfigError, KafkaConfig, parse_overrides, read_properties
 
@@ -96,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     reassign_cmd.add_parser(sub)
     console_cmd.add_parser(sub)
     spark_cmd.add_parser(sub)
+    users_cmd.add_parser(sub)
     return parser
 
 

@@ -28,8 +28,11 @@ SCRAM_SHA_256 = "SCRAM-SHA-256"
 SCRAM_SHA_512 = "SCRAM-SHA-512"
 SCRAM_MECHANISMS = {SCRAM_SHA_256: "sha256", SCRAM_SHA_512: "sha512"}
 MECHANISMS = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512)
-# Kafka's ScramMechanism minIterations / default for kafka-configs
+# Kafka's ScramMechanism minIterations / maxIterations; the default of kafka-configs
 MIN_ITERATIONS = 4096
+MAX_ITERATIONS = 16384
+# AlterUserScramCredentials / DescribeUserScramCredentials mechanism codes
+MECHANISM_CODES = {SCRAM_SHA_256: 1, SCRAM_SHA_512: 2}
 DEFAULT_ITERATIONS = 4096
 
 
@@ -65,11 +68,20 @@ def scram_credential(
         raise ValueError(f"{mechanism} needs at least {MIN_ITERATIONS} iterations")
     salt = salt if salt is not None else secrets.token_bytes(32)
     salted = hashlib.pbkdf2_hmac(algorithm, password.encode(), salt, iterations)
-    client_key = _hmac(algorithm, salted, b"Client Key")
+    return credential_from_salted_password(mechanism, salted, salt, iterations)
+
+
+def credential_from_salted_password(
+    mechanism: str, salted_password: bytes, salt: bytes, iterations: int
+) -> ScramCredential:
+    """The stored credential of a salted password (as AlterUserScramCredentials sends it:
+    the client salts and hashes, the password never travels)."""
+    algorithm = SCRAM_MECHANISMS[mechanism]
+    client_key = _hmac(algorithm, salted_password, b"Client Key")
     return ScramCredential(
         salt,
         hashlib.new(algorithm, client_key).digest(),
-        _hmac(algorithm, salted, b"Server Key"),
+        _hmac(algorithm, salted_password, b"Server Key"),
         iterations,
     )
 

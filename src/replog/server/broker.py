@@ -45,6 +45,7 @@ from replog.server.handlers.controller_requests import ControllerRequests
 from replog.server.handlers.controller_rpc import ControllerCommands
 from replog.server.handlers.group_coordinator import GroupCoordinatorRequests
 from replog.server.handlers.group_membership import GroupMembershipRequests
+from replog.server.handlers.scram_credentials import ScramCredentialRequests
 from replog.server.metadata_cache import MetadataCache
 from replog.server.metrics import BrokerMetrics, BrokerStateCollector
 from replog.server.network import KafkaServer
@@ -203,6 +204,9 @@ class Broker:
             ApiKey.CREATE_PARTITIONS: partition_handlers.handle_create_partitions,
         }
         handlers = {int(key): partial(handler, s) for key, handler in table.items()}
+        scram = ScramCredentialRequests(self.zk)
+        handlers[ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS] = scram.handle_describe
+        handlers[ApiKey.ALTER_USER_SCRAM_CREDENTIALS] = scram.handle_alter
         handlers[ApiKey.SASL_HANDSHAKE] = handle_sasl_without_sasl
         handlers[ApiKey.SASL_AUTHENTICATE] = handle_sasl_without_sasl
         commands = self.controller_commands

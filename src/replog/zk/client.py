@@ -743,6 +743,17 @@ class KafkaZkClient:
             return {}, None
         return cz.decode_entity_config(data), stat.version
 
+    def get_entity_names(self, entity_type: str) -> list[str]:
+        """The entities with a ``/config/<type>/<name>`` znode (e.g. the SCRAM users)."""
+        if entity_type not in zd.CONFIG_TYPES:
+            raise ValueError(f"unknown config entity type {entity_type!r}")
+        try:
+            return sorted(
+                self._ops.call(self._zk.get_children, f"{zd.CONFIG_PATH}/{entity_type}")
+            )
+        except NoNodeError:
+            return []
+
     def get_entity_configs(
         self, entity_type: str, names: Iterable[str]
     ) -> dict[str, dict[str, str]]:
