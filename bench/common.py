@@ -190,7 +190,12 @@ def produce_burst(
 
 
 def consume_all(
-    bootstrap: str, topic: str, records: int, partitions: int = 1, timeout_s: float = 300
+    bootstrap: str,
+    topic: str,
+    records: int,
+    partitions: int = 1,
+    timeout_s: float = 300,
+    config: dict[str, Any] | None = None,
 ) -> float:
     """Read ``records`` records from offset 0 of each partition (assign, no group); seconds."""
     from confluent_kafka import Consumer, TopicPartition
@@ -203,6 +208,7 @@ def consume_all(
             "auto.offset.reset": "earliest",
             "fetch.max.bytes": 52428800,
             "max.partition.fetch.bytes": 10485760,
+            **(config or {}),
         }
     )
     try:

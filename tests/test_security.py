@@ -27,6 +27,7 @@ from kio.schema.errors import ErrorCode
 from scramp import ScramClient
 
 from cluster_util import wait_for
+from replog.cluster.certificates import make_ca, make_cert
 from replog.cluster.launcher import LocalCluster
 from replog.protocol import apis, frames
 from replog.protocol.apis import ApiKey
@@ -37,44 +38,11 @@ SCRAM_USER, SCRAM_PASSWORD = "alice", "alice-secret"
 PLAIN_USER, PLAIN_PASSWORD = "bob", "bob-secret"
 
 
-def openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-def make_ca(directory: Path, name: str) -> None:
-    openssl(
-        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-        "-keyout", f"{name}.key", "-out", f"{name}.pem", "-subj", f"/CN={name}",
-        cwd=directory,
-    )  # fmt: skip
-
-
-def make_cert(directory: Path, name: str, ca: str, subject: str, san: str = "") -> Path:
-    """``<name>.pem``: the certificate signed by ``ca`` followed by its key."""
-    openssl(
-        "req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
-        "-out", f"{name}.csr", "-subj", subject,
-        cwd=directory,
-    )  # fmt: skip
-    ext = directory / f"{name}.ext"
-    ext.write_text(f"subjectAltName={san}\n" if san else "basicConstraints=CA:FALSE\n")
-    openssl(
-        "x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
-        "-CAcreateserial", "-days", "2", "-out", f"{name}.crt", "-extfile", ext.name,
-        cwd=directory,
-    )  # fmt: skip
-    bundle = directory / f"{name}.pem"
-    bundle.write_text(
-        (directory / f"{name}.crt").read_text() + (directory / f"{name}.key").read_text()
-    )
-    return bundle
-
-
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("certs")
-    make_ca(d, "ca")
-    make_ca(d, "rogue-ca")
+    make_ca(d, "ca", days=2)
+    make_ca(d, "rogue-ca", days=2)
     make_cert(d, "broker", "ca", "/CN=127.0.0.1", "IP:127.0.0.1")
     make_cert(d, "client", "ca", "/CN=carol/OU=dev")
     make_cert(d, "rogue", "rogue-ca", "/CN=mallory")
