@@ -381,3 +381,26 @@ def test_users_command(cluster, certs, tmp_path) -> None:
     missing = run("delete", "nobody-here")
     assert missing.returncode == 1 and "RESOURCE_NOT_FOUND" in missing.stderr.upper()
     assert run("add", "x", "--mechanism", "MD5", "--password", "p").returncode == 1
+
+
+def test_cluster_up_secure(tmp_path) -> None:
+    """``replog cluster up --secure``: a client configured from its client.properties
+    (SASL_SSL, SCRAM, the generated CA) reaches every broker; the password is in the file,
+    not on the terminal."""
+    directory = tmp_path / "secure"
+    replog = [sys.executable, "-m", "replog.cli.main", "cluster"]
+    try:
+        up = subprocess.run(
+            [*replog, "up", "--brokers", "1", "--dir", str(directory), "--secure"],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert up.returncode == 0, up.stderr
+        props = (directory / "client.properties").read_text()
+        config = dict(line.split("=", 1) for line in props.splitlines())
+        assert config["security.protocol"] == "SASL_SSL"
+        assert config["sasl.password"] not in up.stdout + up.stderr
+        assert len(AdminClient(config).list_topics(timeout=20).brokers) == 1
+    finally:
+        subprocess.run([*replog, "down", "--dir", str(directory)], capture_output=True, timeout=120)

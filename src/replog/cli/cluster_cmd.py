@@ -15,16 +15,28 @@ from dataclasses import asdict
 from pathlib import Path
 
 from replog.cluster.launcher import LocalCluster, RollFailed
+from replog.cluster.secure import prepare_secure_cluster
 
 
 def _up(args: argparse.Namespace) -> int:
     cluster = LocalCluster(Path(args.dir))
     overrides = dict(item.split("=", 1) for item in (args.override or []))
+    extra: tuple[str, ...] = ()
+    if args.secure:
+        secure = prepare_secure_cluster(Path(args.dir))
+        overrides = {**secure.overrides, **overrides}
+        extra = ("SASL_SSL",)
     try:
         bootstrap = cluster.up(
-            args.brokers, zookeeper=args.zookeeper, overrides=overrides, metrics=True
+            args.brokers,
+            zookeeper=args.zookeeper,
+            overrides=overrides,
+            metrics=True,
+            extra_listeners=extra,
         )
         console = cluster.start_console()
+        if args.secure:
+            secure.add_user(cluster)
     except (RuntimeError, TimeoutError) as exc:
         print(f"replog: cluster did not come up: {exc}", file=sys.stderr)
         cluster.down()
@@ -33,6 +45,8 @@ def _up(args: argparse.Namespace) -> int:
     for broker_id in cluster.broker_ids:
         print(f"broker {broker_id} metrics: {cluster.metrics_url(broker_id)}")
     print(f"console: {console}")
+    if args.secure:
+        print(secure.client_properties(cluster), end="")
     return 0
 
 
@@ -106,6 +120,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--dir", required=True)
     up.add_argument("--zookeeper", help="HOST:PORT[/chroot] of an existing ZooKeeper")
     up.add_argument("--override", action="append", metavar="KEY=VALUE")
+    up.add_argument(
+        "--secure",
+        action="store_true",
+        help="also a SASL_SSL listener: a CA and broker certificate made here, a SCRAM "
+        "user; prints the client configuration",
+    )
     up.set_defaults(func=_up)
     status = actions.add_parser("status", help="list the processes")
     status.add_argument("--dir", required=True)
