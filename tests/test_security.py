@@ -16,6 +16,7 @@ import ssl
 import struct
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +36,7 @@ from replog.security import sasl
 from replog.zk.client import KafkaZkClient
 
 SCRAM_USER, SCRAM_PASSWORD = "alice", "alice-secret"
+REAUTH_MS = 3000
 PLAIN_USER, PLAIN_PASSWORD = "bob", "bob-secret"
 
 
@@ -67,6 +69,8 @@ def cluster(zookeeper, certs: Path, tmp_path_factory) -> Iterator[LocalCluster]:
                 "ssl.truststore.location": str(certs / "ca.pem"),
                 "listener.name.ssl.ssl.client.auth": "required",
                 "listener.name.sasl_ssl.plain.sasl.jaas.config": jaas,
+                # KIP-368: SASL sessions last 3 s; clients re-authenticate or are closed
+                "connections.max.reauth.ms": str(REAUTH_MS),
             },
         )
         zk = KafkaZkClient(chroot)
@@ -404,3 +408,82 @@ def test_cluster_up_secure(tmp_path) -> None:
         assert len(AdminClient(config).list_topics(timeout=20).brokers) == 1
     finally:
         subprocess.run([*replog, "down", "--dir", str(directory)], capture_output=True, timeout=120)
+
+
+def _scram_login(raw: RawTls, user: str, password: str) -> object:
+    """A SCRAM-SHA-512 exchange on ``raw``; the last SaslAuthenticate answer."""
+    handshake = apis.request_schema(ApiKey.SASL_HANDSHAKE, 1)
+    assert (
+        raw.call(ApiKey.SASL_HANDSHAKE, 1, handshake(mechanism=sasl.SCRAM_SHA_512)).error_code
+        == ErrorCode.none
+    )
+    client = ScramClient([sasl.SCRAM_SHA_512], user, password)
+    authenticate = apis.request_schema(ApiKey.SASL_AUTHENTICATE, 2)
+    first = raw.call(
+        ApiKey.SASL_AUTHENTICATE, 2, authenticate(auth_bytes=client.get_client_first().encode())
+    )
+    if first.error_code != ErrorCode.none:
+        return first
+    client.set_server_first(bytes(first.auth_bytes).decode())
+    return raw.call(
+        ApiKey.SASL_AUTHENTICATE, 2, authenticate(auth_bytes=client.get_client_final().encode())
+    )
+
+
+def _metadata(raw: RawTls) -> object | None:
+    metadata = apis.request_schema(ApiKey.METADATA, 4)
+    return raw.call(ApiKey.METADATA, 4, metadata(topics=None, allow_auto_topic_creation=False))
+
+
+def test_sessions_end_unless_the_client_re_authenticates(cluster, certs) -> None:
+    """KIP-368: SaslAuthenticate announces the session lifetime; a connection that does
+    not re-authenticate is closed at its first request after it; re-authenticating as the
+    same user continues it, as another user ends it."""
+    raw = RawTls(_sasl_port(cluster), certs)
+    try:
+        answer = _scram_login(raw, SCRAM_USER, SCRAM_PASSWORD)
+        assert answer.error_code == ErrorCode.none
+        assert answer.session_lifetime.total_seconds() * 1000 == REAUTH_MS
+        assert _metadata(raw) is not None
+        # The same principal again: the session goes on.
+        assert _scram_login(raw, SCRAM_USER, SCRAM_PASSWORD).error_code == ErrorCode.none
+        assert _metadata(raw) is not None
+        # Then nothing: the broker closes the connection once the session is over.
+        wait_for(lambda: _metadata(raw) is None, 30, "the expired session to be closed")
+    finally:
+        raw.close()
+    raw = RawTls(_sasl_port(cluster), certs)
+    try:
+        assert _scram_login(raw, SCRAM_USER, SCRAM_PASSWORD).error_code == ErrorCode.none
+        zk = KafkaZkClient(cluster.zookeeper_connect)
+        zk.start()
+        try:  # another SCRAM user to try switching to
+            credential = sasl.scram_credential(sasl.SCRAM_SHA_512, "grace-secret")
+            zk.change_entity_config(
+                "users", "grace", {sasl.SCRAM_SHA_512: sasl.format_credential(credential)}, None
+            )
+        finally:
+            zk.close()
+        switched = _scram_login(raw, "grace", "grace-secret")
+        assert switched.error_code == ErrorCode.sasl_authentication_failed
+        assert _metadata(raw) is None
+    finally:
+        raw.close()
+
+
+def test_librdkafka_re_authenticates_across_sessions(cluster, certs) -> None:
+    """A producer over SASL_SSL keeps producing through several 3 s sessions."""
+    config = sasl_config(cluster, certs, sasl.SCRAM_SHA_512, SCRAM_USER, SCRAM_PASSWORD)
+    topic = "reauth"
+    admin = AdminClient(config)
+    admin.create_topics([NewTopic(topic, 1, 3)], operation_timeout=30)[topic].result(timeout=40)
+    errors: list = []
+    producer = Producer({**config, "acks": "all", "error_cb": errors.append})
+    delivered: list = []
+    deadline = time.monotonic() + 3 * REAUTH_MS / 1000
+    while time.monotonic() < deadline:
+        producer.produce(topic, b"x", on_delivery=lambda err, msg: delivered.append(err))
+        producer.poll(0.25)
+    assert producer.flush(30) == 0
+    assert delivered and all(err is None for err in delivered), delivered[:3]
+    assert not errors, errors[:3]

@@ -23,6 +23,7 @@ import asyncio
 import datetime
 import logging
 import ssl
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -119,24 +120,33 @@ async def handle_sasl_without_sasl(ctx: Any, request: Any) -> Any:
 
 
 class SaslConnection:
-    """One connection's SASL exchange. ``principal`` is set once it succeeded."""
+    """One connection's SASL exchange. ``principal`` is set once it succeeded.
+
+    With ``connections.max.reauth.ms`` (KIP-368) the session lasts that long: the client
+    re-authenticates on the same connection (SaslHandshake and SaslAuthenticate again, as
+    the same principal) before ``expires_at`` or the connection is closed at its next
+    request after it."""
 
     def __init__(self, security: ListenerSecurity, peer: str) -> None:
         self.security = security
         self.peer = peer
         self.principal: KafkaPrincipal | None = None
+        self.expires_at: float | None = None  # time.monotonic() seconds
         self._server: sasl.SaslServer | None = None
 
     @property
     def authenticated(self) -> bool:
         return self.principal is not None
 
+    def expired(self, now: float) -> bool:
+        return self.expires_at is not None and now >= self.expires_at
+
     def handshake(self, version: int, request: Any) -> Any:
         """SaslHandshake: choose the mechanism (UNSUPPORTED_SASL_MECHANISM with the
         enabled list otherwise)."""
         mechanism = str(request.mechanism)
         cls = response_schema(ApiKey.SASL_HANDSHAKE, version)
-        if self._server is not None or self.authenticated:
+        if self._server is not None and not self._server.complete:
             return cls(error_code=ErrorCode.illegal_sasl_state, mechanisms=self.security.mechanisms)
         if mechanism not in self.security.mechanisms:
             log.info("%s: SASL mechanism %r not enabled", self.peer, mechanism[:40])
@@ -180,6 +190,25 @@ class SaslConnection:
             )
         if server.complete:
             assert server.user is not None
-            self.principal = KafkaPrincipal(USER_TYPE, server.user)
+            principal = KafkaPrincipal(USER_TYPE, server.user)
+            if self.principal is not None and principal != self.principal:
+                log.warning(
+                    "%s: re-authentication as %s on a connection of %s refused",
+                    self.peer,
+                    principal,
+                    self.principal,
+                )
+                return (
+                    cls(
+                        error_code=ErrorCode.sasl_authentication_failed,
+                        error_message="Cannot change principals during re-authentication",
+                        auth_bytes=b"",
+                        **fields,
+                    ),
+                    True,
+                )
+            self.principal = principal
+            if self.security.reauth_ms > 0:
+                self.expires_at = time.monotonic() + self.security.reauth_ms / 1000
             log.debug("%s: authenticated as %s (%s)", self.peer, self.principal, server.mechanism)
         return cls(error_code=ErrorCode.none, error_message=None, auth_bytes=token, **fields), False

@@ -31,6 +31,7 @@ from replog.server.authentication import (
 log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT_PER_CONNECTION = 16
+SASL_APIS = (apis.ApiKey.SASL_HANDSHAKE, apis.ApiKey.SASL_AUTHENTICATE)
 SSL_HANDSHAKE_TIMEOUT_S = 10.0  # a client that stalls its TLS handshake is dropped
 
 
@@ -185,12 +186,21 @@ class KafkaServer:
                     "closing connection from %s: %s (frame starts %s)", peer, exc, frame[:48].hex()
                 )
                 return
-            if sasl is not None and not sasl.authenticated:
-                if not await self._authenticate(sasl, request, responses, peer):
+            if sasl is not None:
+                if not sasl.authenticated or request.api_key in SASL_APIS:
+                    # authenticating, or re-authenticating (KIP-368)
+                    if not await self._authenticate(sasl, request, responses, peer):
+                        return
+                    if sasl.authenticated:
+                        principal = sasl.principal or principal
+                    continue
+                if sasl.expired(time.monotonic()):
+                    log.info(
+                        "closing connection from %s: its SASL session ended "
+                        "(connections.max.reauth.ms) without a re-authentication",
+                        peer,
+                    )
                     return
-                if sasl.authenticated:
-                    principal = sasl.principal or principal
-                continue
             handler = self._handlers.get(request.api_key)
             if handler is None:
                 log.warning(
