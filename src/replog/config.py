@@ -97,6 +97,10 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "ssl.client.auth": ("ssl_client_auth", _str, "none"),
     "ssl.enabled.protocols": ("ssl_enabled_protocols", _str, "TLSv1.2,TLSv1.3"),
     "connections.max.reauth.ms": ("connections_max_reauth_ms", _int, "0"),
+    # ACLs (Kafka's AclAuthorizer): empty = no authorizer, everything allowed
+    "authorizer.class.name": ("authorizer_class_name", _str, ""),
+    "super.users": ("super_users", _str, ""),
+    "allow.everyone.if.no.acl.found": ("allow_everyone_if_no_acl_found", _bool, "false"),
     "log.dirs": ("log_dirs_raw", _str, "/tmp/replog-logs"),
     "zookeeper.connect": ("zookeeper_connect", _str, ""),
     "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", _int, "18000"),
@@ -288,6 +292,9 @@ class KafkaConfig:
     ssl_client_auth: str
     ssl_enabled_protocols: str
     connections_max_reauth_ms: int
+    authorizer_class_name: str
+    super_users: str
+    allow_everyone_if_no_acl_found: bool
     log_dirs_raw: str
     zookeeper_connect: str
     zookeeper_session_timeout_ms: int

@@ -33,12 +33,14 @@ from replog.replication.replica_manager import ReplicaManager
 from replog.security import sasl
 from replog.server.admin import AdminManager
 from replog.server.authentication import handle_sasl_without_sasl, listener_security
+from replog.server.authorizer import Authorizer
 from replog.server.config_manager import ConfigManager
 from replog.server.controlled_shutdown import ControllerEndpoint, controlled_shutdown
 from replog.server.handlers import admin as admin_handlers
 from replog.server.handlers import cluster, fetch, metadata, offsets, produce, producers, records
 from replog.server.handlers import configs as config_handlers
 from replog.server.handlers import partitions as partition_handlers
+from replog.server.handlers.acls import AclRequests
 from replog.server.handlers.consumer_groups import ConsumerGroupRequests
 from replog.server.handlers.context import BrokerServices
 from replog.server.handlers.controller_requests import ControllerRequests
@@ -112,6 +114,7 @@ class Broker:
             producer_ids=self.producer_ids,
             configs=self.configs,
             group_coordinator=self.group_coordinator,
+            authorizer=Authorizer.from_config(config, self.zk),
         )
         self.controller_commands = ControllerCommands(
             self.services, self.zk, lambda: self.broker_epoch
@@ -204,6 +207,10 @@ class Broker:
             ApiKey.CREATE_PARTITIONS: partition_handlers.handle_create_partitions,
         }
         handlers = {int(key): partial(handler, s) for key, handler in table.items()}
+        acl_requests = AclRequests(self.services)
+        handlers[ApiKey.CREATE_ACLS] = acl_requests.handle_create_acls
+        handlers[ApiKey.DESCRIBE_ACLS] = acl_requests.handle_describe_acls
+        handlers[ApiKey.DELETE_ACLS] = acl_requests.handle_delete_acls
         scram = ScramCredentialRequests(self.zk)
         handlers[ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS] = scram.handle_describe
         handlers[ApiKey.ALTER_USER_SCRAM_CREDENTIALS] = scram.handle_alter
@@ -257,6 +264,8 @@ class Broker:
         self.log_manager.start_cleaner(LoopOwner(asyncio.get_running_loop()))
         await asyncio.to_thread(self.zk.start)
         await self.configs.start()  # dynamic configs before any log is served
+        if self.services.authorizer is not None:
+            await self.services.authorizer.start()  # ACLs before any request is served
         self.admin.cluster_id = await asyncio.to_thread(self.zk.get_or_create_cluster_id)
         for server in self.servers:
             await server.start()

@@ -8,7 +8,8 @@ import uuid
 from kio.schema.errors import ErrorCode
 
 from replog.protocol.apis import ApiKey, make, nested
-from replog.server.admin import TopicSpec
+from replog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from replog.server.admin import Outcome, TopicSpec
 from replog.server.dynamic_config import describe_topic, sanitize_topic_config
 from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
 from replog.server.network import RequestContext
@@ -36,7 +37,21 @@ async def handle_create_topics(services: BrokerServices, ctx: RequestContext, re
         for t in request.topics
     ]
     timeout_ms = int(request.timeout.total_seconds() * 1000)
-    outcomes = await services.admin.create_topics(specs, timeout_ms, bool(request.validate_only))
+    # Kafka: Create on the cluster, or else on each topic.
+    cluster_create = services.allowed(ctx, AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME)
+    permitted = [
+        cluster_create or services.allowed(ctx, AclOperation.CREATE, ResourceType.TOPIC, s.name)
+        for s in specs
+    ]
+    created = iter(
+        await services.admin.create_topics(
+            [s for s, ok in zip(specs, permitted, strict=True) if ok],
+            timeout_ms,
+            bool(request.validate_only),
+        )
+    )
+    refused = Outcome(ErrorCode.topic_authorization_failed, "Authorization failed.", -1, -1)
+    outcomes = [next(created) if ok else refused for ok in permitted]
     results = []
     for spec, outcome in zip(specs, outcomes, strict=True):
         configs = None
@@ -101,6 +116,14 @@ async def handle_delete_topics(services: BrokerServices, ctx: RequestContext, re
                 entries.append((str(t.name), cache.topic_id(str(t.name)), None, None))
     else:
         entries = [(str(n), cache.topic_id(str(n)), None, None) for n in request.topic_names]
+    entries = [
+        (name, topic_id, ErrorCode.topic_authorization_failed, "Authorization failed.")
+        if error is None
+        and name is not None
+        and not services.allowed(ctx, AclOperation.DELETE, ResourceType.TOPIC, name)
+        else (name, topic_id, error, message)
+        for name, topic_id, error, message in entries
+    ]
     to_delete = [name for name, _, error, _ in entries if error is None and name is not None]
     timeout_ms = int(request.timeout.total_seconds() * 1000)
     outcomes = dict(

@@ -15,9 +15,12 @@ if TYPE_CHECKING:
     from replog.config import KafkaConfig
     from replog.coordinator.group.coordinator import GroupCoordinator
     from replog.replication.replica_manager import ReplicaManager
+    from replog.security.acl import AclOperation, ResourceType
     from replog.server.admin import AdminManager
+    from replog.server.authorizer import Authorizer
     from replog.server.config_manager import ConfigManager
     from replog.server.metadata_cache import MetadataCache
+    from replog.server.network import RequestContext
     from replog.server.producer_ids import ProducerIdManager
 
 NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
@@ -33,6 +36,15 @@ class BrokerServices:
     configs: ConfigManager
     group_coordinator: GroupCoordinator
     topic_stats: BrokerTopicStats = field(default_factory=BrokerTopicStats)
+    authorizer: Authorizer | None = None  # None: no authorizer.class.name, all allowed
+
+    def allowed(
+        self, ctx: RequestContext, operation: AclOperation, resource_type: ResourceType, name: str
+    ) -> bool:
+        """Whether the request's principal may do ``operation`` on the resource."""
+        return self.authorizer is None or self.authorizer.allowed(
+            ctx, operation, resource_type, name
+        )
 
 
 def response_class(api_key: int, version: int) -> type[Any]:

@@ -33,7 +33,8 @@ from replog.zk.data import LEADER_DURING_DELETE
 from replog.zk.fencing import is_stale_broker_epoch, is_stale_controller_epoch
 
 if TYPE_CHECKING:
-    from replog.server.handlers.context import BrokerServices
+    from replog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from replog.server.handlers.context import BrokerServices
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +55,13 @@ class ControllerCommands:
         self._check_lock = asyncio.Lock()
 
     async def _accept(
-        self, controller_id: int, controller_epoch: int, broker_epoch: int
+        self, ctx: RequestContext, controller_id: int, controller_epoch: int, broker_epoch: int
     ) -> ErrorCode:
+        # Kafka: only a principal with ClusterAction (the brokers) may send these
+        if not self.services.allowed(
+            ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME
+        ):
+            return ErrorCode.cluster_authorization_failed
         if is_stale_controller_epoch(controller_epoch, self.controller_epoch):
             log.warning(
                 "rejecting a command from controller %d at epoch %d: epoch %d is current",
@@ -97,7 +103,10 @@ class ControllerCommands:
 
     async def handle_leader_and_isr(self, ctx: RequestContext, request: cs.LeaderAndIsrRequest):
         error = await self._accept(
-            int(request.controller_id), int(request.controller_epoch), int(request.broker_epoch)
+            ctx,
+            int(request.controller_id),
+            int(request.controller_epoch),
+            int(request.broker_epoch),
         )
         rm = self.services.replica_manager
         live_leaders = {
@@ -176,7 +185,10 @@ class ControllerCommands:
 
     async def handle_stop_replica(self, ctx: RequestContext, request: cs.StopReplicaRequest):
         error = await self._accept(
-            int(request.controller_id), int(request.controller_epoch), int(request.broker_epoch)
+            ctx,
+            int(request.controller_id),
+            int(request.controller_epoch),
+            int(request.broker_epoch),
         )
         errors = []
         if error == ErrorCode.none:
@@ -202,7 +214,10 @@ class ControllerCommands:
 
     async def handle_update_metadata(self, ctx: RequestContext, request: cs.UpdateMetadataRequest):
         error = await self._accept(
-            int(request.controller_id), int(request.controller_epoch), int(request.broker_epoch)
+            ctx,
+            int(request.controller_id),
+            int(request.controller_epoch),
+            int(request.broker_epoch),
         )
         if error != ErrorCode.none:
             return cs.UpdateMetadataResponse(error_code=error)

@@ -23,6 +23,7 @@ from replog.protocol.wire import NodeEndpoint
 from replog.replication.fetch_rules import FetchPartitionRequest, check_last_fetched_epoch
 from replog.replication.quota import is_throttled, leader_should_throttle
 from replog.replication.replica_manager import FetchWait, ReplicaManager
+from replog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from replog.server.handlers.context import BrokerServices
 from replog.server.handlers.leader_discovery import (
     NOT_LEADER_OR_FENCED_ERRORS,
@@ -48,6 +49,11 @@ async def handle_fetch(services: BrokerServices, ctx: RequestContext, request) -
         else request.replica_id
     )
     ctx.request_name = "FetchFollower" if replica_id >= 0 else "FetchConsumer"  # Kafka's
+    # Kafka: a follower fetch needs ClusterAction, a consumer's Read on each topic.
+    follower_refused = replica_id >= 0 and not services.allowed(
+        ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME
+    )
+    readable: dict[str, bool] = {}
     # Follower partitions answered empty: the leader is over its replication quota.
     leader_throttled = 0
     for topic_request in request.topics:
@@ -58,9 +64,17 @@ async def handle_fetch(services: BrokerServices, ctx: RequestContext, request) -
             topic = services.metadata_cache.topic_name(topic_id)
         else:
             topic = str(topic_request.topic)
+        if topic is not None and topic not in readable:
+            readable[topic] = not follower_refused and (
+                replica_id >= 0
+                or services.allowed(ctx, AclOperation.READ, ResourceType.TOPIC, topic)
+            )
         for part in topic_request.partitions:
             if topic is None:
                 answers.append(_unknown_topic_id(topic_id, int(part.partition)))
+                continue
+            if not readable[topic]:
+                answers.append(_refused(topic, int(part.partition), topic_id))
                 continue
             fetch = FetchPartitionRequest(
                 topic=topic,
@@ -180,6 +194,20 @@ def _record_leader_bytes(
         services.config.broker_id,
     ):
         services.configs.leader_quota.record(nbytes, time.monotonic())
+
+
+def _refused(topic: str, partition: int, topic_id: uuid.UUID | None) -> FetchResponsePartitionData:
+    """TOPIC_AUTHORIZATION_FAILED: nothing of the partition is read."""
+    return FetchResponsePartitionData(
+        topic=topic,
+        partition=partition,
+        error_code=ErrorCode.topic_authorization_failed,
+        high_watermark=-1,
+        last_stable_offset=-1,
+        log_start_offset=-1,
+        records=b"",
+        topic_id=topic_id,
+    )
 
 
 def _unknown_topic_id(topic_id: uuid.UUID, partition: int) -> FetchResponsePartitionData:

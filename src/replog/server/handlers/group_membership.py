@@ -21,6 +21,7 @@ from replog.coordinator.group.generic_group_service import (
     JoinRequest,
 )
 from replog.protocol.apis import ApiKey, make, nested
+from replog.security.acl import AclOperation, ResourceType
 from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
 from replog.server.network import RequestContext
 
@@ -38,10 +39,27 @@ class GroupMembershipRequests:
         self.services = services
         self.service = service
 
+    def _may_read(self, ctx: RequestContext, group: str) -> bool:
+        """Kafka: the group membership APIs need Read on the group."""
+        return self.services.allowed(ctx, AclOperation.READ, ResourceType.GROUP, group)
+
     async def handle_join_group(self, ctx: RequestContext, request) -> object:
         version = ctx.api_version
         cls = response_class(ApiKey.JOIN_GROUP, version)
         member_cls = nested(cls, "JoinGroupResponseMember")
+        if not self._may_read(ctx, str(request.group_id)):
+            return make(
+                cls,
+                throttle_time=NO_THROTTLE,
+                error_code=ErrorCode.group_authorization_failed,
+                generation_id=-1,
+                protocol_type=None,
+                protocol_name=None if version >= 7 else "",
+                leader="",
+                skip_assignment=False,
+                member_id="",
+                members=(),
+            )
         session_ms = _ms(request.session_timeout)
         rebalance = getattr(request, "rebalance_timeout", None)
         result = await self.service.join_group(
@@ -80,6 +98,15 @@ class GroupMembershipRequests:
 
     async def handle_sync_group(self, ctx: RequestContext, request) -> object:
         cls = response_class(ApiKey.SYNC_GROUP, ctx.api_version)
+        if not self._may_read(ctx, str(request.group_id)):
+            return make(
+                cls,
+                throttle_time=NO_THROTTLE,
+                error_code=ErrorCode.group_authorization_failed,
+                protocol_type=None,
+                protocol_name=None,
+                assignment=b"",
+            )
         result = await self.service.sync_group(
             str(request.group_id),
             int(request.generation_id),
@@ -100,6 +127,10 @@ class GroupMembershipRequests:
 
     async def handle_heartbeat(self, ctx: RequestContext, request) -> object:
         cls = response_class(ApiKey.HEARTBEAT, ctx.api_version)
+        if not self._may_read(ctx, str(request.group_id)):
+            return make(
+                cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.group_authorization_failed
+            )
         error = self.service.heartbeat(
             str(request.group_id),
             int(request.generation_id),
@@ -111,6 +142,13 @@ class GroupMembershipRequests:
     async def handle_leave_group(self, ctx: RequestContext, request) -> object:
         version = ctx.api_version
         cls = response_class(ApiKey.LEAVE_GROUP, version)
+        if not self._may_read(ctx, str(request.group_id)):
+            return make(
+                cls,
+                throttle_time=NO_THROTTLE,
+                error_code=ErrorCode.group_authorization_failed,
+                members=(),
+            )
         if version < FIRST_BATCHED_LEAVE:
             error, results = self.service.leave_group(
                 str(request.group_id), [(str(request.member_id), None)]

@@ -12,6 +12,7 @@ from replog.coordinator.group.offsets_topic import INTERNAL_TOPICS
 from replog.protocol import apis
 from replog.protocol.apis import ApiKey, make, nested
 from replog.protocol.frames import UnsupportedVersion, encode_response
+from replog.security.acl import AclOperation, ResourceType
 from replog.server.handlers.cluster import AUTHORIZED_CLUSTER_OPERATIONS
 from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
 from replog.server.metadata_cache import MetadataCache
@@ -114,10 +115,19 @@ async def handle_metadata(services: BrokerServices, ctx: RequestContext, request
     topic_cls = nested(cls, "MetadataResponseTopic")
     part_cls = nested(cls, "MetadataResponsePartition")
     all_topics = request.topics is None or (version == 0 and not request.topics)
-    if all_topics:
-        wanted = [(name, None, ErrorCode.none) for name in cache.topics()]
+
+    def describable(name: str) -> bool:
+        return services.allowed(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
+
+    if all_topics:  # Kafka leaves out the topics the principal may not describe
+        wanted = [(name, None, ErrorCode.none) for name in cache.topics() if describable(name)]
     else:
-        wanted = requested_topics(cache, version, request.topics)
+        wanted = [
+            (name, asked_id, error)
+            if error != ErrorCode.none or name is None or describable(name)
+            else (name, asked_id, ErrorCode.topic_authorization_failed)
+            for name, asked_id, error in requested_topics(cache, version, request.topics)
+        ]
     allow_auto = bool(getattr(request, "allow_auto_topic_creation", True))
     topics = []
     for name, asked_id, error in wanted:

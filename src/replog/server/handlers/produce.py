@@ -9,6 +9,7 @@ from kio.schema.errors import ErrorCode
 from replog.coordinator.group.offsets_topic import INTERNAL_TOPICS
 from replog.protocol import frames, produce_codec
 from replog.replication.replica_manager import ProduceResult, now_ms
+from replog.security.acl import AclOperation, ResourceType
 from replog.server.handlers.context import BrokerServices
 from replog.server.handlers.leader_discovery import (
     NOT_LEADER_ERRORS,
@@ -29,11 +30,17 @@ async def handle_produce(services: BrokerServices, ctx: RequestContext, request)
         error = ErrorCode.invalid_required_acks
     else:
         error = None
+    writable: dict[str, bool] = {}
     for topic in request.topic_data:
+        name = str(topic.name)
+        if name not in writable:
+            writable[name] = services.allowed(ctx, AclOperation.WRITE, ResourceType.TOPIC, name)
         for part in topic.partition_data:
-            key = (str(topic.name), int(part.index))
+            key = (name, int(part.index))
             if error is not None:
                 results[key] = ProduceResult(error)
+            elif not writable[name]:
+                results[key] = ProduceResult(ErrorCode.topic_authorization_failed)
             elif key[0] in INTERNAL_TOPICS:
                 # Kafka: only the brokers write their internal topics.
                 results[key] = ProduceResult(
@@ -43,9 +50,7 @@ async def handle_produce(services: BrokerServices, ctx: RequestContext, request)
             elif not part.records:
                 results[key] = ProduceResult(ErrorCode.corrupt_message, error_message="no records")
             else:
-                result = results[key] = rm.append_to_leader(
-                    key[0], key[1], part.records, acks, now
-                )
+                result = results[key] = rm.append_to_leader(key[0], key[1], part.records, acks, now)
                 if result.error == ErrorCode.none:
                     services.topic_stats.record_append(
                         key[0], result.required_offset - result.base_offset, len(part.records)
@@ -60,7 +65,9 @@ async def handle_produce(services: BrokerServices, ctx: RequestContext, request)
         ctx.remote_s += time.monotonic() - waiting_from
     version = ctx.api_version
     discovery = (
-        LeaderDiscovery(services, ctx.listener) if version >= produce_codec.FIRST_LEADER_DISCOVERY else None
+        LeaderDiscovery(services, ctx.listener)
+        if version >= produce_codec.FIRST_LEADER_DISCOVERY
+        else None
     )
     answers = []
     for (topic, partition), result in results.items():

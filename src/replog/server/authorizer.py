@@ -1,0 +1,129 @@
+"""Kafka's ``AclAuthorizer`` on a broker: every ACL in memory, checked per request.
+
+On with ``authorizer.class.name`` set (Kafka's ``kafka.security.authorizer.AclAuthorizer``
+or any non-empty value); off (everything allowed, no cost) when empty, as in Kafka.
+The ACLs are loaded from ZooKeeper at start and again whenever a change notification
+appears under ``/kafka-acl-changes`` or ``/kafka-acl-extended-changes`` (this broker's
+own CreateAcls/DeleteAcls reload at once). ``super.users`` (``User:a;User:b``) may do
+everything; ``allow.everyone.if.no.acl.found`` decides for resources no ACL names.
+A refusal is logged once per (principal, operation, resource), never per request.
+
+Concurrency: the ACL list is replaced whole on the event loop; kazoo's watch callbacks
+only schedule a reload there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from kazoo.recipe.watchers import ChildrenWatch
+
+from replog.security import acl
+from replog.security.acl import AclBinding, AclOperation, ResourceType
+from replog.zk import acls as zk_acls
+
+if TYPE_CHECKING:
+    from replog.config import KafkaConfig
+    from replog.server.network import RequestContext
+    from replog.zk.client import KafkaZkClient
+
+log = logging.getLogger(__name__)
+
+MAX_LOGGED_DENIALS = 10_000
+
+
+def peer_host(peer: str) -> str:
+    """``127.0.0.1:51234`` -> ``127.0.0.1`` (``[::1]:5`` -> ``::1``)."""
+    host = peer.rsplit(":", 1)[0]
+    return host.strip("[]")
+
+
+class Authorizer:
+    def __init__(self, zk: KafkaZkClient, super_users: frozenset[str], allow_if_no_acl: bool):
+        self.zk = zk
+        self.super_users = super_users
+        self.allow_if_no_acl = allow_if_no_acl
+        self.acls: list[AclBinding] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._reloading: asyncio.Task[None] | None = None
+        self._again = False
+        self._denied: set[tuple[str, int, int, str]] = set()
+
+    @classmethod
+    def from_config(cls, config: KafkaConfig, zk: KafkaZkClient) -> Authorizer | None:
+        if not config.authorizer_class_name:
+            return None
+        supers = frozenset(u.strip() for u in config.super_users.split(";") if u.strip())
+        return cls(zk, supers, config.allow_everyone_if_no_acl_found)
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        await self.reload()
+        client = self.zk.client
+        for path in (zk_acls.LITERAL_CHANGES, zk_acls.EXTENDED_CHANGES):
+            await asyncio.to_thread(client.ensure_path, path)
+            ChildrenWatch(client, path, self._on_change)
+
+    def _on_change(self, _children: list[str]) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self.reload()))
+
+    async def reload(self) -> None:
+        """Read every ACL again (one reload at a time; a change meanwhile runs another)."""
+        if self._reloading is not None and not self._reloading.done():
+            self._again = True
+            await asyncio.shield(self._reloading)
+            return
+        self._reloading = asyncio.ensure_future(self._reload())
+        await asyncio.shield(self._reloading)
+
+    async def _reload(self) -> None:
+        while True:
+            self._again = False
+            try:
+                self.acls = await asyncio.to_thread(zk_acls.load_all, self.zk.client)
+            except Exception as exc:  # ZooKeeper away: keep the ACLs we have
+                log.warning("could not reload ACLs: %s", exc)
+            if not self._again:
+                return
+
+    def allowed(
+        self, ctx: RequestContext, operation: AclOperation, resource_type: ResourceType, name: str
+    ) -> bool:
+        principal = str(ctx.principal)
+        ok = acl.authorize(
+            principal,
+            peer_host(ctx.peer),
+            operation,
+            resource_type,
+            name,
+            self.acls,
+            super_users=self.super_users,
+            allow_if_no_acl=self.allow_if_no_acl,
+        )
+        if not ok:
+            key = (principal, int(operation), int(resource_type), name)
+            if key not in self._denied and len(self._denied) < MAX_LOGGED_DENIALS:
+                self._denied.add(key)
+                log.info(
+                    "principal %s from %s is denied %s on %s %s",
+                    principal,
+                    peer_host(ctx.peer),
+                    operation.name,
+                    resource_type.name,
+                    name,
+                )
+        return ok
+
+    def filter_allowed(
+        self,
+        ctx: RequestContext,
+        operation: AclOperation,
+        resource_type: ResourceType,
+        names: Iterable[str],
+    ) -> set[str]:
+        return {n for n in names if self.allowed(ctx, operation, resource_type, n)}
