@@ -26,6 +26,7 @@ from kio.schema.errors import ErrorCode
 from replog.coordinator.group.offsets_topic import GROUP_METADATA_TOPIC_NAME
 from replog.protocol import controller_schemas as cs
 from replog.replication.machine import PartitionLeadership
+from replog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from replog.server.metadata_cache import BrokerEndpoint, PartitionInfo
 from replog.server.network import RequestContext
 from replog.storage.partition_metadata import has_consistent_topic_id
@@ -33,8 +34,7 @@ from replog.zk.data import LEADER_DURING_DELETE
 from replog.zk.fencing import is_stale_broker_epoch, is_stale_controller_epoch
 
 if TYPE_CHECKING:
-    from replog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from replog.server.handlers.context import BrokerServices
+    from replog.server.handlers.context import BrokerServices
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,332 @@
+"""ACLs: Kafka's authorization rules directly (``replog.security.acl``), their ZooKeeper
+codec, and an authorizing broker used by real clients over SASL_PLAINTEXT (PLAIN users):
+a principal that may only read a topic is refused on produce, a prefixed ACL covers its
+prefix and never a neighbour, Metadata hides what a principal may not describe, ACLs
+are created, described and deleted through confluent-kafka's AdminClient, and a
+non-broker principal sending LeaderAndIsr gets CLUSTER_AUTHORIZATION_FAILED."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AclBinding as CkAclBinding,
+)
+from confluent_kafka.admin import (
+    AclBindingFilter as CkAclBindingFilter,
+)
+from confluent_kafka.admin import (
+    AclOperation as CkOperation,
+)
+from confluent_kafka.admin import (
+    AclPermissionType as CkPermission,
+)
+from confluent_kafka.admin import (
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+)
+from confluent_kafka.admin import (
+    ResourceType as CkResourceType,
+)
+from hypothesis import given
+from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
+
+from clients_util import wait_for_leaders
+from cluster_util import wait_for
+from replog.cluster.launcher import LocalCluster
+from replog.protocol import apis, frames
+from replog.protocol.apis import ApiKey
+from replog.protocol.controller_schemas import LeaderAndIsrRequest
+from replog.security.acl import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+    authorize,
+)
+from replog.zk import acls as zk_acls
+
+ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
+TOPIC = ResourceType.TOPIC
+
+
+def acl(name, op, perm=ALLOW, principal="User:alice", host="*", pattern=PatternType.LITERAL):
+    return AclBinding(TOPIC, name, pattern, principal, host, op, perm)
+
+
+def allowed(op, name, acls, **kw) -> bool:
+    return authorize("User:alice", "10.0.0.1", op, TOPIC, name, acls, **kw)
+
+
+# -- the rules ------------------------------------------------------------------------------
+
+
+def test_kafkas_rules() -> None:
+    read = acl("t", AclOperation.READ)
+    assert allowed(AclOperation.READ, "t", [read])
+    assert not allowed(AclOperation.WRITE, "t", [read])
+    assert allowed(AclOperation.DESCRIBE, "t", [read])  # implied by Read
+    assert not allowed(AclOperation.READ, "u", [read])
+    # deny beats allow, All covers every operation, User:* and host * match anyone
+    assert not allowed(AclOperation.READ, "t", [read, acl("t", AclOperation.ALL, DENY)])
+    assert allowed(AclOperation.ALTER, "t", [acl("t", AclOperation.ALL, principal="User:*")])
+    assert not allowed(AclOperation.READ, "t", [acl("t", AclOperation.READ, host="10.9.9.9")])
+    assert allowed(AclOperation.READ, "t", [acl("t", AclOperation.READ, host="10.0.0.1")])
+    assert allowed(AclOperation.READ, "any", [acl("*", AclOperation.READ)])  # literal *
+    # no ACL on the resource at all: allow.everyone.if.no.acl.found decides
+    assert not allowed(AclOperation.READ, "free", [read])
+    assert allowed(AclOperation.READ, "free", [read], allow_if_no_acl=True)
+    assert not allowed(
+        AclOperation.READ,
+        "t",
+        [acl("t", AclOperation.WRITE, principal="User:bob")],
+        allow_if_no_acl=True,
+    )
+    assert allowed(AclOperation.DELETE, "t", [], super_users=frozenset({"User:alice"}))
+    assert allowed(AclOperation.DESCRIBE_CONFIGS, "t", [acl("t", AclOperation.ALTER_CONFIGS)])
+
+
+names = st.text(alphabet="ab-._x", min_size=1, max_size=8)
+
+
+@given(prefix=names, name=names)
+def test_a_prefixed_acl_covers_exactly_its_prefix(prefix: str, name: str) -> None:
+    binding = acl(prefix, AclOperation.WRITE, pattern=PatternType.PREFIXED)
+    assert allowed(AclOperation.WRITE, name, [binding]) == name.startswith(prefix)
+
+
+def test_filters_and_the_zookeeper_codec() -> None:
+    bindings = [
+        acl("t", AclOperation.READ),
+        acl("t", AclOperation.WRITE, DENY, principal="User:bob"),
+        acl("t-", AclOperation.WRITE, pattern=PatternType.PREFIXED),
+    ]
+    everything = AclBindingFilter(
+        ResourceType.ANY, None, PatternType.ANY, None, None, AclOperation.ANY, AclPermissionType.ANY
+    )
+    assert [b for b in bindings if everything.matches(b)] == bindings
+    match = AclBindingFilter(
+        TOPIC, "t-1", PatternType.MATCH, None, None, AclOperation.ANY, AclPermissionType.ANY
+    )
+    assert [b for b in bindings if match.matches(b)] == [bindings[2]]
+    literal = bindings[:2]
+    data = zk_acls.encode(literal)
+    assert b'"permissionType":"Deny"' in data and b'"operation":"Read"' in data
+    assert set(zk_acls.decode(data, TOPIC, PatternType.LITERAL, "t")) == set(literal)
+    assert zk_acls.resource_path(TOPIC, PatternType.PREFIXED, "t-") == (
+        "/kafka-acl-extended/prefixed/Topic/t-"
+    )
+    assert zk_acls.valid_binding(acl("a/b", AclOperation.READ)) is not None
+    assert (
+        zk_acls.valid_binding(
+            AclBinding(
+                ResourceType.CLUSTER,
+                "x",
+                PatternType.LITERAL,
+                "User:a",
+                "*",
+                AclOperation.ALTER,
+                ALLOW,
+            )
+        )
+        is not None
+    )
+
+
+# -- an authorizing broker --------------------------------------------------------------------
+
+USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper, tmp_path_factory) -> Iterator[LocalCluster]:
+    jaas = (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        + " ".join(f'user_{u}="{p}"' for u, p in USERS.items())
+        + ";"
+    )
+    c = LocalCluster(tmp_path_factory.mktemp("acl"))
+    try:
+        c.up(
+            1,
+            zookeeper=f"{zookeeper.connect}/replog-{uuid.uuid4().hex[:8]}",
+            extra_listeners=("SASL_PLAINTEXT",),
+            overrides={
+                "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                # the brokers' own PLAINTEXT traffic is anonymous (keep that listener internal)
+                "super.users": "User:ANONYMOUS;User:admin",
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas,
+                "offsets.topic.replication.factor": "1",
+            },
+        )
+        yield c
+    finally:
+        c.down()
+
+
+def client(cluster: LocalCluster, user: str) -> dict:
+    return {
+        "bootstrap.servers": cluster.bootstrap_servers(listener="SASL_PLAINTEXT"),
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanisms": "PLAIN",
+        "sasl.username": user,
+        "sasl.password": USERS[user],
+    }
+
+
+def produce_error(config: dict, topic: str) -> KafkaError | None:
+    results: list = []
+    producer = Producer({**config, "message.timeout.ms": 10_000, "acks": "all"})
+    producer.produce(topic, b"x", on_delivery=lambda err, msg: results.append(err))
+    producer.flush(20)
+    assert results, "no delivery report"
+    return results[0]
+
+
+def test_topic_acls_with_real_clients(cluster: LocalCluster) -> None:
+    admin = AdminClient(client(cluster, "admin"))
+    topics = ["acl-read", "acl-pre-1", "acl-other"]
+    for f in admin.create_topics([NewTopic(t, 1, 1) for t in topics]).values():
+        f.result(timeout=30)
+    wait_for_leaders(cluster.bootstrap_servers(), {t: 1 for t in topics})
+    assert produce_error(client(cluster, "admin"), "acl-read") is None  # super user
+    bindings = [
+        CkAclBinding(
+            CkResourceType.TOPIC,
+            "acl-read",
+            ResourcePatternType.LITERAL,
+            "User:alice",
+            "*",
+            CkOperation.READ,
+            CkPermission.ALLOW,
+        ),
+        CkAclBinding(
+            CkResourceType.TOPIC,
+            "acl-pre-",
+            ResourcePatternType.PREFIXED,
+            "User:alice",
+            "*",
+            CkOperation.WRITE,
+            CkPermission.ALLOW,
+        ),
+    ]
+    for f in admin.create_acls(bindings).values():
+        f.result(timeout=20)
+    alice = client(cluster, "alice")
+    # Read only: producing is refused, reading works.
+    error = produce_error(alice, "acl-read")
+    assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    consumer = Consumer({**alice, "group.id": "unused", "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition("acl-read", 0, 0)])
+        msg = consumer.poll(20)
+        assert msg is not None and msg.error() is None and msg.value() == b"x"
+    finally:
+        consumer.close()
+    # The prefix covers acl-pre-1, not its neighbour acl-other.
+    assert produce_error(alice, "acl-pre-1") is None
+    error = produce_error(alice, "acl-other")
+    assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    # Metadata shows alice what she may describe (Read and Write imply Describe), only.
+    listed = set(AdminClient(alice).list_topics(timeout=20).topics)
+    assert listed == {"acl-read", "acl-pre-1"}
+    # Bob has no ACL at all: nothing.
+    assert set(AdminClient(client(cluster, "bob")).list_topics(timeout=20).topics) == set()
+    # Describe and delete through the admin API.
+    described = admin.describe_acls(
+        CkAclBindingFilter(
+            CkResourceType.ANY,
+            None,
+            ResourcePatternType.ANY,
+            None,
+            None,
+            CkOperation.ANY,
+            CkPermission.ANY,
+        )
+    ).result(timeout=20)
+    assert {(b.name, b.operation) for b in described} == {
+        ("acl-read", CkOperation.READ),
+        ("acl-pre-", CkOperation.WRITE),
+    }
+    deleted = admin.delete_acls(
+        [
+            CkAclBindingFilter(
+                CkResourceType.TOPIC,
+                "acl-pre-",
+                ResourcePatternType.PREFIXED,
+                None,
+                None,
+                CkOperation.ANY,
+                CkPermission.ANY,
+            )
+        ]
+    )
+    assert len(list(deleted.values())[0].result(timeout=20)) == 1
+    wait_for(
+        lambda: (
+            (e := produce_error(alice, "acl-pre-1")) is not None
+            and e.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        ),
+        30,
+        "the deleted ACL to stop covering acl-pre-1",
+    )
+    # Alice may not manage ACLs.
+    alice_admin = AdminClient(alice)
+    with pytest.raises(KafkaException, match="CLUSTER_AUTHORIZATION_FAILED|uthoriz"):
+        list(alice_admin.create_acls(bindings[:1]).values())[0].result(timeout=20)
+
+
+def _plain_connection(port: int, user: str) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    handshake = apis.request_schema(ApiKey.SASL_HANDSHAKE, 1)(mechanism="PLAIN")
+    sock.sendall(frames.encode_request(ApiKey.SASL_HANDSHAKE, 1, 1, "raw", handshake))
+    _read_frame(sock)
+    token = f"\0{user}\0{USERS[user]}".encode()
+    authenticate = apis.request_schema(ApiKey.SASL_AUTHENTICATE, 2)(auth_bytes=token)
+    sock.sendall(frames.encode_request(ApiKey.SASL_AUTHENTICATE, 2, 2, "raw", authenticate))
+    _, answer = frames.decode_response(ApiKey.SASL_AUTHENTICATE, 2, _read_frame(sock))
+    assert answer.error_code == ErrorCode.none
+    return sock
+
+
+def _read_frame(sock: socket.socket) -> bytes:
+    def exactly(n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            chunk = sock.recv(n - len(out))
+            assert chunk, "connection closed"
+            out += chunk
+        return out
+
+    return exactly(struct.unpack(">i", exactly(4))[0])
+
+
+def test_a_client_cannot_send_controller_requests(cluster: LocalCluster) -> None:
+    port = int(cluster.bootstrap_servers(listener="SASL_PLAINTEXT").split(":")[1])
+    sock = _plain_connection(port, "alice")
+    try:
+        request = LeaderAndIsrRequest(
+            controller_id=0,
+            controller_epoch=999,
+            broker_epoch=-1,
+            type=0,
+            topic_states=(),
+            live_leaders=(),
+        )
+        version = apis.supported_versions()[ApiKey.LEADER_AND_ISR][1]
+        sock.sendall(frames.encode_request(ApiKey.LEADER_AND_ISR, version, 3, "raw", request))
+        _, answer = frames.decode_response(ApiKey.LEADER_AND_ISR, version, _read_frame(sock))
+        assert answer.error_code == ErrorCode.cluster_authorization_failed
+    finally:
+        sock.close()
+    # The broker still leads its partitions: nothing changed.
+    assert len(AdminClient(client(cluster, "admin")).list_topics(timeout=20).brokers) == 1
