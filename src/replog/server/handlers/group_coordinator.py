@@ -30,6 +30,7 @@ from replog.coordinator.group.offsets_topic import (
 )
 from replog.coordinator.group.records import NO_EXPIRE_TIMESTAMP, OffsetCommitValue, storable
 from replog.protocol.apis import ApiKey, make, nested
+from replog.security.acl import AclOperation, ResourceType
 from replog.server.admin import TopicSpec
 from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
 from replog.server.network import RequestContext
@@ -104,12 +105,17 @@ class GroupCoordinatorRequests:
 
     # -- FindCoordinator -----------------------------------------------------------------
 
-    def _find(self, key_type: int, key: str, listener: str) -> tuple[ErrorCode, str | None, Any]:
+    def _find(
+        self, key_type: int, key: str, ctx: RequestContext
+    ) -> tuple[ErrorCode, str | None, Any]:
         """(error, message, broker endpoint or None) for one coordinator key."""
+        listener = ctx.listener
         if key_type == TRANSACTION_KEY_TYPE:
             return ErrorCode.coordinator_not_available, "transactions are not supported", None
         if key_type != GROUP_KEY_TYPE:
             return ErrorCode.invalid_request, f"unknown coordinator key type {key_type}", None
+        if not self.services.allowed(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, key):
+            return ErrorCode.group_authorization_failed, None, None
         if not self.offsets_topic.exists():
             self.offsets_topic.ensure()
             return ErrorCode.coordinator_not_available, None, None
@@ -126,7 +132,7 @@ class GroupCoordinatorRequests:
         cls = response_class(ApiKey.FIND_COORDINATOR, version)
         key_type = int(getattr(request, "key_type", GROUP_KEY_TYPE))
         if version < FIRST_BATCHED_FIND_COORDINATOR:
-            error, message, node = self._find(key_type, str(request.key), ctx.listener)
+            error, message, node = self._find(key_type, str(request.key), ctx)
             return make(
                 cls,
                 throttle_time=NO_THROTTLE,
@@ -139,7 +145,7 @@ class GroupCoordinatorRequests:
         coordinator_cls = nested(cls, "Coordinator")
         answers = []
         for key in request.coordinator_keys:
-            error, message, node = self._find(key_type, str(key), ctx.listener)
+            error, message, node = self._find(key_type, str(key), ctx)
             answers.append(
                 make(
                     coordinator_cls,
@@ -185,6 +191,10 @@ class GroupCoordinatorRequests:
             group_error = ErrorCode.invalid_group_id
         else:
             group_error, shard = s.group_coordinator.shard_for(group_id)
+        if group_error == ErrorCode.none and not s.allowed(
+            ctx, AclOperation.READ, ResourceType.GROUP, group_id
+        ):
+            group_error, shard = ErrorCode.group_authorization_failed, None
         if shard is not None:
             group_error = self._validate_commit(shard, request, version)
         now = s.group_coordinator.clock()
@@ -199,6 +209,8 @@ class GroupCoordinatorRequests:
                 metadata = p.committed_metadata or ""
                 if group_error != ErrorCode.none:
                     errors[tp] = group_error
+                elif not s.allowed(ctx, AclOperation.READ, ResourceType.TOPIC, name):
+                    errors[tp] = ErrorCode.topic_authorization_failed
                 elif s.metadata_cache.partition(name, tp[1]) is None or not storable(name):
                     errors[tp] = ErrorCode.unknown_topic_or_partition
                 elif len(metadata.encode()) > s.config.offset_metadata_max_bytes:
@@ -243,9 +255,33 @@ class GroupCoordinatorRequests:
     # -- OffsetFetch ---------------------------------------------------------------------
 
     def _fetch_group(
+        self, ctx: RequestContext, group_id: str, topics, member_id: str | None, member_epoch: int
+    ) -> tuple[ErrorCode, list[tuple[str, int, int, int, str | None, ErrorCode]]]:
+        """(group error, [(topic, partition, offset, leader epoch, metadata, error)]).
+        Kafka: Describe on the group; topics the principal may not describe are left out
+        of an all-topics answer and TOPIC_AUTHORIZATION_FAILED when named."""
+        s = self.services
+        if not s.allowed(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            return ErrorCode.group_authorization_failed, []
+        error, rows = self._committed_rows(group_id, topics, member_id, member_epoch)
+        if s.authorizer is None:
+            return error, rows
+        visible = {
+            t
+            for t in {row[0] for row in rows}
+            if s.allowed(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, t)
+        }
+        if topics is None:
+            return error, [row for row in rows if row[0] in visible]
+        refused = ErrorCode.topic_authorization_failed
+        return error, [
+            row if row[0] in visible else (row[0], row[1], NO_OFFSET, NO_LEADER_EPOCH, "", refused)
+            for row in rows
+        ]
+
+    def _committed_rows(
         self, group_id: str, topics, member_id: str | None, member_epoch: int
     ) -> tuple[ErrorCode, list[tuple[str, int, int, int, str | None, ErrorCode]]]:
-        """(group error, [(topic, partition, offset, leader epoch, metadata, error)])."""
         error, shard = self.services.group_coordinator.shard_for(group_id)
         if shard is None:
             return error, []
@@ -282,7 +318,7 @@ class GroupCoordinatorRequests:
         if version < FIRST_BATCHED_OFFSET_FETCH:
             topic_cls = nested(cls, "OffsetFetchResponseTopic")
             part_cls = nested(cls, "OffsetFetchResponsePartition")
-            error, rows = self._fetch_group(str(request.group_id), request.topics, None, -1)
+            error, rows = self._fetch_group(ctx, str(request.group_id), request.topics, None, -1)
             if error != ErrorCode.none and request.topics is not None:
                 # Without a top-level error field (v0-1) every partition carries it.
                 rows = [
@@ -302,6 +338,7 @@ class GroupCoordinatorRequests:
         groups = []
         for g in request.groups:
             error, rows = self._fetch_group(
+                ctx,
                 str(g.group_id),
                 g.topics,
                 getattr(g, "member_id", None),
@@ -408,7 +445,10 @@ class GroupCoordinatorRequests:
         result_cls = nested(cls, "DeletableGroupResult")
         results = []
         for group_id in request.groups_names:
-            error = await self._delete_group(str(group_id))
+            if self.services.allowed(ctx, AclOperation.DELETE, ResourceType.GROUP, str(group_id)):
+                error = await self._delete_group(str(group_id))
+            else:
+                error = ErrorCode.group_authorization_failed
             results.append(make(result_cls, group_id=group_id, error_code=error))
         return make(cls, throttle_time=NO_THROTTLE, results=tuple(results))
 

@@ -21,7 +21,7 @@ from replog.coordinator.group.generic_group_service import (
     JoinRequest,
 )
 from replog.protocol.apis import ApiKey, make, nested
-from replog.security.acl import AclOperation, ResourceType
+from replog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
 from replog.server.network import RequestContext
 
@@ -201,6 +201,9 @@ class GroupMembershipRequests:
                     authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS,
                 )
 
+            if not self.services.allowed(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, gid):
+                answers.append(described(ErrorCode.group_authorization_failed))
+                continue
             error, shard = self.services.group_coordinator.shard_for(gid)
             if shard is None:
                 answers.append(described(error))
@@ -246,9 +249,17 @@ class GroupMembershipRequests:
         coordinator = self.services.group_coordinator
         error = ErrorCode.coordinator_load_in_progress if coordinator.loading() else ErrorCode.none
         listed = []
+        # Kafka: Describe on the cluster lists every group, else those described allowed
+        everything = self.services.allowed(
+            ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME
+        )
         for shard in coordinator.loaded_shards():
             for group_id, state, protocol_type, group_type in _groups_of(shard):
                 if states and state.lower() not in states:
+                    continue
+                if not everything and not self.services.allowed(
+                    ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id
+                ):
                     continue
                 if types and group_type.lower() not in types:
                     continue

@@ -32,6 +32,7 @@ from kio.schema.errors import ErrorCode
 
 from replog.protocol.apis import ApiKey, make, nested
 from replog.replication.partition import Partition
+from replog.security.acl import AclOperation, ResourceType
 from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
 from replog.server.handlers.leader_discovery import not_hosted_error
 from replog.server.network import RequestContext
@@ -153,10 +154,14 @@ async def handle_list_offsets(services: BrokerServices, ctx: RequestContext, req
             count = seen.pop((name, index), None)
             if count is None:
                 continue  # a duplicate already answered
-            if count > 1:
+            if count > 1 or not services.allowed(
+                ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name
+            ):
                 fields = {
                     "partition_index": index,
-                    "error_code": ErrorCode.invalid_request,
+                    "error_code": ErrorCode.invalid_request
+                    if count > 1
+                    else ErrorCode.topic_authorization_failed,
                     "timestamp": UNKNOWN,
                     "offset": UNKNOWN,
                     "leader_epoch": UNKNOWN,

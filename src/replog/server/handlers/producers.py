@@ -22,6 +22,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from replog.protocol.apis import ApiKey, make, nested
+from replog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
 from replog.server.network import RequestContext
 
@@ -48,6 +49,12 @@ async def handle_init_producer_id(services: BrokerServices, ctx: RequestContext,
     producer_epoch = int(getattr(request, "producer_epoch", NO_PRODUCER_EPOCH))
     if (producer_id == NO_PRODUCER_ID) != (producer_epoch == NO_PRODUCER_EPOCH):
         return answer(ErrorCode.invalid_request)
+    # Kafka: an idempotent producer needs IdempotentWrite on the cluster (or, since Kafka
+    # 3.0, Write on some topic: not checked here, only the cluster grant)
+    if request.transactional_id is None and not services.allowed(
+        ctx, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME
+    ):
+        return answer(ErrorCode.cluster_authorization_failed)
     if transactional_id is not None:
         if transactional_id == "":
             return answer(ErrorCode.invalid_request)
