@@ -275,26 +275,8 @@ def test_scram_exchange_matches_an_independent_client(cluster, certs) -> None:
     also checks the server's signature."""
     raw = RawTls(_sasl_port(cluster), certs)
     try:
-        handshake = apis.request_schema(ApiKey.SASL_HANDSHAKE, 1)
-        assert (
-            raw.call(ApiKey.SASL_HANDSHAKE, 1, handshake(mechanism=sasl.SCRAM_SHA_512)).error_code
-            == ErrorCode.none
-        )
-        client = ScramClient([sasl.SCRAM_SHA_512], SCRAM_USER, SCRAM_PASSWORD)
-        authenticate = apis.request_schema(ApiKey.SASL_AUTHENTICATE, 2)
-        first = raw.call(
-            ApiKey.SASL_AUTHENTICATE, 2, authenticate(auth_bytes=client.get_client_first().encode())
-        )
-        client.set_server_first(bytes(first.auth_bytes).decode())
-        final = raw.call(
-            ApiKey.SASL_AUTHENTICATE, 2, authenticate(auth_bytes=client.get_client_final().encode())
-        )
-        assert final.error_code == ErrorCode.none
-        client.set_server_final(bytes(final.auth_bytes).decode())  # raises if forged
-        metadata = apis.request_schema(ApiKey.METADATA, 4)
-        answer = raw.call(
-            ApiKey.METADATA, 4, metadata(topics=None, allow_auto_topic_creation=False)
-        )
+        assert _scram_login(raw, SCRAM_USER, SCRAM_PASSWORD).error_code == ErrorCode.none
+        answer = _metadata(raw)
         assert answer is not None and len(answer.brokers) == 3
     finally:
         raw.close()
@@ -425,9 +407,12 @@ def _scram_login(raw: RawTls, user: str, password: str) -> object:
     if first.error_code != ErrorCode.none:
         return first
     client.set_server_first(bytes(first.auth_bytes).decode())
-    return raw.call(
+    final = raw.call(
         ApiKey.SASL_AUTHENTICATE, 2, authenticate(auth_bytes=client.get_client_final().encode())
     )
+    if final.error_code == ErrorCode.none:
+        client.set_server_final(bytes(final.auth_bytes).decode())  # raises if forged
+    return final
 
 
 def _metadata(raw: RawTls) -> object | None:

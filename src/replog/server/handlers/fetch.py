@@ -71,10 +71,16 @@ async def handle_fetch(services: BrokerServices, ctx: RequestContext, request) -
             )
         for part in topic_request.partitions:
             if topic is None:
-                answers.append(_unknown_topic_id(topic_id, int(part.partition)))
+                answers.append(
+                    _error_answer("", int(part.partition), topic_id, ErrorCode.unknown_topic_id)
+                )
                 continue
             if not readable[topic]:
-                answers.append(_refused(topic, int(part.partition), topic_id))
+                answers.append(
+                    _error_answer(
+                        topic, int(part.partition), topic_id, ErrorCode.topic_authorization_failed
+                    )
+                )
                 continue
             fetch = FetchPartitionRequest(
                 topic=topic,
@@ -196,26 +202,15 @@ def _record_leader_bytes(
         services.configs.leader_quota.record(nbytes, time.monotonic())
 
 
-def _refused(topic: str, partition: int, topic_id: uuid.UUID | None) -> FetchResponsePartitionData:
-    """TOPIC_AUTHORIZATION_FAILED: nothing of the partition is read."""
+def _error_answer(
+    topic: str, partition: int, topic_id: uuid.UUID | None, error: ErrorCode
+) -> FetchResponsePartitionData:
+    """A partition answered with ``error`` alone: nothing read, -1 offsets (Kafka's
+    answer for an unknown topic id, echoed, and for TOPIC_AUTHORIZATION_FAILED)."""
     return FetchResponsePartitionData(
         topic=topic,
         partition=partition,
-        error_code=ErrorCode.topic_authorization_failed,
-        high_watermark=-1,
-        last_stable_offset=-1,
-        log_start_offset=-1,
-        records=b"",
-        topic_id=topic_id,
-    )
-
-
-def _unknown_topic_id(topic_id: uuid.UUID, partition: int) -> FetchResponsePartitionData:
-    """Kafka's answer for a topic id it cannot resolve: the id echoed, -1 offsets."""
-    return FetchResponsePartitionData(
-        topic="",
-        partition=partition,
-        error_code=ErrorCode.unknown_topic_id,
+        error_code=error,
         high_watermark=-1,
         last_stable_offset=-1,
         log_start_offset=-1,
