@@ -442,3 +442,27 @@ def _try_commit(consumer: Consumer, topic: str):
         return consumer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
     except KafkaException:  # refused, or still waiting for a coordinator it may use
         return None
+
+
+def test_admin_operations_need_their_acls(cluster: LocalCluster) -> None:
+    """Configs, partitions, records, elections and reassignments: refused to a principal
+    without the grant, with Kafka's error; the super user may."""
+    from confluent_kafka import ElectionType
+    from confluent_kafka.admin import ConfigResource, NewPartitions
+
+    admin = AdminClient(client(cluster, "admin"))
+    for f in admin.create_topics([NewTopic("acl-admin", 1, 1)]).values():
+        f.result(timeout=30)
+    wait_for_leaders(cluster.bootstrap_servers(), {"acl-admin": 1})
+    bob = AdminClient(client(cluster, "bob"))
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "acl-admin")
+    with pytest.raises(KafkaException, match="TOPIC_AUTHORIZATION_FAILED|uthoriz"):
+        bob.describe_configs([resource])[resource].result(timeout=20)
+    assert admin.describe_configs([resource])[resource].result(timeout=20)  # super user
+    with pytest.raises(KafkaException, match="TOPIC_AUTHORIZATION_FAILED|uthoriz"):
+        bob.create_partitions([NewPartitions("acl-admin", 2)])["acl-admin"].result(timeout=20)
+    partition = TopicPartition("acl-admin", 0)
+    with pytest.raises(KafkaException, match="CLUSTER_AUTHORIZATION_FAILED|uthoriz"):
+        bob.elect_leaders(ElectionType.PREFERRED, [partition]).result(timeout=20)
+    # The super user's own request goes through.
+    admin.create_partitions([NewPartitions("acl-admin", 2)])["acl-admin"].result(timeout=20)

@@ -31,6 +31,7 @@ from replog.protocol.apis import ApiKey
 from replog.replication.fetcher import FetcherConfig, ReplicaFetcherManager
 from replog.replication.replica_manager import ReplicaManager
 from replog.security import sasl
+from replog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from replog.server.admin import AdminManager
 from replog.server.authentication import handle_sasl_without_sasl, listener_security
 from replog.server.authorizer import Authorizer
@@ -50,7 +51,7 @@ from replog.server.handlers.group_membership import GroupMembershipRequests
 from replog.server.handlers.scram_credentials import ScramCredentialRequests
 from replog.server.metadata_cache import MetadataCache
 from replog.server.metrics import BrokerMetrics, BrokerStateCollector
-from replog.server.network import KafkaServer
+from replog.server.network import KafkaServer, RequestContext
 from replog.server.producer_ids import ProducerIdManager
 from replog.storage.cleaner_threads import CleanerConfig, LoopOwner
 from replog.storage.log_config import LogConfig
@@ -119,7 +120,9 @@ class Broker:
         self.controller_commands = ControllerCommands(
             self.services, self.zk, lambda: self.broker_epoch
         )
-        self.controller_requests = ControllerRequests(lambda: self.controller, self.metadata_cache)
+        self.controller_requests = ControllerRequests(
+            lambda: self.controller, self.metadata_cache, self._cluster_allowed
+        )
         self.metrics = (
             BrokerMetrics(
                 BrokerStateCollector(
@@ -152,6 +155,9 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         self.broker_epoch = -1
+
+    def _cluster_allowed(self, ctx: RequestContext, operation: AclOperation) -> bool:
+        return self.services.allowed(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)
 
     def _scram_credential(self, mechanism: str, user: str) -> sasl.ScramCredential | None:
         """A user's SCRAM credential from ``/config/users/<user>`` (read at each
@@ -247,7 +253,9 @@ class Broker:
         consumer_groups = ConsumerGroupRequests(self.services)
         handlers[ApiKey.CONSUMER_GROUP_HEARTBEAT] = consumer_groups.handle_consumer_group_heartbeat
         handlers[ApiKey.CONSUMER_GROUP_DESCRIBE] = consumer_groups.handle_consumer_group_describe
-        reassignments = partition_handlers.ReassignmentRequests(lambda: self.controller)
+        reassignments = partition_handlers.ReassignmentRequests(
+            lambda: self.controller, self._cluster_allowed
+        )
         handlers[ApiKey.ALTER_PARTITION_REASSIGNMENTS] = (
             reassignments.handle_alter_partition_reassignments
         )

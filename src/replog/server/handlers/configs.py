@@ -6,11 +6,28 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from replog.protocol.apis import ApiKey, make, nested
+from replog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from replog.server.dynamic_config import AlterOp, OpType, duplicate_resources
 from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
 from replog.server.network import RequestContext
 
 DUPLICATE_RESOURCE = "Each resource must appear at most once."
+
+
+TOPIC_CONFIG_RESOURCE = 2  # (broker and broker-logger configs are cluster resources)
+
+
+def _config_refusal(
+    services: BrokerServices, ctx: RequestContext, rtype: int, name: str, operation: AclOperation
+) -> ErrorCode | None:
+    """Kafka: DescribeConfigs/AlterConfigs on the topic, or on the cluster for a broker."""
+    if rtype == TOPIC_CONFIG_RESOURCE:
+        if services.allowed(ctx, operation, ResourceType.TOPIC, name):
+            return None
+        return ErrorCode.topic_authorization_failed
+    if services.allowed(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME):
+        return None
+    return ErrorCode.cluster_authorization_failed
 
 
 async def handle_describe_configs(services: BrokerServices, ctx: RequestContext, request) -> object:
@@ -23,6 +40,19 @@ async def handle_describe_configs(services: BrokerServices, ctx: RequestContext,
     results = []
     for resource in request.resources:
         rtype, name = int(resource.resource_type), str(resource.resource_name)
+        refused = _config_refusal(services, ctx, rtype, name, AclOperation.DESCRIBE_CONFIGS)
+        if refused is not None:
+            results.append(
+                make(
+                    result_cls,
+                    error_code=refused,
+                    error_message=None,
+                    resource_type=rtype,
+                    resource_name=name,
+                    configs=(),
+                )
+            )
+            continue
         found = await services.configs.describe(
             rtype, name, resource.configuration_keys, include_synonyms, include_documentation
         )
@@ -65,8 +95,11 @@ async def _alter(
     twice = duplicate_resources(keys)
     responses = []
     for resource, key in zip(request.resources, keys, strict=True):
+        refused = _config_refusal(services, ctx, key[0], key[1], AclOperation.ALTER_CONFIGS)
         if key in twice:
             error, message = ErrorCode.invalid_request, DUPLICATE_RESOURCE
+        elif refused is not None:
+            error, message = refused, None
         else:
             ops = [
                 AlterOp(

@@ -29,6 +29,7 @@ from replog.controller import decisions
 from replog.controller.context import TopicPartition
 from replog.protocol.apis import ApiKey, make, nested
 from replog.protocol.controller_schemas import controlled_shutdown as csd
+from replog.security.acl import AclOperation
 from replog.server.handlers.context import NO_THROTTLE, response_class
 from replog.server.network import RequestContext
 
@@ -51,9 +52,12 @@ class ControllerRequests:
         self,
         controller: Callable[[], KafkaController | None],
         metadata_cache: MetadataCache,
+        cluster_allowed: Callable[[RequestContext, AclOperation], bool] = lambda _c, _o: True,
     ) -> None:
         self.controller = controller
         self.metadata_cache = metadata_cache
+        # ACLs: may the request's principal do this operation on the cluster?
+        self.cluster_allowed = cluster_allowed
 
     async def handle_controlled_shutdown(self, ctx: RequestContext, request: Any) -> Any:
         version = ctx.api_version
@@ -61,7 +65,11 @@ class ControllerRequests:
         broker_epoch = int(getattr(request, "broker_epoch", csd.UNKNOWN_BROKER_EPOCH))
         log.info("controlled shutdown requested by broker %d (epoch %d)", broker_id, broker_epoch)
         controller = self.controller()
-        if controller is None or not controller.is_active:
+        if not self.cluster_allowed(ctx, AclOperation.CLUSTER_ACTION):
+            result = decisions.ControlledShutdownResult(
+                int(ErrorCode.cluster_authorization_failed), ()
+            )
+        elif controller is None or not controller.is_active:
             result = decisions.ControlledShutdownResult(int(ErrorCode.not_controller), ())
         else:
             result = await controller.controlled_shutdown(broker_id, broker_epoch)
@@ -91,7 +99,13 @@ class ControllerRequests:
             )
         error = ErrorCode.none
         outcomes: dict[TopicPartition, decisions.ElectionOutcome]
-        if election_type not in (decisions.PREFERRED_ELECTION, decisions.UNCLEAN_ELECTION):
+        if not self.cluster_allowed(ctx, AclOperation.ALTER):  # Kafka: Alter on the cluster
+            error = ErrorCode.cluster_authorization_failed
+            outcomes = {
+                tp: decisions.ElectionOutcome(int(ErrorCode.cluster_authorization_failed))
+                for tp in ([] if everything else wanted)
+            }
+        elif election_type not in (decisions.PREFERRED_ELECTION, decisions.UNCLEAN_ELECTION):
             error = ErrorCode.invalid_request
             outcomes = {}
         else:

@@ -13,6 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from replog.controller.context import TopicPartition
 from replog.protocol.apis import ApiKey, make, nested
+from replog.security.acl import AclOperation, ResourceType
 from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
 from replog.server.network import RequestContext
 
@@ -29,6 +30,8 @@ async def handle_create_partitions(
         name = str(topic.name)
         if names.count(name) > 1:
             return ErrorCode.invalid_request, "Duplicate topic in request."
+        if not services.allowed(ctx, AclOperation.ALTER, ResourceType.TOPIC, name):
+            return ErrorCode.topic_authorization_failed, "Authorization failed."
         assignments = (
             None
             if topic.assignments is None
@@ -50,8 +53,13 @@ class ReassignmentRequests:
     """AlterPartitionReassignments and ListPartitionReassignments, answered by the
     active controller (``controller.operations``)."""
 
-    def __init__(self, controller: Callable[[], Any]) -> None:
+    def __init__(
+        self,
+        controller: Callable[[], Any],
+        cluster_allowed: Callable[[RequestContext, AclOperation], bool] = lambda _c, _o: True,
+    ) -> None:
         self._controller = controller
+        self._cluster_allowed = cluster_allowed  # ACLs: Alter / Describe on the cluster
 
     def _operations(self) -> Any:
         controller = self._controller()
@@ -70,6 +78,14 @@ class ReassignmentRequests:
             for p in t.partitions:
                 replicas = None if p.replicas is None else tuple(int(r) for r in p.replicas)
                 asked[TopicPartition(str(t.name), int(p.partition_index))] = replicas
+        if not self._cluster_allowed(ctx, AclOperation.ALTER):
+            return make(
+                cls,
+                throttle_time=NO_THROTTLE,
+                error_code=ErrorCode.cluster_authorization_failed,
+                error_message=None,
+                responses=(),
+            )
         operations = self._operations()
         outcomes = None
         if operations is not None:
@@ -117,6 +133,14 @@ class ReassignmentRequests:
                 TopicPartition(str(t.name), int(p))
                 for t in request.topics
                 for p in t.partition_indexes
+            )
+        if not self._cluster_allowed(ctx, AclOperation.DESCRIBE):
+            return make(
+                cls,
+                throttle_time=NO_THROTTLE,
+                error_code=ErrorCode.cluster_authorization_failed,
+                error_message=None,
+                topics=(),
             )
         operations = self._operations()
         ongoing = None

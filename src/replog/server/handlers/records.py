@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from replog.protocol.apis import ApiKey, make, nested
 from replog.replication.replica_manager import DeleteRecordsResult
+from replog.security.acl import AclOperation, ResourceType
 from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
 from replog.server.network import RequestContext
 
@@ -31,7 +32,9 @@ async def handle_delete_records(services: BrokerServices, ctx: RequestContext, r
         name = str(topic.name)
         for p in topic.partitions:
             index = int(p.partition_index)
-            if services.metadata_cache.partition(name, index) is None:
+            if not services.allowed(ctx, AclOperation.DELETE, ResourceType.TOPIC, name):
+                result = DeleteRecordsResult(ErrorCode.topic_authorization_failed)
+            elif services.metadata_cache.partition(name, index) is None:
                 result = DeleteRecordsResult(ErrorCode.unknown_topic_or_partition)
             elif name in INTERNAL_TOPICS:
                 result = DeleteRecordsResult(ErrorCode.invalid_topic_exception)
