@@ -7,6 +7,12 @@ requests may be in flight per connection; past that the reader stops reading
 (back-pressure), so a client cannot make the broker allocate without bound.
 A malformed frame, an oversize length prefix or an unknown API closes that one
 connection with a log line; other connections are not affected.
+
+A listener's security (``replog.server.authentication.ListenerSecurity``) decides what a
+connection must do first: a TLS handshake (SSL, SASL_SSL; a client certificate names the
+principal) and a SASL exchange (SASL_PLAINTEXT, SASL_SSL) before any other request. Each
+request carries its principal and listener to the handlers, and its stage times to the
+request metrics (``request_observer``).
 """
 
 from __future__ import annotations
@@ -231,8 +237,9 @@ class KafkaServer:
         responses: ResponseQueue,
         peer: str,
     ) -> bool:
-        """One request of a connection that has not authenticated yet (Kafka
-        ``SaslServerAuthenticator``); False: close the connection."""
+        """One request of a connection that has not authenticated yet, or that
+        re-authenticates (Kafka ``SaslServerAuthenticator``, KIP-368); False: close the
+        connection."""
         if request.api_key not in ALLOWED_BEFORE_AUTHENTICATION:
             log.warning(
                 "closing connection from %s: %s before SASL authentication",
