@@ -1,0 +1,297 @@
+"""ZooKeeper and brokers as real processes, each inside its own namespace.
+
+Processes are started with ``ip netns exec NS command``, which execs the command in place:
+the pid we hold is the JVM's or the broker's own. Every process is stopped by that pid
+(SIGCONT first, in case a nemesis paused it; SIGTERM; SIGKILL past a timeout).
+
+Layout under the run directory::
+
+    zk0/            zoo.cfg (bound to the namespace's address), data, zookeeper.log
+    broker-<id>/    server.properties, data/, broker.log
+
+Concurrency: owned by the campaign's thread; the workload threads only use the addresses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from chaos.net import Network, Node
+from replog.cluster.launcher import _knows_itself, pid_alive, tail_log, wait_dead
+from replog.cluster.zookeeper import CONFIG_NAME, _command
+from replog.zk import data as zk_data
+
+ZK_PORT = 2181
+BROKER_PORT = 9092
+
+# Timeouts short enough that a campaign sees faults detected and healed within seconds.
+BROKER_DEFAULTS = {
+    "zookeeper.session.timeout.ms": "6000",
+    "replica.lag.time.max.ms": "3000",
+    "replica.fetch.wait.max.ms": "100",
+    "replica.fetch.backoff.ms": "200",
+    "controlled.shutdown.retry.backoff.ms": "1000",
+    "default.replication.factor": "3",
+    "min.insync.replicas": "2",
+    "offsets.topic.replication.factor": "3",
+    "unclean.leader.election.enable": "false",
+    "auto.create.topics.enable": "false",
+    "group.initial.rebalance.delay.ms": "0",
+}
+
+
+class ChaosCluster:
+    def __init__(
+        self,
+        network: Network,
+        directory: Path,
+        brokers: int = 3,
+        overrides: dict[str, str] | None = None,
+    ) -> None:
+        self.net = network
+        self.dir = Path(directory)
+        self.broker_count = brokers
+        self.overrides = dict(overrides or {})
+        self.zk_node: Node | None = None
+        self.broker_nodes: dict[int, Node] = {}
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}  # "zk0", "b1"
+        self.paused: set[str] = set()
+        self._zk_client: KazooClient | None = None
+
+    # -- addresses --------------------------------------------------------------
+
+    @property
+    def zookeeper_connect(self) -> str:
+        assert self.zk_node is not None
+        return f"{self.zk_node.address}:{ZK_PORT}"
+
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"{n.address}:{BROKER_PORT}" for n in self.broker_nodes.values())
+
+    def node(self, name: str) -> Node:
+        return self.net.nodes[name]
+
+    def pid(self, name: str) -> int | None:
+        process = self.processes.get(name)
+        return None if process is None else process.pid
+
+    # -- start ------------------------------------------------------------------
+
+    def start(self, wait_s: float = 90) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.zk_node = self.net.add_node("zk0", 10)
+        for broker_id in range(self.broker_count):
+            self.broker_nodes[broker_id] = self.net.add_node(f"b{broker_id}", 20 + broker_id)
+        self.start_zookeeper(wait_s)
+        for broker_id in self.broker_nodes:
+            self.start_broker(broker_id, wait=False)
+        self.wait_ready(list(self.broker_nodes), wait_s)
+
+    def start_zookeeper(self, wait_s: float = 60) -> None:
+        assert self.zk_node is not None
+        data_dir = (self.dir / "zk0").resolve()
+        command = _command(data_dir, ZK_PORT, False)  # writes zoo.cfg for 127.0.0.1 ...
+        cfg = data_dir / CONFIG_NAME
+        cfg.write_text(  # ... which we rebind to the namespace's address
+            cfg.read_text().replace(
+                "clientPortAddress=127.0.0.1", f"clientPortAddress={self.zk_node.address}"
+            )
+        )
+        self._spawn("zk0", self.zk_node.exec_prefix() + command, data_dir / "zookeeper.log")
+        self._wait(
+            lambda: _zk_serving(self.zk_node.address, ZK_PORT),
+            wait_s,
+            "ZooKeeper serving",
+            "zk0",
+            data_dir / "zookeeper.log",
+        )
+
+    def broker_dir(self, broker_id: int) -> Path:
+        return self.dir / f"broker-{broker_id}"
+
+    def start_broker(self, broker_id: int, *, wait: bool = True, wait_s: float = 60) -> int:
+        node = self.broker_nodes[broker_id]
+        bdir = self.broker_dir(broker_id).resolve()
+        bdir.mkdir(parents=True, exist_ok=True)
+        props = {
+            "broker.id": str(broker_id),
+            "listeners": f"PLAINTEXT://{node.address}:{BROKER_PORT}",
+            "log.dirs": str(bdir / "data"),
+            "zookeeper.connect": self.zookeeper_connect,
+            **BROKER_DEFAULTS,
+            **self.overrides,
+        }
+        config = bdir / "server.properties"
+        config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        command = [sys.executable, "-m", "replog.cli.main", "broker", "start", "--config"]
+        pid = self._spawn(
+            node.name, node.exec_prefix() + command + [str(config)], bdir / "broker.log"
+        )
+        if wait:
+            self.wait_ready([broker_id], wait_s)
+        return pid
+
+    def _spawn(self, name: str, command: list[str], log_path: Path) -> int:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        with open(log_path, "ab") as log:
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=log_path.parent,
+                env=env,
+                start_new_session=True,
+            )
+        self.processes[name] = process
+        self.paused.discard(name)
+        return process.pid
+
+    def wait_ready(self, broker_ids: list[int], wait_s: float) -> None:
+        for broker_id in broker_ids:
+            node = self.broker_nodes[broker_id]
+            self._wait(
+                lambda n=node, b=broker_id: _broker_serving(n.address, b),
+                wait_s,
+                f"broker {broker_id} serving",
+                node.name,
+                self.broker_dir(broker_id) / "broker.log",
+            )
+
+    def _wait(self, condition, wait_s: float, what: str, name: str, log: Path) -> None:
+        deadline = time.monotonic() + wait_s
+        while not condition():
+            process = self.processes[name]
+            if process.poll() is not None:
+                raise RuntimeError(
+                    f"{name} exited ({process.returncode}) before {what}:\n{tail_log(log)}"
+                )
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no {what} after {wait_s} s:\n{tail_log(log)}")
+            time.sleep(0.1)
+
+    # -- signals ------------------------------------------------------------------
+
+    def kill(self, name: str) -> None:
+        """kill -9 by pid; waits until the process is gone."""
+        process = self.processes[name]
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait(30)
+        self.paused.discard(name)
+
+    def pause(self, name: str) -> None:
+        os.kill(self.processes[name].pid, signal.SIGSTOP)
+        self.paused.add(name)
+
+    def resume(self, name: str) -> None:
+        os.kill(self.processes[name].pid, signal.SIGCONT)
+        self.paused.discard(name)
+
+    def restart(self, name: str, wait_s: float = 60) -> None:
+        if name == "zk0":
+            self.start_zookeeper(wait_s)
+        else:
+            self.start_broker(int(name[1:]), wait_s=wait_s)
+
+    def stop(self) -> list[str]:
+        """Stop every process by pid (brokers first); return the errors met, never raise."""
+        errors = []
+        self.close_zk()
+        names = [n for n in self.processes if n != "zk0"] + (
+            ["zk0"] if "zk0" in self.processes else []
+        )
+        for name in names:
+            process = self.processes[name]
+            try:
+                if process.poll() is not None:
+                    continue
+                os.kill(process.pid, signal.SIGCONT)
+                os.kill(process.pid, signal.SIGTERM)
+                try:
+                    process.wait(15)
+                except subprocess.TimeoutExpired:
+                    os.kill(process.pid, signal.SIGKILL)
+                    process.wait(15)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                errors.append(f"stopping {name} (pid {process.pid}): {exc}")
+            if pid_alive(process.pid) and not wait_dead(process.pid, 5):
+                errors.append(f"{name} (pid {process.pid}) still alive")
+        return errors
+
+    # -- ZooKeeper views ------------------------------------------------------------
+
+    def zk(self) -> KazooClient:
+        if self._zk_client is None:
+            client = KazooClient(hosts=self.zookeeper_connect, timeout=10)
+            client.start(timeout=20)
+            self._zk_client = client
+        return self._zk_client
+
+    def close_zk(self) -> None:
+        if self._zk_client is not None:
+            try:
+                self._zk_client.stop()
+                self._zk_client.close()
+            finally:
+                self._zk_client = None
+
+    def controller(self) -> int | None:
+        try:
+            return int(json.loads(self.zk().get("/controller")[0])["brokerid"])
+        except NoNodeError:
+            return None
+
+    def partition_state(self, topic: str, partition: int) -> tuple[int, list[int]] | None:
+        """``(leader, isr)`` from the partition's state znode."""
+        try:
+            data, stat = self.zk().get(zk_data.partition_state_path(topic, partition))
+        except NoNodeError:
+            return None
+        lai = zk_data.decode_partition_state(data, stat.version).leader_and_isr
+        return int(lai.leader), [int(b) for b in lai.isr]
+
+    def registered(self) -> set[int]:
+        try:
+            return {int(b) for b in self.zk().get_children("/brokers/ids")}
+        except NoNodeError:
+            return set()
+
+    def full_isr(self, topic: str, partitions: int) -> bool:
+        everyone = set(self.broker_nodes)
+        for p in range(partitions):
+            state = self.partition_state(topic, p)
+            if state is None or state[0] < 0 or set(state[1]) != everyone:
+                return False
+        return True
+
+
+def _zk_serving(address: str, port: int) -> bool:
+    try:
+        with socket.create_connection((address, port), timeout=1) as sock:
+            sock.sendall(b"srvr")
+            chunks = []
+            while chunk := sock.recv(4096):
+                chunks.append(chunk)
+    except OSError:
+        return False
+    return b"Mode: standalone" in b"".join(chunks)
+
+
+def _broker_serving(address: str, broker_id: int) -> bool:
+    try:
+        return asyncio.run(_knows_itself(address, BROKER_PORT, broker_id))
+    except (OSError, TimeoutError, ConnectionError):
+        return False
