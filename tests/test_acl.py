@@ -7,6 +7,7 @@ non-broker principal sending LeaderAndIsr gets CLUSTER_AUTHORIZATION_FAILED."""
 
 from __future__ import annotations
 
+import datetime
 import socket
 import struct
 import uuid
@@ -37,6 +38,7 @@ from confluent_kafka.admin import (
 from hypothesis import given
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32Timedelta
 
 from clients_util import wait_for_leaders
 from cluster_util import wait_for
@@ -144,7 +146,12 @@ def test_filters_and_the_zookeeper_codec() -> None:
 
 # -- an authorizing broker --------------------------------------------------------------------
 
-USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
+USERS = {
+    "admin": "admin-secret",
+    "alice": "alice-secret",
+    "bob": "bob-secret",
+    "carol": "carol-secret",
+}
 
 
 @pytest.fixture(scope="module")
@@ -466,3 +473,131 @@ def test_admin_operations_need_their_acls(cluster: LocalCluster) -> None:
         bob.elect_leaders(ElectionType.PREFERRED, [partition]).result(timeout=20)
     # The super user's own request goes through.
     admin.create_partitions([NewPartitions("acl-admin", 2)])["acl-admin"].result(timeout=20)
+
+
+def _ask(cluster: LocalCluster, user: str, api_key: ApiKey, version: int, body) -> object:
+    """One request over a fresh SASL/PLAIN connection as ``user``; the decoded answer."""
+    port = int(cluster.bootstrap_servers(listener="SASL_PLAINTEXT").split(":")[1])
+    sock = _plain_connection(port, user)
+    try:
+        sock.sendall(frames.encode_request(api_key, version, 7, "raw", body))
+        return frames.decode_response(api_key, version, _read_frame(sock))[1]
+    finally:
+        sock.close()
+
+
+def test_describe_and_epoch_apis_need_their_acls(cluster: LocalCluster) -> None:
+    """DescribeCluster and DescribeLogDirs (Describe on the cluster), DescribeProducers
+    (Read on the topic), OffsetForLeaderEpoch (Describe on the topic; ClusterAction for a
+    follower), OffsetDelete (Delete on the group, Read on the topic) and the KIP-848 APIs
+    (Read / Describe on the group): refused to bob, answered to the super user; the
+    authorized operations a client asks for are the principal's own."""
+    admin = AdminClient(client(cluster, "admin"))
+    for f in admin.create_topics([NewTopic("acl-desc", 1, 1)]).values():
+        f.result(timeout=30)
+    wait_for_leaders(cluster.bootstrap_servers(), {"acl-desc": 1})
+    bob = AdminClient(client(cluster, "bob"))
+    # librdkafka's describe_cluster asks Metadata, which anyone may; the operations it
+    # reports are the principal's own
+    every = admin.describe_cluster(include_authorized_operations=True).result(timeout=30)
+    assert {op.name for op in every.authorized_operations} == {
+        "CREATE",
+        "ALTER",
+        "DESCRIBE",
+        "CLUSTER_ACTION",
+        "DESCRIBE_CONFIGS",
+        "ALTER_CONFIGS",
+        "IDEMPOTENT_WRITE",
+    }
+    none = bob.describe_cluster(include_authorized_operations=True).result(timeout=30)
+    assert not none.authorized_operations
+    cluster_api = apis.request_schema(ApiKey.DESCRIBE_CLUSTER, 1)(
+        include_cluster_authorized_operations=True, endpoint_type=1
+    )
+    refused = _ask(cluster, "bob", ApiKey.DESCRIBE_CLUSTER, 1, cluster_api)
+    assert refused.error_code == ErrorCode.cluster_authorization_failed and refused.brokers == ()
+    grant = CkAclBinding(
+        CkResourceType.BROKER,
+        "kafka-cluster",
+        ResourcePatternType.LITERAL,
+        "User:bob",
+        "*",
+        CkOperation.DESCRIBE,
+        CkPermission.ALLOW,
+    )
+    for f in admin.create_acls([grant]).values():
+        f.result(timeout=20)
+    described = wait_for(
+        lambda: _described_or_none(cluster, "bob", cluster_api), 30, "bob's DescribeCluster"
+    )
+    assert described.cluster_authorized_operations == 1 << 8  # DESCRIBE alone
+    assert len(described.brokers) == 1
+
+    logdirs = apis.request_schema(ApiKey.DESCRIBE_LOG_DIRS, 3)(topics=None)
+    # bob now may describe the cluster; carol (no grant) may not
+    refused = _ask(cluster, "carol", ApiKey.DESCRIBE_LOG_DIRS, 3, logdirs)
+    assert refused.error_code == ErrorCode.cluster_authorization_failed and refused.results == ()
+    answered = _ask(cluster, "admin", ApiKey.DESCRIBE_LOG_DIRS, 3, logdirs)
+    assert answered.error_code == ErrorCode.none and answered.results
+
+    cls = apis.request_schema(ApiKey.DESCRIBE_PRODUCERS, 0)
+    producers = cls(
+        topics=(apis.nested(cls, "TopicRequest")(name="acl-desc", partition_indexes=(0,)),)
+    )
+    for user, error in (("bob", ErrorCode.topic_authorization_failed), ("admin", ErrorCode.none)):
+        answer = _ask(cluster, user, ApiKey.DESCRIBE_PRODUCERS, 0, producers)
+        assert answer.topics[0].partitions[0].error_code == error, user
+
+    cls = apis.request_schema(ApiKey.OFFSET_FOR_LEADER_EPOCH, 4)
+
+    def epochs(replica_id: int):
+        part = apis.nested(cls, "OffsetForLeaderPartition")(
+            partition=0, current_leader_epoch=-1, leader_epoch=0
+        )
+        topic = apis.nested(cls, "OffsetForLeaderTopic")(topic="acl-desc", partitions=(part,))
+        return cls(replica_id=replica_id, topics=(topic,))
+
+    for user, replica_id, error in (
+        ("bob", -1, ErrorCode.topic_authorization_failed),
+        ("bob", 0, ErrorCode.cluster_authorization_failed),  # posing as a follower
+        ("admin", -1, ErrorCode.none),
+    ):
+        answer = _ask(cluster, user, ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, epochs(replica_id))
+        assert answer.topics[0].partitions[0].error_code == error, (user, replica_id)
+
+    cls = apis.request_schema(ApiKey.OFFSET_DELETE, 0)
+    delete = cls(
+        group_id="carol-group",
+        topics=(
+            apis.nested(cls, "OffsetDeleteRequestTopic")(
+                name="acl-desc",
+                partitions=(apis.nested(cls, "OffsetDeleteRequestPartition")(partition_index=0),),
+            ),
+        ),
+    )
+    answer = _ask(cluster, "bob", ApiKey.OFFSET_DELETE, 0, delete)
+    assert answer.error_code == ErrorCode.group_authorization_failed
+
+    cls = apis.request_schema(ApiKey.CONSUMER_GROUP_DESCRIBE, 0)
+    body = cls(group_ids=("carol-group",), include_authorized_operations=True)
+    answer = _ask(cluster, "bob", ApiKey.CONSUMER_GROUP_DESCRIBE, 0, body)
+    assert answer.groups[0].error_code == ErrorCode.group_authorization_failed
+    cls = apis.request_schema(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0)
+    heartbeat = cls(
+        group_id="carol-group",
+        member_id="m-1",
+        member_epoch=0,
+        instance_id=None,
+        rack_id=None,
+        rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+        subscribed_topic_names=("acl-desc",),
+        server_assignor=None,
+        topic_partitions=(),
+    )
+    answer = _ask(cluster, "bob", ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, heartbeat)
+    assert answer.error_code == ErrorCode.group_authorization_failed
+
+
+def _described_or_none(cluster: LocalCluster, user: str, body):
+    answer = _ask(cluster, user, ApiKey.DESCRIBE_CLUSTER, 1, body)
+    return answer if answer.error_code == ErrorCode.none else None

@@ -5,11 +5,13 @@ DescribeCluster (Kafka ``handleDescribeCluster`` / ``AuthHelper.computeDescribeC
 the live brokers of the metadata cache, the cluster id and the controller (-1 unless
 it is among those brokers). A broker answers for brokers only: asking it for
 controllers (endpoint type 2, KIP-919) is MISMATCHED_ENDPOINT_TYPE, an unknown
-type UNSUPPORTED_ENDPOINT_TYPE. Without an authorizer every operation a cluster
-supports is allowed, which is what ``cluster_authorized_operations`` says when asked
-(INT32_MIN, "not computed", otherwise). No broker is fenced in ZooKeeper mode.
+type UNSUPPORTED_ENDPOINT_TYPE. It needs Describe on the cluster
+(CLUSTER_AUTHORIZATION_FAILED otherwise). ``cluster_authorized_operations``, when asked,
+holds the cluster operations the principal is allowed (every one without an authorizer;
+INT32_MIN, "not computed", when not asked). No broker is fenced in ZooKeeper mode.
 
-DescribeLogDirs (Kafka ``ReplicaManager.describeLogDirs``): each ``log.dirs``
+DescribeLogDirs (Kafka ``ReplicaManager.describeLogDirs``; Describe on the cluster, else
+CLUSTER_AUTHORIZATION_FAILED and no directories): each ``log.dirs``
 entry by absolute path with its volume's total and usable bytes (v4), and per
 hosted partition asked for (every one when the request says null): its size, its
 offset lag (max(HW - LEO, 0), 0 for a current replica; -1 for a log no replica is
@@ -24,30 +26,24 @@ import shutil
 from kio.schema.errors import ErrorCode
 
 from replog.protocol.apis import ApiKey, make, nested
-from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
+from replog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from replog.server.handlers.context import (
+    NO_THROTTLE,
+    UNKNOWN_AUTHORIZED_OPERATIONS,
+    BrokerServices,
+    response_class,
+)
 from replog.server.network import RequestContext
 
 ENDPOINT_TYPE_BROKER = 1
 ENDPOINT_TYPE_CONTROLLER = 2
-UNKNOWN_AUTHORIZED_OPERATIONS = -(1 << 31)
-# Kafka ``AclEntry.supportedOperations(CLUSTER)`` by AclOperation code: CREATE 5,
-# ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11,
-# IDEMPOTENT_WRITE 12.
-CLUSTER_OPERATIONS = (5, 7, 8, 9, 10, 11, 12)
 INVALID_OFFSET_LAG = -1
 
 
-def to_32_bit_field(operations: tuple[int, ...]) -> int:
-    """Kafka ``Utils.to32BitField``: one bit per operation code."""
-    field = 0
-    for op in operations:
-        field |= 1 << op
-    return field
-
-
-# What DescribeCluster and Metadata v8-v10 say of the cluster when a client asks
-# (librdkafka's describe_cluster uses the latter).
-AUTHORIZED_CLUSTER_OPERATIONS = to_32_bit_field(CLUSTER_OPERATIONS)
+def authorized_cluster_operations(services: BrokerServices, ctx: RequestContext) -> int:
+    """What DescribeCluster and Metadata v8-v10 say of the cluster when a client asks
+    (librdkafka's describe_cluster uses the latter): the operations the principal may do."""
+    return services.authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
 
 
 async def handle_describe_cluster(services: BrokerServices, ctx: RequestContext, request) -> object:
@@ -61,8 +57,12 @@ async def handle_describe_cluster(services: BrokerServices, ctx: RequestContext,
     elif endpoint_type != ENDPOINT_TYPE_BROKER:
         error = ErrorCode.mismatched_endpoint_type
         message = "The request was sent to an endpoint of type BROKER, but we wanted CONTROLLER"
+    if error is ErrorCode.none and not services.allowed(
+        ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME
+    ):
+        error = ErrorCode.cluster_authorization_failed
     if error is not ErrorCode.none:
-        if ctx.api_version == 0:
+        if ctx.api_version == 0 and error is not ErrorCode.cluster_authorization_failed:
             error = ErrorCode.invalid_request
         return make(
             cls,
@@ -89,7 +89,7 @@ async def handle_describe_cluster(services: BrokerServices, ctx: RequestContext,
     )
     controller_id = cache.controller_id if cache.controller_id in cache.brokers else -1
     operations = (
-        AUTHORIZED_CLUSTER_OPERATIONS
+        authorized_cluster_operations(services, ctx)
         if request.include_cluster_authorized_operations
         else UNKNOWN_AUTHORIZED_OPERATIONS
     )
@@ -113,6 +113,14 @@ async def handle_describe_log_dirs(
     result_cls = nested(cls, "DescribeLogDirsResult")
     topic_cls = nested(cls, "DescribeLogDirsTopic")
     part_cls = nested(cls, "DescribeLogDirsPartition")
+    if not services.allowed(ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        # v3+ carry the error; older versions can only say it with no directories
+        return make(
+            cls,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.cluster_authorization_failed,
+            results=(),
+        )
     replica_manager = services.replica_manager
     log_manager = replica_manager.log_manager
     wanted = (

@@ -12,8 +12,12 @@ is its address as Kafka spells it (``/127.0.0.1``). With ``consumer`` left out o
 
 ConsumerGroupDescribe (v0-1): per group id its state, epochs, assignor and members with
 their current and target assignments (topic ids and names); an empty id is
-INVALID_GROUP_ID, an unknown id or a classic group's GROUP_ID_NOT_FOUND. Without an
-authorizer every operation a group supports is allowed (READ, DELETE, DESCRIBE).
+INVALID_GROUP_ID, an unknown id or a classic group's GROUP_ID_NOT_FOUND.
+
+ACLs, as Kafka checks them: a heartbeat needs Read on the group
+(GROUP_AUTHORIZATION_FAILED) and Describe on every topic it names
+(TOPIC_AUTHORIZATION_FAILED, naming them); a describe needs Describe on the group, and
+``authorized_operations`` holds those of READ, DELETE and DESCRIBE the principal has.
 """
 
 from __future__ import annotations
@@ -31,13 +35,16 @@ from replog.coordinator.group.consumer_group import ConsumerGroup, topic_partiti
 from replog.coordinator.group.consumer_group_runtime import ConsumerGroupRuntime
 from replog.coordinator.group.offsets_topic import INTERNAL_TOPICS
 from replog.protocol.apis import ApiKey, make, nested
-from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
+from replog.security.acl import AclOperation, ResourceType
+from replog.server.handlers.context import (
+    NO_THROTTLE,
+    UNKNOWN_AUTHORIZED_OPERATIONS,
+    BrokerServices,
+    response_class,
+)
 from replog.server.network import RequestContext
 
 CONSUMER_PROTOCOL = "consumer"
-UNKNOWN_AUTHORIZED_OPERATIONS = -2147483648
-# AclOperation READ (3), DELETE (6), DESCRIBE (8): what a group supports.
-AUTHORIZED_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 CONSUMER_MEMBER_TYPE = 1
 
 
@@ -149,6 +156,21 @@ class ConsumerGroupRequests:
         invalid = hb.validate_request(hb_request, self.runtime.settings)
         if invalid is not None:
             return answer(invalid)
+        allowed = self.services.allowed
+        if not allowed(ctx, AclOperation.READ, ResourceType.GROUP, hb_request.group_id):
+            return answer(hb.Decision(error=ErrorCode.group_authorization_failed))
+        refused = sorted(
+            t
+            for t in hb_request.subscribed_topic_names or ()
+            if not allowed(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, t)
+        )
+        if refused:
+            return answer(
+                hb.Decision(
+                    error=ErrorCode.topic_authorization_failed,
+                    message="Unauthorized topics: " + ", ".join(refused),
+                )
+            )
         error, shard = self.services.group_coordinator.shard_for(hb_request.group_id)
         if shard is None:
             return answer(hb.Decision(error=error))
@@ -157,11 +179,11 @@ class ConsumerGroupRequests:
     async def handle_consumer_group_describe(self, ctx: RequestContext, request) -> object:
         cls = response_class(ApiKey.CONSUMER_GROUP_DESCRIBE, ctx.api_version)
         group_cls = nested(cls, "DescribedGroup")
-        operations = (
-            AUTHORIZED_GROUP_OPERATIONS
-            if request.include_authorized_operations
-            else UNKNOWN_AUTHORIZED_OPERATIONS
-        )
+
+        def operations(group_id: str) -> int:
+            if not request.include_authorized_operations:
+                return UNKNOWN_AUTHORIZED_OPERATIONS
+            return self.services.authorized_operations(ctx, ResourceType.GROUP, group_id)
 
         def failed(group_id: str, error: ErrorCode, message: str | None = None) -> object:
             return make(
@@ -174,7 +196,7 @@ class ConsumerGroupRequests:
                 assignment_epoch=0,
                 assignor_name="",
                 members=(),
-                authorized_operations=operations,
+                authorized_operations=operations(group_id),
             )
 
         described = []
@@ -182,6 +204,9 @@ class ConsumerGroupRequests:
             group_id = str(group_id)
             if not group_id:
                 described.append(failed(group_id, ErrorCode.invalid_group_id))
+                continue
+            if not self.services.allowed(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+                described.append(failed(group_id, ErrorCode.group_authorization_failed))
                 continue
             error, shard = self.services.group_coordinator.shard_for(group_id)
             if shard is None:
@@ -196,7 +221,7 @@ class ConsumerGroupRequests:
                 )
                 described.append(failed(group_id, ErrorCode.group_id_not_found, message))
                 continue
-            described.append(self._describe(cls, group, operations))
+            described.append(self._describe(cls, group, operations(group_id)))
         return make(cls, throttle_time=NO_THROTTLE, groups=tuple(described))
 
     def _describe(self, cls, group: ConsumerGroup, operations: int) -> object:

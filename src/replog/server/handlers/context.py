@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from kio.static.primitive import i32Timedelta
 
 from replog.protocol import apis
+from replog.security.acl import SUPPORTED_OPERATIONS
 from replog.server.topic_stats import BrokerTopicStats
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from replog.server.producer_ids import ProducerIdManager
 
 NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
+UNKNOWN_AUTHORIZED_OPERATIONS = -(1 << 31)  # INT32_MIN: authorized operations not asked for
 
 
 @dataclass
@@ -45,6 +47,17 @@ class BrokerServices:
         return self.authorizer is None or self.authorizer.allowed(
             ctx, operation, resource_type, name
         )
+
+    def authorized_operations(
+        self, ctx: RequestContext, resource_type: ResourceType, name: str
+    ) -> int:
+        """Kafka's ``authorized_operations`` field: one bit per operation the resource
+        type supports that the principal is allowed."""
+        field_ = 0
+        for op in SUPPORTED_OPERATIONS[resource_type]:
+            if self.allowed(ctx, op, resource_type, name):
+                field_ |= 1 << int(op)
+        return field_
 
 
 def response_class(api_key: int, version: int) -> type[Any]:

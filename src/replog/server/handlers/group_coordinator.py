@@ -378,6 +378,9 @@ class GroupCoordinatorRequests:
                 ),
             )
 
+        # Kafka: Delete on the group, then Read on each topic (KafkaApis.handleOffsetDelete)
+        if not self.services.allowed(ctx, AclOperation.DELETE, ResourceType.GROUP, group_id):
+            return answer(ErrorCode.group_authorization_failed, {})
         error, shard = self.services.group_coordinator.shard_for(group_id)
         if shard is None:
             return answer(error, {})
@@ -393,7 +396,9 @@ class GroupCoordinatorRequests:
             subscribed = group is not None and group.is_subscribed_to_topic(name)
             for p in topic.partitions:
                 tp = (name, int(p.partition_index))
-                if subscribed:
+                if not self.services.allowed(ctx, AclOperation.READ, ResourceType.TOPIC, name):
+                    per[tp] = ErrorCode.topic_authorization_failed
+                elif subscribed:
                     per[tp] = ErrorCode.group_subscribed_to_topic
                 elif self.services.metadata_cache.partition(name, tp[1]) is None:
                     per[tp] = ErrorCode.unknown_topic_or_partition

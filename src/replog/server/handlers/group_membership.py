@@ -22,12 +22,16 @@ from replog.coordinator.group.generic_group_service import (
 )
 from replog.protocol.apis import ApiKey, make, nested
 from replog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
+from replog.server.handlers.context import (
+    NO_THROTTLE,
+    UNKNOWN_AUTHORIZED_OPERATIONS,
+    BrokerServices,
+    response_class,
+)
 from replog.server.network import RequestContext
 
 FIRST_REQUIRED_MEMBER_ID = 4  # KIP-394
 FIRST_BATCHED_LEAVE = 3  # KIP-345
-UNKNOWN_AUTHORIZED_OPERATIONS = -(2**31)
 
 
 def _ms(value: Any) -> int:
@@ -198,7 +202,11 @@ class GroupMembershipRequests:
                     protocol_type=protocol_type,
                     protocol_data=protocol,
                     members=members,
-                    authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS,
+                    authorized_operations=(
+                        self.services.authorized_operations(ctx, ResourceType.GROUP, group_id)
+                        if getattr(request, "include_authorized_operations", False)
+                        else UNKNOWN_AUTHORIZED_OPERATIONS
+                    ),
                 )
 
             if not self.services.allowed(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, gid):

@@ -13,8 +13,13 @@ from replog.protocol import apis
 from replog.protocol.apis import ApiKey, make, nested
 from replog.protocol.frames import UnsupportedVersion, encode_response
 from replog.security.acl import AclOperation, ResourceType
-from replog.server.handlers.cluster import AUTHORIZED_CLUSTER_OPERATIONS
-from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
+from replog.server.handlers.cluster import authorized_cluster_operations
+from replog.server.handlers.context import (
+    NO_THROTTLE,
+    UNKNOWN_AUTHORIZED_OPERATIONS,
+    BrokerServices,
+    response_class,
+)
 from replog.server.metadata_cache import MetadataCache
 from replog.server.network import RequestContext
 
@@ -76,7 +81,6 @@ async def _await_first_update_metadata(services: BrokerServices) -> None:
 # Metadata v10 adds topic ids to the response (and lets request topics carry one); v12
 # is the first version where a request topic may be named by its id alone (KIP-516).
 FIRST_TOPIC_ID_LOOKUP_VERSION = 12
-UNKNOWN_OPERATIONS = -2147483648  # authorized operations not computed
 
 
 def requested_topics(
@@ -152,7 +156,7 @@ async def handle_metadata(services: BrokerServices, ctx: RequestContext, request
                     topic_id=asked_id if error == ErrorCode.unknown_topic_id else None,
                     is_internal=name in INTERNAL_TOPICS,
                     partitions=(),
-                    topic_authorized_operations=UNKNOWN_OPERATIONS,
+                    topic_authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS,
                 )
             )
             continue
@@ -182,7 +186,11 @@ async def handle_metadata(services: BrokerServices, ctx: RequestContext, request
                 topic_id=cache.topic_id(name),
                 is_internal=name in INTERNAL_TOPICS,
                 partitions=tuple(parts),
-                topic_authorized_operations=UNKNOWN_OPERATIONS,
+                topic_authorized_operations=(
+                    services.authorized_operations(ctx, ResourceType.TOPIC, name)
+                    if getattr(request, "include_topic_authorized_operations", False)
+                    else UNKNOWN_AUTHORIZED_OPERATIONS
+                ),
             )
         )
     brokers = tuple(
@@ -197,9 +205,9 @@ async def handle_metadata(services: BrokerServices, ctx: RequestContext, request
         controller_id=cache.controller_id if cache.controller_id is not None else -1,
         topics=tuple(topics),
         cluster_authorized_operations=(
-            AUTHORIZED_CLUSTER_OPERATIONS
+            authorized_cluster_operations(services, ctx)
             if getattr(request, "include_cluster_authorized_operations", False)
-            else UNKNOWN_OPERATIONS
+            else UNKNOWN_AUTHORIZED_OPERATIONS
         ),
         error_code=ErrorCode.none,  # v13: no request-wide error (REBOOTSTRAP_REQUIRED) here
     )

@@ -32,7 +32,7 @@ from kio.schema.errors import ErrorCode
 
 from replog.protocol.apis import ApiKey, make, nested
 from replog.replication.partition import Partition
-from replog.security.acl import AclOperation, ResourceType
+from replog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
 from replog.server.handlers.leader_discovery import not_hosted_error
 from replog.server.network import RequestContext
@@ -192,15 +192,28 @@ async def handle_offset_for_leader_epoch(
     cls = response_class(ApiKey.OFFSET_FOR_LEADER_EPOCH, ctx.api_version)
     topic_cls = nested(cls, "OffsetForLeaderTopicResult")
     part_cls = nested(cls, "EpochEndOffset")
+    # Kafka: a follower's request (replica_id >= 0, v3+) needs ClusterAction on the
+    # cluster, a consumer's Describe on each topic.
+    replica_id = int(getattr(request, "replica_id", CONSUMER_REPLICA_ID))
+    cluster_refused = replica_id != CONSUMER_REPLICA_ID and not services.allowed(
+        ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME
+    )
     topics = []
     for topic in request.topics:
         name = str(topic.topic)
+        topic_refused = not cluster_refused and not services.allowed(
+            ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name
+        )
         parts = []
         for p in topic.partitions:
             index = int(p.partition)
             partition = services.replica_manager.get_partition(name, index)
             answer = {"partition": index, "leader_epoch": -1, "end_offset": -1}
-            if partition is None:
+            if cluster_refused:
+                answer["error_code"] = ErrorCode.cluster_authorization_failed
+            elif topic_refused:
+                answer["error_code"] = ErrorCode.topic_authorization_failed
+            elif partition is None:
                 answer["error_code"] = not_hosted_error(services, name, index)
             else:
                 error, end = partition.machine.answer_offsets_for_leader_epoch(

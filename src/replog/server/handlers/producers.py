@@ -80,7 +80,9 @@ async def handle_describe_producers(
             index = int(index)
             error, producers = ErrorCode.none, ()
             partition = services.replica_manager.get_partition(name, index) if known_topic else None
-            if not known_topic:
+            if not services.allowed(ctx, AclOperation.READ, ResourceType.TOPIC, name):
+                error = ErrorCode.topic_authorization_failed  # Kafka: Read on the topic
+            elif not known_topic:
                 error = ErrorCode.unknown_topic_or_partition
             elif partition is None:
                 error = (
