@@ -152,6 +152,25 @@ class Network:
         self._drops.append(drop)
         return drop
 
+    def drop_host(self, node: Node) -> list[Drop]:
+        """Drop everything between ``node`` and the root namespace (the clients), both ways;
+        filtered inside ``node``'s namespace only, so the root namespace is never touched."""
+        host = Node("host", "", self.host_address)
+        drops = [
+            Drop(
+                host,
+                node,
+                (self._add_rule(node.namespace, "input", f"ip saddr {host.address} drop"),),
+            ),
+            Drop(
+                node,
+                host,
+                (self._add_rule(node.namespace, "output", f"ip daddr {host.address} drop"),),
+            ),
+        ]
+        self._drops.extend(drops)
+        return drops
+
     def undrop(self, drop: Drop) -> None:
         for namespace, chain, handle in drop.rules:
             _run(

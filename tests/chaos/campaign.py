@@ -1,0 +1,210 @@
+"""A campaign: build the network and cluster, run the workload through a schedule of
+faults, heal, read everything back, check the history.
+
+``make_schedule(seed, minutes)`` is pure: the same seed and length give the same faults,
+durations and gaps. ``run_campaign`` carries a schedule out and returns the
+``CheckResult``; everything it created (processes, namespaces, bridge, nft tables) is
+removed in its ``finally``, and the run directory (history, nemesis log, broker logs,
+report) is kept for study.
+
+Concurrency: the campaign's thread drives the nemesis; the workload has threads of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from chaos.checker import CheckResult, check, report
+from chaos.cluster import ChaosCluster
+from chaos.history import History
+from chaos.nemesis import FAULT_KINDS, Target, make_fault
+from chaos.net import Network
+from chaos.workload import CLIENT_LOGGER, LiveReading, Producing, final_read
+
+TOPIC = "chaos"
+
+
+@dataclass(frozen=True)
+class ScheduledFault:
+    kind: str
+    pick: int
+    hold_s: float  # how long the fault lasts
+    quiet_s: float  # calm time after the cluster has recovered, before the next fault
+
+
+def make_schedule(
+    seed: int, minutes: float, kinds: tuple[str, ...] = FAULT_KINDS
+) -> list[ScheduledFault]:
+    """Faults for about ``minutes`` of campaign, each kind in turn in a seeded order, with
+    seeded targets, durations (3-20 s) and quiet gaps (2-6 s). Recovery waits come on top, so
+    the budget counts 15 s for each."""
+    rng = random.Random(seed)
+    budget = minutes * 60
+    out: list[ScheduledFault] = []
+    order: list[str] = []
+    while budget > 0:
+        if not order:
+            order = list(kinds)
+            rng.shuffle(order)
+        fault = ScheduledFault(
+            kind=order.pop(),
+            pick=rng.randrange(1 << 16),
+            hold_s=round(rng.uniform(3, 20), 1),
+            quiet_s=round(rng.uniform(2, 6), 1),
+        )
+        out.append(fault)
+        budget -= fault.hold_s + fault.quiet_s + 15
+    return out
+
+
+@dataclass
+class CampaignConfig:
+    partitions: int = 6
+    rate: int = 200  # values a second
+    recovery_timeout_s: float = 60  # for a full ISR after each heal
+    broker_overrides: dict[str, str] | None = None
+    live_reader: bool = True
+
+
+def run_campaign(
+    schedule: list[ScheduledFault],
+    directory: Path,
+    config: CampaignConfig | None = None,
+    log: Callable[[str], None] = print,
+    title: str = "chaos campaign",
+) -> CheckResult:
+    config = config or CampaignConfig()
+    directory.mkdir(parents=True, exist_ok=True)
+    history = History(directory / "history.jsonl")
+    nemesis_log = open(directory / "nemesis.log", "w")  # noqa: SIM115
+    client_log = logging.FileHandler(directory / "clients.log")
+    client_log.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    CLIENT_LOGGER.addHandler(client_log)
+    CLIENT_LOGGER.setLevel(logging.INFO)
+
+    def note(line: str) -> None:
+        stamped = f"[{time.strftime('%H:%M:%S')} t={history.now():7.2f}] {line}"
+        nemesis_log.write(stamped + "\n")
+        nemesis_log.flush()
+        log(stamped)
+
+    net = Network()
+    cluster = ChaosCluster(net, directory / "cluster", overrides=config.broker_overrides)
+    producing: Producing | None = None
+    reading: LiveReading | None = None
+    active = None
+    target = Target(cluster, TOPIC, config.partitions)
+    try:
+        net.create()
+        cluster.start()
+        note(
+            f"network {net.prefix} ({net.subnet}.0/24), ZooKeeper {cluster.zookeeper_connect}, "
+            f"brokers {cluster.bootstrap_servers()}, pids "
+            + ", ".join(f"{n}={p.pid}" for n, p in cluster.processes.items())
+        )
+        _create_topic(cluster.bootstrap_servers(), config.partitions)
+        _wait(lambda: cluster.full_isr(TOPIC, config.partitions), 60, "a full ISR for the topic")
+        bootstrap = cluster.bootstrap_servers()
+        producing = Producing(history, bootstrap, TOPIC, config.partitions, config.rate)
+        producing.start()
+        if config.live_reader:
+            reading = LiveReading(history, bootstrap, TOPIC, config.partitions)
+            reading.start()
+        _wait(lambda: producing.acked >= 2 * config.partitions, 60, "first acknowledgements")
+        note(f"workload running: {producing.acked} acked")
+        for number, scheduled in enumerate(schedule):
+            _wait_quiet(scheduled.quiet_s)
+            fault = make_fault(scheduled.kind, scheduled.pick)
+            active = fault
+            detail = fault.start(target)
+            history.append("nemesis", phase="start", fault=number, name=fault.name, detail=detail)
+            note(f"fault #{number} {fault.name} for {scheduled.hold_s} s: {detail}")
+            _wait_quiet(scheduled.hold_s)
+            fault.stop(target)
+            active = None
+            healed = history.now()
+            history.append("nemesis", phase="stop", fault=number, name=fault.name)
+            note(f"fault #{number} healed")
+            full = _wait_or_none(
+                lambda: cluster.full_isr(TOPIC, config.partitions), config.recovery_timeout_s
+            )
+            if full:
+                seconds = history.now() - healed
+                history.append("info", what="isr full", fault=number, seconds=round(seconds, 2))
+                note(f"fault #{number}: every ISR full {seconds:.2f} s after the heal")
+            else:
+                history.append("info", what="isr not full", fault=number)
+                note(f"fault #{number}: ISRs still short {config.recovery_timeout_s} s after heal")
+        _wait_quiet(2)
+        undelivered = producing.stop()
+        producing = None
+        if reading is not None:
+            reading.stop()
+            reading = None
+        note(f"workload stopped ({undelivered} undelivered); final read")
+        ends = final_read(history, bootstrap, TOPIC, config.partitions)
+        note(f"final read done: high watermarks {ends}")
+    finally:
+        if active is not None:
+            try:
+                active.stop(target)
+            except Exception as exc:  # teardown goes on; the namespaces go anyway
+                note(f"could not undo {active.name}: {exc}")
+        if producing is not None:
+            producing.stop(flush_s=5)
+        if reading is not None:
+            reading.stop()
+        errors = cluster.stop() + net.close()
+        for error in errors:
+            note(f"teardown: {error}")
+        history.close()
+        nemesis_log.close()
+        CLIENT_LOGGER.removeHandler(client_log)
+        client_log.close()
+    result = check(history.snapshot())
+    text = report(result, title)
+    (directory / "report.txt").write_text(text + "\n")
+    log(text)
+    log(f"history: {directory / 'history.jsonl'}; nemesis log: {directory / 'nemesis.log'}")
+    return result
+
+
+def _create_topic(bootstrap: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topic = NewTopic(
+        TOPIC,
+        partitions,
+        3,
+        config={"min.insync.replicas": "2", "unclean.leader.election.enable": "false"},
+    )
+    admin.create_topics([topic], operation_timeout=30)[TOPIC].result(timeout=60)
+
+
+def _wait(condition: Callable[[], object], timeout_s: float, what: str) -> None:
+    if not _wait_or_none(condition, timeout_s):
+        raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def _wait_or_none(condition: Callable[[], object], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if condition():
+                return True
+        except Exception:  # ZooKeeper briefly unreachable: ask again
+            pass
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+
+
+def _wait_quiet(seconds: float) -> None:
+    """The schedule's own time: a fault's length or a calm gap (not a wait on a condition)."""
+    time.sleep(seconds)

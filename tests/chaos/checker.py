@@ -1,0 +1,301 @@
+"""Check a campaign's history, in the style of Jepsen's queue and Kafka checkers.
+
+Pure: takes the list of events (``chaos.history`` describes their shapes), returns a
+``CheckResult``; no I/O, no clock.
+
+Safety (any of these fails the campaign):
+
+- **lost**: acknowledged (``ok``), never read by the final reader although the final
+  reader reached the partition's end;
+- **duplicates**: one value at two positions (partition, offset) across acks and reads;
+- **inconsistent offsets**: two values at one position across acks and reads;
+- **non-monotonic**: within one reader, a partition's offsets not strictly increasing;
+- **reordered**: ``a`` acknowledged before ``b`` was sent, on the same partition, yet
+  ``b`` sits at a lower offset;
+- **unexpected**: a value read that no one sent.
+
+Writes that failed (timeouts, errors) are indeterminate: reading them is fine and counted
+as ``recovered``.
+
+Liveness, reported and not asserted: per partition the longest time without an
+acknowledgement, and per fault the time from its heal to the first acknowledgement on each
+partition (``None``: none came).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+Position = tuple[int, int]  # (partition, offset)
+
+
+@dataclass
+class Gap:
+    partition: int
+    start: float
+    end: float
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+@dataclass
+class FaultWindow:
+    fault: int
+    name: str
+    detail: str
+    start: float
+    stop: float | None
+    # partition -> seconds from the heal to the first ack after it (None: no ack came)
+    recovery: dict[int, float | None] = field(default_factory=dict)
+    # the longest ack gap overlapping [start, stop]
+    longest_gap: Gap | None = None
+
+    @property
+    def worst_recovery(self) -> float | None:
+        values = list(self.recovery.values())
+        if not values:
+            return 0.0
+        if any(v is None for v in values):
+            return None
+        return max(v for v in values if v is not None)
+
+
+@dataclass
+class CheckResult:
+    sent: int = 0
+    acked: int = 0
+    failed: int = 0
+    read: int = 0
+    recovered: int = 0  # failed (indeterminate) writes found in the log
+    lost: list[tuple[int, int, str]] = field(default_factory=list)  # (partition, offset, value)
+    duplicates: dict[str, list[Position]] = field(default_factory=dict)
+    inconsistent: dict[Position, list[tuple[str, str]]] = field(default_factory=dict)
+    nonmonotonic: list[tuple[str, int, int, int]] = field(default_factory=list)
+    reordered: list[tuple[int, str, int, str, int]] = field(default_factory=list)
+    unexpected: list[tuple[int, int, str]] = field(default_factory=list)
+    unread_partitions: list[int] = field(default_factory=list)  # final read never reached end
+    longest_gap: dict[int, Gap] = field(default_factory=dict)
+    faults: list[FaultWindow] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (
+            self.lost
+            or self.duplicates
+            or self.inconsistent
+            or self.nonmonotonic
+            or self.reordered
+            or self.unexpected
+            or self.unread_partitions
+        )
+
+    def anomalies(self) -> dict[str, int]:
+        return {
+            "lost": len(self.lost),
+            "duplicated": len(self.duplicates),
+            "inconsistent offsets": len(self.inconsistent),
+            "non-monotonic reads": len(self.nonmonotonic),
+            "reordered acks": len(self.reordered),
+            "unexpected values": len(self.unexpected),
+            "partitions not read to the end": len(self.unread_partitions),
+        }
+
+
+def check(events: list[dict[str, Any]]) -> CheckResult:
+    result = CheckResult()
+    invoked: dict[str, int] = {}  # value -> partition
+    acked: dict[str, tuple[int, int, float]] = {}  # value -> (partition, offset, time)
+    failed: set[str] = set()
+    positions: dict[str, set[Position]] = defaultdict(set)
+    at_position: dict[Position, dict[str, str]] = defaultdict(dict)  # pos -> value -> source
+    final_values: dict[int, set[str]] = defaultdict(set)
+    final_position: dict[str, Position] = {}
+    final_reached: set[int] = set()
+    last_offset: dict[tuple[str, int], int] = {}
+    partitions: set[int] = set()
+
+    for e in events:
+        kind = e["type"]
+        if kind == "invoke":
+            invoked[e["value"]] = e["partition"]
+            partitions.add(e["partition"])
+        elif kind == "ok":
+            pos = (e["partition"], e["offset"])
+            acked[e["value"]] = (e["partition"], e["offset"], e["t"])
+            positions[e["value"]].add(pos)
+            at_position[pos].setdefault(e["value"], "ack")
+        elif kind == "fail":
+            failed.add(e["value"])
+        elif kind == "read":
+            reader, p, offset, value = e["reader"], e["partition"], e["offset"], e["value"]
+            result.read += 1
+            pos = (p, offset)
+            positions[value].add(pos)
+            at_position[pos].setdefault(value, f"read by {reader}")
+            key = (reader, p)
+            previous = last_offset.get(key)
+            if previous is not None and offset <= previous:
+                result.nonmonotonic.append((reader, p, previous, offset))
+            last_offset[key] = offset
+            if value not in invoked:
+                result.unexpected.append((p, offset, value))
+            if reader == "final":
+                final_values[p].add(value)
+                final_position.setdefault(value, pos)
+        elif kind == "end" and e["reader"] == "final":
+            final_reached.add(e["partition"])
+
+    result.sent = len(invoked)
+    result.acked = len(acked)
+    result.failed = len(failed - acked.keys())
+    result.recovered = sum(1 for v in failed - acked.keys() if v in final_position)
+
+    result.unread_partitions = sorted(p for p in partitions if p not in final_reached)
+    for value, (p, offset, _) in sorted(acked.items(), key=lambda kv: kv[1][:2]):
+        if p in final_reached and value not in final_values[p]:
+            result.lost.append((p, offset, value))
+    result.duplicates = {v: sorted(ps) for v, ps in positions.items() if len(ps) > 1}
+    result.inconsistent = {
+        pos: sorted(values.items()) for pos, values in at_position.items() if len(values) > 1
+    }
+    result.reordered = _reordered(events, acked, final_position)
+    result.longest_gap, gaps = _gaps(events, partitions)
+    result.faults = _fault_windows(events, partitions, gaps)
+    return result
+
+
+def _reordered(
+    events: list[dict[str, Any]],
+    acked: dict[str, tuple[int, int, float]],
+    final_position: dict[str, Position],
+) -> list[tuple[int, str, int, str, int]]:
+    """(partition, earlier value, its offset, later value, its offset) where the later value,
+    sent after the earlier one's ack, sits at or below it. A value's offset is where the
+    final reader found it, else where its ack put it."""
+
+    def position(value: str) -> Position | None:
+        if value in final_position:
+            return final_position[value]
+        if value in acked:
+            return acked[value][0], acked[value][1]
+        return None
+
+    out = []
+    highest: dict[int, tuple[int, str]] = {}  # partition -> (offset, value) acked so far
+    bounds: list[tuple[str, tuple[int, str]]] = []  # (value, highest acked when it was sent)
+    for e in events:
+        if e["type"] == "invoke" and e["partition"] in highest:
+            bounds.append((e["value"], highest[e["partition"]]))
+        elif e["type"] == "ok":
+            where = position(e["value"])
+            assert where is not None
+            if where[0] not in highest or where[1] > highest[where[0]][0]:
+                highest[where[0]] = (where[1], e["value"])
+    for value, (bound_offset, bound_value) in bounds:
+        where = position(value)
+        if where is not None and where[1] <= bound_offset:
+            out.append((where[0], bound_value, bound_offset, value, where[1]))
+    return sorted(out)
+
+
+def _gaps(
+    events: list[dict[str, Any]], partitions: set[int]
+) -> tuple[dict[int, Gap], dict[int, list[Gap]]]:
+    """Per partition, the gaps between consecutive acks within the write window (from the
+    first invoke to the last one), and the longest of them."""
+    invokes = [e["t"] for e in events if e["type"] == "invoke"]
+    if not invokes:
+        return {}, {}
+    window_start, window_end = min(invokes), max(invokes)
+    ack_times: dict[int, list[float]] = defaultdict(list)
+    for e in events:
+        if e["type"] == "ok":
+            ack_times[e["partition"]].append(e["t"])
+    gaps: dict[int, list[Gap]] = {}
+    longest: dict[int, Gap] = {}
+    for p in sorted(partitions):
+        times = sorted(t for t in ack_times[p] if t <= window_end)
+        edges = [window_start, *times, window_end]
+        gaps[p] = [Gap(p, a, b) for a, b in zip(edges, edges[1:], strict=False) if b > a]
+        if gaps[p]:
+            longest[p] = max(gaps[p], key=lambda g: g.seconds)
+    return longest, gaps
+
+
+def _fault_windows(
+    events: list[dict[str, Any]], partitions: set[int], gaps: dict[int, list[Gap]]
+) -> list[FaultWindow]:
+    windows: dict[int, FaultWindow] = {}
+    for e in events:
+        if e["type"] != "nemesis":
+            continue
+        if e["phase"] == "start":
+            windows[e["fault"]] = FaultWindow(
+                e["fault"], e["name"], e.get("detail", ""), e["t"], None
+            )
+        elif e["phase"] == "stop" and e["fault"] in windows:
+            windows[e["fault"]].stop = e["t"]
+    ack_times: dict[int, list[float]] = defaultdict(list)
+    for e in events:
+        if e["type"] == "ok":
+            ack_times[e["partition"]].append(e["t"])
+    for window in windows.values():
+        end = window.stop if window.stop is not None else float("inf")
+        for p in sorted(partitions):
+            if window.stop is not None:
+                after = [t for t in ack_times[p] if t >= window.stop]
+                window.recovery[p] = (min(after) - window.stop) if after else None
+            for gap in gaps.get(p, []):
+                if gap.end >= window.start and gap.start <= end:
+                    if window.longest_gap is None or gap.seconds > window.longest_gap.seconds:
+                        window.longest_gap = gap
+    return [windows[k] for k in sorted(windows)]
+
+
+def report(result: CheckResult, title: str = "chaos campaign") -> str:
+    """A one-page text report."""
+    lines = [f"== {title}: {'OK' if result.ok else 'ANOMALIES FOUND'} =="]
+    lines.append(
+        f"writes: {result.sent} sent, {result.acked} acknowledged, {result.failed} failed "
+        f"(indeterminate; {result.recovered} of them found in the log); {result.read} reads"
+    )
+    lines.append(
+        "anomalies: " + ", ".join(f"{name} {count}" for name, count in result.anomalies().items())
+    )
+    for p, offset, value in result.lost[:5]:
+        lines.append(f"  lost: value {value} acknowledged at {p}/{offset}, never read")
+    for value, where in list(result.duplicates.items())[:5]:
+        lines.append(f"  duplicated: value {value} at {', '.join(f'{p}/{o}' for p, o in where)}")
+    for (p, offset), values in list(result.inconsistent.items())[:5]:
+        seen = "; ".join(f"{v} ({src})" for v, src in values)
+        lines.append(f"  inconsistent: {p}/{offset} holds {seen}")
+    for reader, p, previous, offset in result.nonmonotonic[:5]:
+        lines.append(f"  non-monotonic: {reader} read partition {p} at {offset} after {previous}")
+    for p, v1, o1, v2, o2 in result.reordered[:5]:
+        lines.append(f"  reordered: partition {p}: {v2}@{o2} sent after {v1}@{o1} was acked")
+    for p, offset, value in result.unexpected[:5]:
+        lines.append(f"  unexpected: {value} at {p}/{offset} was never sent")
+    if result.unread_partitions:
+        lines.append(f"  final read did not reach the end of partitions {result.unread_partitions}")
+    lines.append("availability (longest time without an ack, per partition):")
+    for p, gap in sorted(result.longest_gap.items()):
+        lines.append(f"  partition {p}: {gap.seconds:6.2f} s  (t={gap.start:.1f}..{gap.end:.1f})")
+    if result.faults:
+        lines.append("faults (t start..heal; longest ack gap overlapping; heal -> first ack):")
+    for w in result.faults:
+        stop = f"{w.stop:.1f}" if w.stop is not None else "never"
+        gap = (
+            f"{w.longest_gap.seconds:5.2f} s on p{w.longest_gap.partition}"
+            if w.longest_gap
+            else "-"
+        )
+        worst = w.worst_recovery
+        rec = "no ack after heal" if worst is None else f"{worst:.2f} s"
+        lines.append(f"  #{w.fault} {w.name} [{w.start:.1f}..{stop}] gap {gap}; recovery {rec}")
+        if w.detail:
+            lines.append(f"      {w.detail}")
+    return "\n".join(lines)

@@ -1,0 +1,189 @@
+"""Reversible faults. Each has ``start`` (returns a one-line description of what it did,
+naming the brokers it chose) and ``stop`` (undoes exactly that).
+
+Targets are chosen when the fault starts, from ZooKeeper's view at that moment: "the
+leader of partition k" or "the controller". ``pick`` (from the seeded schedule) chooses
+which partition or broker; the same seed gives the same schedule, while which broker is
+the leader depends on the run.
+
+Concurrency: called from the campaign's thread only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from chaos.cluster import ChaosCluster
+from chaos.net import Drop, Node
+
+
+@dataclass
+class Target:
+    cluster: ChaosCluster
+    topic: str
+    partitions: int
+
+
+@dataclass
+class Fault:
+    """Base: ``name`` as it appears in schedules and reports."""
+
+    pick: int
+    name: str = ""
+
+    def start(self, target: Target) -> str:
+        raise NotImplementedError
+
+    def stop(self, target: Target) -> None:
+        raise NotImplementedError
+
+
+def _leader(target: Target, pick: int) -> tuple[int, int]:
+    """(partition, its leader) for ``pick``; falls back to a broker if none is known."""
+    partition = pick % target.partitions
+    state = target.cluster.partition_state(target.topic, partition)
+    if state is None or state[0] < 0:
+        return partition, pick % target.cluster.broker_count
+    return partition, state[0]
+
+
+def _broker_node(target: Target, broker_id: int) -> Node:
+    return target.cluster.broker_nodes[broker_id]
+
+
+@dataclass
+class KillRestart(Fault):
+    """kill -9 the leader of a partition (``of_leader``) or a broker; restart it on stop."""
+
+    of_leader: bool = True
+    name: str = "kill"
+    victim: str = ""
+
+    def start(self, target: Target) -> str:
+        if self.of_leader:
+            partition, broker = _leader(target, self.pick)
+            what = f"leader of partition {partition}"
+        else:
+            broker = self.pick % target.cluster.broker_count
+            what = "a broker"
+        self.victim = f"b{broker}"
+        pid = target.cluster.pid(self.victim)
+        target.cluster.kill(self.victim)
+        return f"kill -9 broker {broker} ({what}, pid {pid})"
+
+    def stop(self, target: Target) -> None:
+        target.cluster.restart(self.victim)
+
+
+@dataclass
+class Pause(Fault):
+    """SIGSTOP the leader of a partition, or ZooKeeper (``zookeeper``); SIGCONT on stop."""
+
+    zookeeper: bool = False
+    name: str = "pause"
+    victim: str = ""
+
+    def start(self, target: Target) -> str:
+        if self.zookeeper:
+            self.victim = "zk0"
+            what = "ZooKeeper"
+        else:
+            partition, broker = _leader(target, self.pick)
+            self.victim = f"b{broker}"
+            what = f"broker {broker}, leader of partition {partition}"
+        target.cluster.pause(self.victim)
+        return f"SIGSTOP {what} (pid {target.cluster.pid(self.victim)})"
+
+    def stop(self, target: Target) -> None:
+        target.cluster.resume(self.victim)
+
+
+@dataclass
+class Partition(Fault):
+    """Packet drops between sets of namespaces.
+
+    ``shape``:
+    - ``leader-followers``: the leader of a partition from the other brokers, both ways
+      (ZooKeeper and clients still reach it);
+    - ``leader-followers-oneway``: only the followers' packets to the leader (fetches never
+      arrive) or, for odd picks, only the leader's packets to the followers;
+    - ``leader-isolated``: the leader from ZooKeeper and the other brokers (clients reach it);
+    - ``controller-zookeeper``: the controller from ZooKeeper only;
+    - ``minority``: the bridge split in two, the leader alone (clients included) against the
+      other brokers, ZooKeeper and the clients.
+    """
+
+    shape: str = "leader-followers"
+    name: str = "partition"
+    drops: list[Drop] = field(default_factory=list)
+
+    def start(self, target: Target) -> str:
+        cluster = target.cluster
+        net = cluster.net
+        zk = cluster.node("zk0")
+        if self.shape == "controller-zookeeper":
+            controller = cluster.controller()
+            if controller is None:
+                controller = self.pick % cluster.broker_count
+            node = _broker_node(target, controller)
+            self._both(net, [node], [zk])
+            return f"controller {controller} cut from ZooKeeper (both ways)"
+        partition, leader = _leader(target, self.pick)
+        node = _broker_node(target, leader)
+        others = [n for b, n in cluster.broker_nodes.items() if b != leader]
+        names = ", ".join(n.name for n in others)
+        head = f"leader {leader} of partition {partition}"
+        if self.shape == "leader-followers":
+            self._both(net, [node], others)
+            return f"{head} cut from {names} (both ways); ZooKeeper and clients reach it"
+        if self.shape == "leader-followers-oneway":
+            if self.pick % 2 == 0:
+                self.drops = [net.drop(o, node) for o in others]
+                return f"{head}: packets from {names} to it dropped (one way)"
+            self.drops = [net.drop(node, o) for o in others]
+            return f"{head}: its packets to {names} dropped (one way)"
+        if self.shape == "leader-isolated":
+            self._both(net, [node], [*others, zk])
+            return f"{head} cut from {names} and ZooKeeper (both ways); clients reach it"
+        if self.shape == "minority":
+            self._both(net, [node], [*others, zk], host=True)
+            return f"{head} alone in a minority, cut from everyone including clients"
+        raise ValueError(f"unknown partition shape {self.shape!r}")
+
+    def _both(self, net, side_a: list[Node], side_b: list[Node], host: bool = False) -> None:
+        for a in side_a:
+            for b in side_b:
+                self.drops.append(net.drop(a, b))
+                self.drops.append(net.drop(b, a))
+            if host:
+                self.drops.extend(net.drop_host(a))
+
+    def stop(self, target: Target) -> None:
+        for drop in self.drops:
+            target.cluster.net.undrop(drop)
+        self.drops = []
+
+
+def make_fault(kind: str, pick: int) -> Fault:
+    """A fault from its schedule name (``FAULT_KINDS``)."""
+    if kind == "kill-leader":
+        return KillRestart(pick, name=kind, of_leader=True)
+    if kind == "kill-broker":
+        return KillRestart(pick, name=kind, of_leader=False)
+    if kind == "pause-leader":
+        return Pause(pick, name=kind)
+    if kind == "pause-zookeeper":
+        return Pause(pick, name=kind, zookeeper=True)
+    if kind in PARTITION_SHAPES:
+        return Partition(pick, name=kind, shape=kind)
+    raise ValueError(f"unknown fault {kind!r}")
+
+
+PARTITION_SHAPES = (
+    "leader-followers",
+    "leader-followers-oneway",
+    "leader-isolated",
+    "controller-zookeeper",
+    "minority",
+)
+FAULT_KINDS = ("kill-leader", "kill-broker", "pause-leader", "pause-zookeeper", *PARTITION_SHAPES)
