@@ -19,7 +19,7 @@ venv: $(STAMP)
 
 # Debian packages the tests use: kcat drives the broker; chromium is the headless browser
 # the console's test runs (through Playwright, pointed at it).
-SYSTEM_PACKAGES := kcat chromium
+SYSTEM_PACKAGES := kcat chromium nftables
 system-deps:
 	@missing=; for p in $(SYSTEM_PACKAGES); do command -v $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
@@ -63,6 +63,15 @@ sim: $(STAMP)
 mutation: $(STAMP)
 	$(PY) -m pip install --quiet mutmut
 	REPLOG_SIM_STEPS=3000 $(VENV)/bin/mutmut run --max-children 2
+
+# A fault campaign (issue 14) on real processes in network namespaces (root, nftables):
+# SEED replays one schedule, none draws a random seed and prints it; MINUTES its length.
+# The run directory (history, nemesis log, report, process logs) is under bench/out/chaos/.
+.PHONY: chaos
+MINUTES ?= 5
+SEED ?=
+chaos: $(STAMP) system-deps
+	PYTHONPATH=tests $(PY) -m chaos.run --minutes $(MINUTES) $(if $(SEED),--seed $(SEED))
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench

@@ -57,7 +57,13 @@ def main(argv: list[str] | None = None) -> int:
             f"  #{n} {fault.kind} pick={fault.pick} hold {fault.hold_s} s, quiet {fault.quiet_s} s"
         )
     config = CampaignConfig(partitions=args.partitions, rate=args.rate)
-    result = run_campaign(schedule, directory, config, title=f"chaos seed {seed}")
+    result = run_campaign(
+        schedule,
+        directory,
+        config,
+        log=lambda line: print(line, flush=True),
+        title=f"chaos seed {seed}",
+    )
     print(f"chaos: seed {seed}: {'OK' if result.ok else 'ANOMALIES'}; run directory {directory}")
     return 0 if result.ok else 1
 
