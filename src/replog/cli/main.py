@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from replog.cli import (
+    acls_cmd,
     api_versions_cmd,
     cluster_cmd,
     configs_cmd,
@@ -98,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     console_cmd.add_parser(sub)
     spark_cmd.add_parser(sub)
     users_cmd.add_parser(sub)
+    acls_cmd.add_parser(sub)
     return parser
 
 
