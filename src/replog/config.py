@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from replog.security.sasl import MECHANISMS as SASL_MECHANISMS
+
 
 class ConfigError(ValueError):
     """A configuration problem, described in one line."""
@@ -96,6 +98,18 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "ssl.truststore.type": ("ssl_truststore_type", _str, "PEM"),
     "ssl.client.auth": ("ssl_client_auth", _str, "none"),
     "ssl.enabled.protocols": ("ssl_enabled_protocols", _str, "TLSv1.2,TLSv1.3"),
+    # How this broker's own connections to other brokers authenticate (Kafka's names and
+    # defaults: GSSAPI is not offered, so a SASL inter-broker listener must name one).
+    "sasl.mechanism.inter.broker.protocol": (
+        "sasl_mechanism_inter_broker_protocol",
+        _str,
+        "GSSAPI",
+    ),
+    "ssl.endpoint.identification.algorithm": (
+        "ssl_endpoint_identification_algorithm",
+        _str,
+        "https",
+    ),
     "connections.max.reauth.ms": ("connections_max_reauth_ms", _int, "0"),
     # ACLs (Kafka's AclAuthorizer): empty = no authorizer, everything allowed
     "authorizer.class.name": ("authorizer_class_name", _str, ""),
@@ -291,6 +305,8 @@ class KafkaConfig:
     ssl_truststore_type: str
     ssl_client_auth: str
     ssl_enabled_protocols: str
+    sasl_mechanism_inter_broker_protocol: str
+    ssl_endpoint_identification_algorithm: str
     connections_max_reauth_ms: int
     authorizer_class_name: str
     super_users: str
@@ -446,12 +462,13 @@ class KafkaConfig:
             "inter.broker.listener.name",
             f"{self.inter_broker_listener_name} is not one of the listeners {sorted(names)}",
         )
-        need(
-            protocols.get(self.inter_broker_listener_name.upper()) == "PLAINTEXT",
-            "inter.broker.listener.name",
-            "replication and controller requests use a PLAINTEXT listener "
-            "(TLS and SASL between brokers are not supported yet)",
-        )
+        if protocols.get(self.inter_broker_listener_name.upper(), "").startswith("SASL_"):
+            need(
+                self.sasl_mechanism_inter_broker_protocol.upper() in SASL_MECHANISMS,
+                "sasl.mechanism.inter.broker.protocol",
+                f"{self.sasl_mechanism_inter_broker_protocol} is not offered; a SASL "
+                f"inter-broker listener needs one of {', '.join(SASL_MECHANISMS)}",
+            )
         for key in self.static_properties:
             if key.startswith(LISTENER_PREFIX):
                 listener = key[len(LISTENER_PREFIX) :].split(".", 1)[0].upper()

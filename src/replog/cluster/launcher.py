@@ -159,8 +159,9 @@ class LocalCluster:
 
         ``metrics``: each broker serves Prometheus metrics on a port of its own
         (``metrics.port``; see ``metrics_url``). ``extra_listeners``: listener names
-        (``SSL``, ``SASL_SSL``, ...) each broker serves besides PLAINTEXT, which stays the
-        inter-broker listener; their settings come in ``overrides``."""
+        (``SSL``, ``SASL_SSL``, ...) each broker serves besides PLAINTEXT; their settings
+        come in ``overrides``, as does ``inter.broker.listener.name`` (PLAINTEXT unless
+        set)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         if zookeeper is None:
             zk_port = free_port()
@@ -278,9 +279,7 @@ class LocalCluster:
         deadline = time.monotonic() + wait_s
         while not _listening(port):
             if not pid_alive(pid) or time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"console did not start:\n{tail_log(self.dir / 'console.log')}"
-                )
+                raise RuntimeError(f"console did not start:\n{tail_log(self.dir / 'console.log')}")
             time.sleep(0.1)
         return self.console_url() or ""
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from replog.controller.request_batch import ControllerRequest
 from replog.protocol.client import KafkaConnection
+from replog.security.client_security import PLAINTEXT, ClientSecurity
 from replog.zk.data import BrokerInfo
 
 log = logging.getLogger("replog.controller.channel")
@@ -51,6 +52,7 @@ class _BrokerChannel:
         self.manager = manager
         self.queue: asyncio.Queue[_QueueItem] = asyncio.Queue()
         self.connection: KafkaConnection | None = None
+        self.address = info.address(manager.listener)
         self.in_flight: _QueueItem | None = None
         self.task = asyncio.get_running_loop().create_task(
             self._run(), name=f"controller-request-send-{info.id}"
@@ -58,7 +60,9 @@ class _BrokerChannel:
 
     async def _connect(self) -> KafkaConnection:
         connection = KafkaConnection(
-            self.info.host, self.info.port, client_id=f"controller-{self.manager.controller_id}"
+            *self.address,
+            client_id=f"controller-{self.manager.controller_id}",
+            security=self.manager.security,
         )
         await connection.connect(timeout_s=self.manager.request_timeout_s)
         return connection
@@ -85,8 +89,7 @@ class _BrokerChannel:
                     self.manager.controller_id,
                     type(item.request).__name__,
                     self.info.id,
-                    self.info.host,
-                    self.info.port,
+                    *self.address,
                     str(exc) or type(exc).__name__,
                     backoff,
                 )
@@ -147,8 +150,12 @@ class ControllerChannelManager:
         request_timeout_s: float = 30.0,
         backoff_initial_s: float = 0.05,
         backoff_max_s: float = 1.0,
+        listener: str = "PLAINTEXT",
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
         self.controller_id = controller_id
+        self.listener = listener  # inter.broker.listener.name
+        self.security = security
         self.request_timeout_s = request_timeout_s
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s

@@ -102,6 +102,8 @@ class ControllerContext:
     partition_state_mzxid: dict[TopicPartition, int] = field(default_factory=dict)
     """The zxid of each state znode's last write, as read at controller failover: a
     broker registered after it (a newer broker epoch) restarted since."""
+    inter_broker_listener: str = "PLAINTEXT"
+    """``inter.broker.listener.name``: where LeaderAndIsr tells followers to fetch."""
     partition_reassignments: dict[TopicPartition, ReplicaAssignment] = field(default_factory=dict)
     """Partitions being reassigned (KIP-455, Kafka ``partitionsBeingReassigned``): the
     full assignment with adding and removing replicas; ``partition_assignments`` holds
@@ -127,6 +129,7 @@ class ControllerContext:
             default_unclean_leader_election_enable=self.default_unclean_leader_election_enable,
             partition_state_mzxid=dict(self.partition_state_mzxid),
             partition_reassignments=dict(self.partition_reassignments),
+            inter_broker_listener=self.inter_broker_listener,
         )
 
     # --- brokers ---------------------------------------------------------------------

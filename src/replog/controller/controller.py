@@ -42,6 +42,7 @@ from replog.controller.effects import ControllerDecision, DeleteTopic, UpdateTop
 from replog.controller.event_manager import ControllerEventManager, QueuedEvent
 from replog.controller.operations import ClusterOperations
 from replog.protocol.controller_schemas import LeaderAndIsrRequest, StopReplicaRequest
+from replog.security.client_security import PLAINTEXT, ClientSecurity
 from replog.zk import data as zd
 from replog.zk.client import KafkaZkClient
 from replog.zk.fencing import ControllerEpoch, ControllerMovedError
@@ -114,6 +115,7 @@ class KafkaController:
         zk: KafkaZkClient,
         config: KafkaConfig,
         register_broker: Callable[[], Awaitable[object]] | None = None,
+        client_security: ClientSecurity = PLAINTEXT,
     ) -> None:
         self.broker_id = broker_id
         self.zk = zk
@@ -121,7 +123,10 @@ class KafkaController:
         self.register_broker = register_broker
         self.events = ControllerEventManager(self._process, self._preempt)
         self.channels = ControllerChannelManager(
-            broker_id, request_timeout_s=config.controller_socket_timeout_ms / 1000
+            broker_id,
+            request_timeout_s=config.controller_socket_timeout_ms / 1000,
+            listener=config.inter_broker_listener_name.upper(),
+            security=client_security,
         )
         self.context: ControllerContext | None = None
         """The cluster as this controller knows it; None unless active."""
@@ -373,6 +378,7 @@ class KafkaController:
         ctx.topic_ids = await asyncio.to_thread(
             controller_zk.assign_topic_ids, self.zk, ctx.all_topics, epoch.zk_version
         )
+        ctx.inter_broker_listener = self.config.inter_broker_listener_name.upper()
         # Active (``is_active``) only once the context is whole, topic ids included.
         self.context = ctx
         ignored_deletions: set[str] = set()

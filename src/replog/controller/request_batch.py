@@ -215,8 +215,9 @@ class ControllerBrokerRequestBatch:
         if not by_topic:
             return None
         live_leaders = tuple(
-            LeaderAndIsrLiveLeader(broker_id=b, host_name=info.host, port=info.port)
+            LeaderAndIsrLiveLeader(broker_id=b, host_name=host, port=port)
             for b, info in sorted(context.live_brokers.items())
+            for host, port in (info.address(context.inter_broker_listener),)
             if b in leader_ids
         )
         return LeaderAndIsrRequest(

@@ -3,20 +3,43 @@
 Used by the controller (LeaderAndIsr, StopReplica, UpdateMetadata), by replica
 fetchers (Fetch, OffsetsForLeaderEpoch) and by ``replog topics``. One
 connection; requests may be pipelined; responses are matched by correlation id.
+
+With a ``ClientSecurity`` that asks for them, ``connect`` opens TLS and authenticates
+with SASL (SaslHandshake v1, then SaslAuthenticate until the mechanism is done, as
+Kafka's ``SaslClientAuthenticator``) before any other request. A SASL session the broker
+limits (KIP-368 ``session_lifetime_ms``) stops counting as ``connected`` once 85% of its
+lifetime has passed, so the next user of the connection opens a new one, before the
+broker would close it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+from kio.schema.sasl_authenticate.v2 import request as authenticate_req
+from kio.schema.sasl_handshake.v1 import request as handshake_req
+
 from replog.protocol import frames
+from replog.security import sasl_client
+from replog.security.client_security import PLAINTEXT, ClientSecurity
+from replog.security.sasl import AuthenticationFailed
+
+# A session is renewed (by reconnecting) after this share of its lifetime.
+REAUTH_SHARE = 0.85
 
 
 class ConnectionClosed(ConnectionError):
     pass
+
+
+class AuthenticationError(ConnectionError):
+    """The broker refused this connection's SASL login (or offers no such mechanism):
+    a connection failure to its users, with the reason on one line."""
 
 
 def _time_out(future: asyncio.Future[Any], timeout_s: float) -> None:
@@ -27,10 +50,18 @@ def _time_out(future: asyncio.Future[Any], timeout_s: float) -> None:
 class KafkaConnection:
     """Concurrency: one reader task per connection; ``request`` may be called concurrently."""
 
-    def __init__(self, host: str, port: int, client_id: str = "replog") -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        client_id: str = "replog",
+        security: ClientSecurity = PLAINTEXT,
+    ) -> None:
         self.host = host
         self.port = port
         self.client_id = client_id
+        self.security = security
+        self._renew_at = float("inf")  # monotonic time the SASL session should be renewed
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._pending: dict[int, tuple[int, int, asyncio.Future[Any], bool]] = {}
@@ -39,14 +70,63 @@ class KafkaConnection:
         self._closed = False
 
     async def connect(self, timeout_s: float = 10) -> None:
+        """Open the connection (TLS and SASL as ``security`` says). A refused
+        authentication raises ``AuthenticationError`` (an OSError, as a failed connection
+        is); an unreadable TLS file ``ValueError``."""
+        context = self.security.ssl_context()
         self._reader, self._writer = await asyncio.wait_for(
-            asyncio.open_connection(self.host, self.port, limit=1 << 20), timeout_s
+            asyncio.open_connection(
+                self.host,
+                self.port,
+                limit=1 << 20,
+                ssl=context,
+                server_hostname=self.host if context is not None else None,
+            ),
+            timeout_s,
         )
         self._read_task = asyncio.create_task(self._read_loop())
+        if self.security.uses_sasl:
+            try:
+                await self._authenticate(timeout_s)
+            except BaseException:
+                await self.close()
+                raise
+
+    async def _authenticate(self, timeout_s: float) -> None:
+        mechanism = self.security.mechanism
+        handshake = await self.request(
+            handshake_req.SaslHandshakeRequest(mechanism=mechanism), timeout_s
+        )
+        if handshake.error_code != ErrorCode.none:
+            offered = ", ".join(handshake.mechanisms) or "none"
+            raise AuthenticationError(
+                f"the broker does not offer SASL mechanism {mechanism} (it offers {offered})"
+            )
+        client = sasl_client.client_for(mechanism, self.security.username, self.security.password)
+        token: bytes | None = client.first()
+        started, lifetime_s = time.monotonic(), 0.0
+        while token is not None:
+            answer = await self.request(
+                authenticate_req.SaslAuthenticateRequest(auth_bytes=token), timeout_s
+            )
+            if answer.error_code != ErrorCode.none:
+                reason = answer.error_message or answer.error_code.name
+                raise AuthenticationError(f"authentication failed: {reason}")
+            try:
+                token = client.evaluate(bytes(answer.auth_bytes))
+            except AuthenticationFailed as exc:  # e.g. not the broker's SCRAM signature
+                raise AuthenticationError(f"authentication failed: {exc}") from None
+            lifetime_s = answer.session_lifetime.total_seconds()
+        if lifetime_s > 0:
+            self._renew_at = started + REAUTH_SHARE * lifetime_s
 
     @property
     def connected(self) -> bool:
-        return self._writer is not None and not self._closed
+        return (
+            self._writer is not None
+            and not self._closed
+            and (self._renew_at == float("inf") or time.monotonic() < self._renew_at)
+        )
 
     async def request(self, body: Any, timeout_s: float = 30) -> Any:
         """Send ``body`` (a kio request entity) and wait for its response entity."""

@@ -29,6 +29,7 @@ from replog.replication.leader_endpoint import LeaderEndpoint, RemoteLeaderEndpo
 from replog.replication.partition import Partition
 from replog.replication.quota import ReplicationQuota, follower_should_throttle, is_throttled
 from replog.replication.truncation import EpochEndOffset, TruncationDecision
+from replog.security.client_security import PLAINTEXT, ClientSecurity
 from replog.storage.log import UnexpectedAppendOffset
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ class FetcherConfig:
     fetch_backoff_ms: int
     request_timeout_ms: int
     num_fetchers: int
+    security: ClientSecurity = PLAINTEXT  # the inter-broker listener's, as a client
 
 
 @dataclass
@@ -302,7 +304,7 @@ class ReplicaFetcherManager:
         self.quota = quota if quota is not None else ReplicationQuota()
         self._endpoint_factory = endpoint_factory or (
             lambda broker_id, host, port: RemoteLeaderEndpoint(
-                config.broker_id, host, port, config.request_timeout_ms
+                config.broker_id, host, port, config.request_timeout_ms, config.security
             )
         )
         self.fetchers: dict[tuple[int, int, str, int], ReplicaFetcher] = {}

@@ -16,6 +16,7 @@ from replog.protocol import fetch_codec
 from replog.protocol.apis import ApiKey
 from replog.protocol.client import KafkaConnection
 from replog.replication.fetch_rules import FetchPartitionRequest
+from replog.security.client_security import PLAINTEXT, ClientSecurity
 
 TopicPartition = tuple[str, int]
 # The last non-flexible version. Followers stay there: v12+ would add varints to the hottest
@@ -59,10 +60,18 @@ class LeaderEndpoint(Protocol):
 class RemoteLeaderEndpoint:
     """Concurrency: used by one fetcher task at a time."""
 
-    def __init__(self, replica_id: int, host: str, port: int, timeout_ms: int) -> None:
+    def __init__(
+        self,
+        replica_id: int,
+        host: str,
+        port: int,
+        timeout_ms: int,
+        security: ClientSecurity = PLAINTEXT,
+    ) -> None:
         self.replica_id = replica_id
         self.host = host
         self.port = port
+        self.security = security
         self.timeout_s = timeout_ms / 1000
         self._conn: KafkaConnection | None = None
 
@@ -71,7 +80,7 @@ class RemoteLeaderEndpoint:
             if self._conn is not None:
                 await self._conn.close()
             self._conn = KafkaConnection(
-                self.host, self.port, client_id=f"replica-{self.replica_id}"
+                self.host, self.port, client_id=f"replica-{self.replica_id}", security=self.security
             )
             await self._conn.connect(self.timeout_s)
         return self._conn

@@ -13,6 +13,14 @@ answered; any other request closes the connection. A failed authentication is an
 with SASL_AUTHENTICATION_FAILED and the connection closed; it is logged once per
 connection, without the password.
 
+``inter_broker_client_security`` is the other side: how this broker connects to the
+others (replica fetchers, the controller's requests, ControlledShutdown) over
+``inter.broker.listener.name``. It trusts the listener's ``ssl.truststore.location``,
+presents its ``ssl.keystore.location`` (for ``ssl.client.auth``), checks host names unless
+``ssl.endpoint.identification.algorithm`` is empty, and logs in with
+``sasl.mechanism.inter.broker.protocol`` as the ``username``/``password`` of that
+mechanism's ``listener.name.<l>.<mechanism>.sasl.jaas.config``, as a Kafka broker does.
+
 Concurrency: one ``SaslConnection`` per connection, driven by its reader task; credential
 lookups (ZooKeeper reads) run in a thread.
 """
@@ -34,6 +42,7 @@ from kio.static.primitive import i64Timedelta
 from replog.config import KafkaConfig
 from replog.protocol.apis import ApiKey, response_schema
 from replog.security import sasl, tls
+from replog.security.client_security import ClientSecurity, jaas_options
 from replog.security.principal import USER_TYPE, KafkaPrincipal
 
 log = logging.getLogger(__name__)
@@ -99,6 +108,39 @@ def listener_security(
         security.plain_users = sasl.parse_plain_jaas_users(setting("plain.sasl.jaas.config"))
         security.scram_lookup = scram_lookup
         security.reauth_ms = config.connections_max_reauth_ms
+    return security
+
+
+def inter_broker_client_security(config: KafkaConfig) -> ClientSecurity:
+    """How this broker's connections to other brokers are secured; ``ValueError`` naming
+    the setting that is missing."""
+    listener = config.inter_broker_listener_name.upper()
+    protocol = config.security_protocol(listener)
+    setting = lambda key: config.listener_setting(listener, key)  # noqa: E731
+    mechanism = config.sasl_mechanism_inter_broker_protocol.upper()
+    username = password = ""
+    if protocol.startswith("SASL_"):
+        key = f"{mechanism.lower()}.sasl.jaas.config"
+        options = jaas_options(setting(key))
+        username, password = options.get("username", ""), options.get("password", "")
+        if not username:
+            raise ValueError(
+                f'listener.name.{listener.lower()}.{key} needs username="..." and '
+                f'password="...": the broker logs in with them to the other brokers'
+            )
+    security = ClientSecurity(
+        protocol=protocol,
+        mechanism=mechanism,
+        username=username,
+        password=password,
+        ca_location=setting("ssl.truststore.location"),
+        certificate_location=setting("ssl.keystore.location"),
+        key_password=setting("ssl.key.password"),
+        check_hostname=setting("ssl.endpoint.identification.algorithm").strip().lower()
+        not in ("", "none"),
+    )
+    security.check(f" (listener {listener})")
+    security.ssl_context()  # a missing or unreadable file fails at startup, not later
     return security
 
 

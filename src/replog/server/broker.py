@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 import time
@@ -33,10 +34,18 @@ from replog.replication.replica_manager import ReplicaManager
 from replog.security import sasl
 from replog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from replog.server.admin import AdminManager
-from replog.server.authentication import handle_sasl_without_sasl, listener_security
+from replog.server.authentication import (
+    handle_sasl_without_sasl,
+    inter_broker_client_security,
+    listener_security,
+)
 from replog.server.authorizer import Authorizer
 from replog.server.config_manager import ConfigManager
-from replog.server.controlled_shutdown import ControllerEndpoint, controlled_shutdown
+from replog.server.controlled_shutdown import (
+    ControllerEndpoint,
+    controlled_shutdown,
+    send_controlled_shutdown,
+)
 from replog.server.handlers import admin as admin_handlers
 from replog.server.handlers import cluster, fetch, metadata, offsets, produce, producers, records
 from replog.server.handlers import configs as config_handlers
@@ -88,6 +97,8 @@ class Broker:
         self.replica_manager.is_live_broker = lambda broker_id: (
             broker_id in self.metadata_cache.brokers
         )
+        # How this broker connects to the others (inter.broker.listener.name's security)
+        self.client_security = inter_broker_client_security(config)
         self.replica_manager.fetcher_manager = ReplicaFetcherManager(
             FetcherConfig(
                 broker_id=config.broker_id,
@@ -97,6 +108,7 @@ class Broker:
                 fetch_backoff_ms=config.replica_fetch_backoff_ms,
                 request_timeout_ms=config.request_timeout_ms,
                 num_fetchers=config.num_replica_fetchers,
+                security=self.client_security,
             ),
             quota=self.configs.follower_quota,
         )
@@ -296,7 +308,11 @@ class Broker:
         self._broker_info = info
         self.broker_epoch = await self._register(info)
         self.controller = KafkaController(
-            self.config.broker_id, self.zk, self.config, register_broker=self._reregister
+            self.config.broker_id,
+            self.zk,
+            self.config,
+            register_broker=self._reregister,
+            client_security=self.client_security,
         )
         self.controller.unclean_leader_election_default = lambda: (
             self.configs.layers.unclean_leader_election_enable
@@ -431,6 +447,7 @@ class Broker:
             c.controlled_shutdown_max_retries,
             c.controlled_shutdown_retry_backoff_ms / 1000,
             c.controller_socket_timeout_ms / 1000,
+            send=functools.partial(send_controlled_shutdown, security=self.client_security),
         )
         log.info(
             "broker %d: controlled shutdown %s in %.3f s",
@@ -451,13 +468,16 @@ class Broker:
         except Exception as exc:  # ZooKeeper unreachable: fall back to the cache
             log.warning("controlled shutdown: ZooKeeper lookup failed: %s", exc)
             controller_id, info = self.metadata_cache.controller_id, None
-            endpoint = self.metadata_cache.brokers.get(controller_id or -1)
+            listener = self.config.inter_broker_listener_name.upper()
+            endpoint = self.metadata_cache.brokers_for(listener).get(controller_id or -1)
             if controller_id is None or endpoint is None:
                 return None
             return ControllerEndpoint(controller_id, endpoint.host, endpoint.port)
         if controller_id is None or info is None:
             return None
-        return ControllerEndpoint(controller_id, info.host, info.port)
+        return ControllerEndpoint(
+            controller_id, *info.address(self.config.inter_broker_listener_name.upper())
+        )
 
     async def run_until_stopped(self) -> None:
         loop = asyncio.get_running_loop()

@@ -26,6 +26,7 @@ from kio.schema.errors import ErrorCode
 
 from replog.protocol.client import KafkaConnection
 from replog.protocol.controller_schemas import ControlledShutdownRequest
+from replog.security.client_security import PLAINTEXT, ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -57,16 +58,17 @@ async def send_controlled_shutdown(
     broker_epoch: int,
     timeout_s: float,
     client_id: str = "replog-controlled-shutdown",
+    security: ClientSecurity = PLAINTEXT,
 ) -> Attempt:
-    """One ControlledShutdown v3 to ``controller``."""
-    conn = KafkaConnection(controller.host, controller.port, client_id=client_id)
+    """One ControlledShutdown v3 to ``controller`` (on the inter-broker listener)."""
+    conn = KafkaConnection(controller.host, controller.port, client_id=client_id, security=security)
     try:
         await conn.connect(timeout_s)
         response = await conn.request(
             ControlledShutdownRequest(broker_id=broker_id, broker_epoch=broker_epoch),
             timeout_s=timeout_s,
         )
-    except (OSError, TimeoutError, ConnectionError) as exc:
+    except (OSError, TimeoutError) as exc:  # a refused login is an OSError too
         return Attempt(-1, detail=f"controller {controller.broker_id}: {exc}")
     finally:
         await conn.close()

@@ -229,6 +229,14 @@ class BrokerInfo:
     def listeners(self) -> dict[str, EndPoint]:
         return {endpoint.listener_name: endpoint for endpoint in self.endpoints}
 
+    def address(self, listener: str) -> tuple[str, int]:
+        """Where another broker reaches this one on ``listener`` (the inter-broker
+        listener); the default endpoint for a registration without that listener."""
+        for endpoint in self.endpoints:
+            if endpoint.listener_name == listener:
+                return endpoint.host, endpoint.port
+        return self.host, self.port
+
     def with_epoch(self, epoch: int) -> BrokerInfo:
         return replace(self, epoch=epoch)
 
@@ -417,7 +425,9 @@ def with_replica_assignments(data: bytes, assignments: Mapping[int, ReplicaAssig
     ordered = sorted(assignments.items())
     js["version"] = max(int(js.get("version", 0)), TOPIC_ASSIGNMENT_VERSION)
     js["partitions"] = {str(p): list(a.replicas) for p, a in ordered}
-    js["adding_replicas"] = {str(p): list(a.adding_replicas) for p, a in ordered if a.adding_replicas}
+    js["adding_replicas"] = {
+        str(p): list(a.adding_replicas) for p, a in ordered if a.adding_replicas
+    }
     js["removing_replicas"] = {
         str(p): list(a.removing_replicas) for p, a in ordered if a.removing_replicas
     }
