@@ -95,9 +95,7 @@ def encode_response(api_key: int, correlation_id: int, body: Any) -> bytes:
     """Size-prefixed response frame; the header version follows the body's schema."""
     if isinstance(body, EncodedBody):
         if body.flexible:
-            return (
-                _RESPONSE_V0_PREFIX.pack(len(body.data) + 5, correlation_id) + b"\0" + body.data
-            )
+            return _RESPONSE_V0_PREFIX.pack(len(body.data) + 5, correlation_id) + b"\0" + body.data
         return _RESPONSE_V0_PREFIX.pack(len(body.data) + 4, correlation_id) + body.data
     buf = io.BytesIO()
     buf.write(b"\0\0\0\0")

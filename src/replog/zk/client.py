@@ -748,9 +748,7 @@ class KafkaZkClient:
         if entity_type not in zd.CONFIG_TYPES:
             raise ValueError(f"unknown config entity type {entity_type!r}")
         try:
-            return sorted(
-                self._ops.call(self._zk.get_children, f"{zd.CONFIG_PATH}/{entity_type}")
-            )
+            return sorted(self._ops.call(self._zk.get_children, f"{zd.CONFIG_PATH}/{entity_type}"))
         except NoNodeError:
             return []
 
