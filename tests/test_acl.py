@@ -56,6 +56,7 @@ from replog.security.acl import (
     authorize,
 )
 from replog.zk import acls as zk_acls
+from replog.zk.client import KafkaZkClient
 
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
 TOPIC = ResourceType.TOPIC
@@ -142,6 +143,34 @@ def test_filters_and_the_zookeeper_codec() -> None:
         )
         is not None
     )
+
+
+def test_change_notifications_expire_after_15_minutes(zookeeper) -> None:
+    """Every ACL write leaves a change notification; those older than Kafka's 15 minutes
+    are deleted (by the broker that processes the next change), the newer ones stay."""
+    zk = KafkaZkClient(f"{zookeeper.connect}/replog-{uuid.uuid4().hex[:8]}")
+    zk.start()
+    try:
+        client = zk.client
+        zk_acls.add(client, [acl("t", AclOperation.READ)])
+        zk_acls.add(client, [acl("t-", AclOperation.READ, pattern=PatternType.PREFIXED)])
+        notes = [
+            f"{root}/{n}"
+            for root in (zk_acls.LITERAL_CHANGES, zk_acls.EXTENDED_CHANGES)
+            for n in client.get_children(root)
+        ]
+        assert len(notes) == 2
+        ctimes = [client.exists(n).ctime for n in notes]
+        oldest, newest = min(ctimes), max(ctimes)
+        fifteen_minutes = 15 * 60 * 1000
+        assert zk_acls.purge_expired_changes(client, oldest + fifteen_minutes) == []
+        assert sorted(
+            zk_acls.purge_expired_changes(client, newest + fifteen_minutes + 1)
+        ) == sorted(notes)
+        assert all(client.exists(n) is None for n in notes)
+        assert zk_acls.load_all(client), "the ACLs themselves stay"
+    finally:
+        zk.close()
 
 
 # -- an authorizing broker --------------------------------------------------------------------

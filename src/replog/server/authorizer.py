@@ -4,7 +4,8 @@ On with ``authorizer.class.name`` set (Kafka's ``kafka.security.authorizer.AclAu
 or any non-empty value); off (everything allowed, no cost) when empty, as in Kafka.
 The ACLs are loaded from ZooKeeper at start and again whenever a change notification
 appears under ``/kafka-acl-changes`` or ``/kafka-acl-extended-changes`` (this broker's
-own CreateAcls/DeleteAcls reload at once). ``super.users`` (``User:a;User:b``) may do
+own CreateAcls/DeleteAcls reload at once); notifications older than 15 minutes are then
+deleted, as Kafka's brokers do. ``super.users`` (``User:a;User:b``) may do
 everything; ``allow.everyone.if.no.acl.found`` decides for resources no ACL names.
 A refusal is logged once per (principal, operation, resource), never per request.
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -89,7 +91,16 @@ class Authorizer:
             except Exception as exc:  # ZooKeeper away: keep the ACLs we have
                 log.warning("could not reload ACLs: %s", exc)
             if not self._again:
-                return
+                break
+        try:
+            purged = await asyncio.to_thread(
+                zk_acls.purge_expired_changes, self.zk.client, int(time.time() * 1000)
+            )
+        except Exception as exc:  # another broker's purge, or ZooKeeper away: next time
+            log.debug("could not purge ACL change notifications: %s", exc)
+        else:
+            if purged:
+                log.info("deleted %d expired ACL change notifications", len(purged))
 
     def allowed(
         self, ctx: RequestContext, operation: AclOperation, resource_type: ResourceType, name: str

@@ -10,6 +10,8 @@
 
 Writes are conditional on the znode version read (a concurrent writer makes the caller
 read again); each is followed by a change notification, which every broker watches.
+Notifications older than 15 minutes are deleted by whichever broker processes a change
+(``purge_expired_changes``, Kafka ``ZkNodeChangeNotificationListener.purgeObsoleteNotifications``).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from replog.security.acl import (
     PatternType,
     ResourceType,
 )
+from replog.zk.config_znodes import CHANGE_EXPIRATION_MS, expired_changes
 
 LITERAL_ROOT = "/kafka-acl"
 PREFIXED_ROOT = "/kafka-acl-extended/prefixed"
@@ -44,6 +47,32 @@ _PERMISSIONS = {name: p for p, name in PERMISSION_NAMES.items()}
 
 class AclDataError(ValueError):
     """A znode that is not Kafka's ACL JSON."""
+
+
+def purge_expired_changes(
+    zk: KazooClient, now_ms: int, expiration_ms: int = CHANGE_EXPIRATION_MS
+) -> list[str]:
+    """Delete the change notifications created more than ``expiration_ms`` before
+    ``now_ms``; the paths deleted (one already gone is skipped)."""
+    deleted = []
+    for root in (LITERAL_CHANGES, EXTENDED_CHANGES):
+        try:
+            children = zk.get_children(root)
+        except NoNodeError:
+            continue
+        ctimes = []
+        for name in children:
+            try:
+                ctimes.append((name, zk.exists(f"{root}/{name}").ctime))
+            except (NoNodeError, AttributeError):  # (exists is None once gone)
+                continue
+        for name in expired_changes(ctimes, now_ms, expiration_ms):
+            try:
+                zk.delete(f"{root}/{name}")
+            except NoNodeError:
+                continue
+            deleted.append(f"{root}/{name}")
+    return deleted
 
 
 def resource_path(resource_type: ResourceType, pattern: PatternType, name: str) -> str:
