@@ -17,7 +17,6 @@ import struct
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,7 +32,7 @@ from replog.cluster.launcher import LocalCluster
 from replog.protocol import apis, frames
 from replog.protocol.apis import ApiKey
 from replog.security import sasl
-from replog.zk.client import KafkaZkClient
+from security_util import add_scram_user, make_broker_certs, sasl_config, secure_cluster
 
 SCRAM_USER, SCRAM_PASSWORD = "alice", "alice-secret"
 REAUTH_MS = 3000
@@ -42,10 +41,8 @@ PLAIN_USER, PLAIN_PASSWORD = "bob", "bob-secret"
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("certs")
-    make_ca(d, "ca", days=2)
+    d = make_broker_certs(tmp_path_factory.mktemp("certs"))
     make_ca(d, "rogue-ca", days=2)
-    make_cert(d, "broker", "ca", "/CN=127.0.0.1", "IP:127.0.0.1")
     make_cert(d, "client", "ca", "/CN=carol/OU=dev")
     make_cert(d, "rogue", "rogue-ca", "/CN=mallory")
     return d
@@ -57,50 +54,20 @@ def cluster(zookeeper, certs: Path, tmp_path_factory) -> Iterator[LocalCluster]:
         "org.apache.kafka.common.security.plain.PlainLoginModule required "
         f'user_{PLAIN_USER}="{PLAIN_PASSWORD}";'
     )
-    c = LocalCluster(tmp_path_factory.mktemp("security"))
-    chroot = f"{zookeeper.connect}/replog-{uuid.uuid4().hex[:8]}"
-    try:
-        c.up(
-            3,
-            zookeeper=chroot,
-            extra_listeners=("SASL_SSL", "SSL"),
-            overrides={
-                "ssl.keystore.location": str(certs / "broker.pem"),
-                "ssl.truststore.location": str(certs / "ca.pem"),
-                "listener.name.ssl.ssl.client.auth": "required",
-                "listener.name.sasl_ssl.plain.sasl.jaas.config": jaas,
-                # KIP-368: SASL sessions last 3 s; clients re-authenticate or are closed
-                "connections.max.reauth.ms": str(REAUTH_MS),
-            },
-        )
-        zk = KafkaZkClient(chroot)
-        zk.start()
-        try:
-            zk.change_entity_config(
-                "users",
-                SCRAM_USER,
-                {
-                    m: sasl.format_credential(sasl.scram_credential(m, SCRAM_PASSWORD))
-                    for m in (sasl.SCRAM_SHA_256, sasl.SCRAM_SHA_512)
-                },
-                None,
-            )
-        finally:
-            zk.close()
+    with secure_cluster(
+        zookeeper.connect,
+        certs,
+        tmp_path_factory.mktemp("security"),
+        extra_listeners=("SASL_SSL", "SSL"),
+        overrides={
+            "listener.name.ssl.ssl.client.auth": "required",
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": jaas,
+            # KIP-368: SASL sessions last 3 s; clients re-authenticate or are closed
+            "connections.max.reauth.ms": str(REAUTH_MS),
+        },
+    ) as c:
+        add_scram_user(c, SCRAM_USER, SCRAM_PASSWORD)
         yield c
-    finally:
-        c.down()
-
-
-def sasl_config(cluster: LocalCluster, certs: Path, mechanism: str, user: str, password: str):
-    return {
-        "bootstrap.servers": cluster.bootstrap_servers(listener="SASL_SSL"),
-        "security.protocol": "SASL_SSL",
-        "sasl.mechanisms": mechanism,
-        "sasl.username": user,
-        "sasl.password": password,
-        "ssl.ca.location": str(certs / "ca.pem"),
-    }
 
 
 def round_trip(config: dict, topic: str, count: int = 20) -> list[bytes]:
@@ -440,15 +407,8 @@ def test_sessions_end_unless_the_client_re_authenticates(cluster, certs) -> None
     raw = RawTls(_sasl_port(cluster), certs)
     try:
         assert _scram_login(raw, SCRAM_USER, SCRAM_PASSWORD).error_code == ErrorCode.none
-        zk = KafkaZkClient(cluster.zookeeper_connect)
-        zk.start()
-        try:  # another SCRAM user to try switching to
-            credential = sasl.scram_credential(sasl.SCRAM_SHA_512, "grace-secret")
-            zk.change_entity_config(
-                "users", "grace", {sasl.SCRAM_SHA_512: sasl.format_credential(credential)}, None
-            )
-        finally:
-            zk.close()
+        # another SCRAM user to try switching to
+        add_scram_user(cluster, "grace", "grace-secret", (sasl.SCRAM_SHA_512,))
         switched = _scram_login(raw, "grace", "grace-secret")
         assert switched.error_code == ErrorCode.sasl_authentication_failed
         assert _metadata(raw) is None
