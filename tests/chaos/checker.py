@@ -12,7 +12,9 @@ Safety (any of these fails the campaign):
 - **non-monotonic**: within one reader, a partition's offsets not strictly increasing;
 - **reordered**: ``a`` acknowledged before ``b`` was sent, on the same partition, yet
   ``b`` sits at a lower offset;
-- **unexpected**: a value read that no one sent.
+- **unexpected**: a value read that no one sent;
+- **divergent replicas**: ``divergence`` events (``chaos.replicas``), offsets below the
+  high watermark where the replicas' logs on disk differ.
 
 Writes that failed (timeouts, errors) are indeterminate: reading them is fine and counted
 as ``recovered``.
@@ -78,6 +80,7 @@ class CheckResult:
     reordered: list[tuple[int, str, int, str, int]] = field(default_factory=list)
     unexpected: list[tuple[int, int, str]] = field(default_factory=list)
     unread_partitions: list[int] = field(default_factory=list)  # final read never reached end
+    divergent: list[dict[str, Any]] = field(default_factory=list)
     longest_gap: dict[int, Gap] = field(default_factory=dict)
     faults: list[FaultWindow] = field(default_factory=list)
 
@@ -91,6 +94,7 @@ class CheckResult:
             or self.reordered
             or self.unexpected
             or self.unread_partitions
+            or self.divergent
         )
 
     def anomalies(self) -> dict[str, int]:
@@ -102,6 +106,7 @@ class CheckResult:
             "reordered acks": len(self.reordered),
             "unexpected values": len(self.unexpected),
             "partitions not read to the end": len(self.unread_partitions),
+            "divergent replica offsets": len(self.divergent),
         }
 
 
@@ -146,6 +151,8 @@ def check(events: list[dict[str, Any]]) -> CheckResult:
             if reader == "final":
                 final_values[p].add(value)
                 final_position.setdefault(value, pos)
+        elif kind == "divergence":
+            result.divergent.append(e)
         elif kind == "end" and e["reader"] == "final":
             final_reached.add(e["partition"])
 
@@ -279,6 +286,8 @@ def report(result: CheckResult, title: str = "chaos campaign") -> str:
         lines.append(f"  reordered: partition {p}: {v2}@{o2} sent after {v1}@{o1} was acked")
     for p, offset, value in result.unexpected[:5]:
         lines.append(f"  unexpected: {value} at {p}/{offset} was never sent")
+    for d in result.divergent[:5]:
+        lines.append(f"  divergent: {d['partition']}/{d['offset']} replicas hold {d['values']}")
     if result.unread_partitions:
         lines.append(f"  final read did not reach the end of partitions {result.unread_partitions}")
     lines.append("availability (longest time without an ack, per partition):")
