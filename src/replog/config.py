@@ -118,6 +118,8 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "log.dirs": ("log_dirs_raw", _str, "/tmp/replog-logs"),
     "zookeeper.connect": ("zookeeper_connect", _str, ""),
     "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", _int, "18000"),
+    # Kafka's ZkData.defaultAcls on every znode created (needs a SASL login to ZooKeeper)
+    "zookeeper.set.acl": ("zookeeper_set_acl", _bool, "false"),
     "zookeeper.connection.timeout.ms": ("zookeeper_connection_timeout_ms", _int, "18000"),
     "num.partitions": ("num_partitions", _int, "1"),
     "default.replication.factor": ("default_replication_factor", _int, "1"),
@@ -314,6 +316,7 @@ class KafkaConfig:
     log_dirs_raw: str
     zookeeper_connect: str
     zookeeper_session_timeout_ms: int
+    zookeeper_set_acl: bool
     zookeeper_connection_timeout_ms: int
     num_partitions: int
     default_replication_factor: int

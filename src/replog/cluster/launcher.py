@@ -154,6 +154,7 @@ class LocalCluster:
         wait_s: float = 60,
         metrics: bool = False,
         extra_listeners: tuple[str, ...] = (),
+        broker_env: dict[str, str] | None = None,
     ) -> str:
         """Start ZooKeeper (unless given) and ``brokers`` brokers; return bootstrap servers.
 
@@ -161,7 +162,8 @@ class LocalCluster:
         (``metrics.port``; see ``metrics_url``). ``extra_listeners``: listener names
         (``SSL``, ``SASL_SSL``, ...) each broker serves besides PLAINTEXT; their settings
         come in ``overrides``, as does ``inter.broker.listener.name`` (PLAINTEXT unless
-        set)."""
+        set). ``broker_env``: environment variables the brokers start with (e.g.
+        ``KAFKA_OPTS`` naming a JAAS file for their ZooKeeper login)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         if zookeeper is None:
             zk_port = free_port()
@@ -173,6 +175,7 @@ class LocalCluster:
             self.state["zookeeper_pid"] = server.pid
         self.state["zookeeper"] = zookeeper
         self.state["overrides"] = dict(overrides or {})
+        self.state["broker_env"] = dict(broker_env or {})
         self.state["brokers"] = {
             str(i): {"port": free_port(), "rack": (racks[i % len(racks)] if racks else "")}
             for i in range(brokers)
@@ -224,6 +227,7 @@ class LocalCluster:
         pid = spawn(
             [sys.executable, "-m", "replog.cli.main", "broker", "start", "--config", str(config)],
             bdir / "broker.log",
+            env={**os.environ, **self.state.get("broker_env", {})},
         )
         (bdir / "broker.pid").write_text(str(pid))
         if wait:

@@ -36,6 +36,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from replog.zk.security import JAAS_PROPERTY, jaas_file_from
+
 __all__ = [
     "ZooKeeperNotFoundError",
     "ZooKeeperServer",
@@ -63,6 +65,17 @@ JVM_OPTIONS = (
 )
 
 _REQUIRED_JARS = ("zookeeper", "zookeeper-jute", "slf4j-api", "metrics-core", "snappy-java")
+# With an authentication provider configured, ZooKeeper's server loads Netty's TLS classes.
+_AUTH_JARS = (
+    "netty-handler",
+    "netty-common",
+    "netty-buffer",
+    "netty-transport",
+    "netty-codec",
+    "netty-codec-base",
+    "netty-resolver",
+    "netty-transport-native-unix-common",
+)
 _LOG_BACKENDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("log4j2", ("log4j-slf4j2-impl", "log4j-api", "log4j-core")),
     ("logback", ("logback-classic", "logback-core")),
@@ -96,6 +109,7 @@ class ZooKeeperServer:
 class _ClassPath:
     entries: tuple[str, ...]
     log_backend: str | None
+    auth_entries: tuple[str, ...] = ()  # (the Netty jars found, for a SASL server)
 
 
 def _jar_name(path: Path) -> str | None:
@@ -146,11 +160,12 @@ def _find_classpath() -> _ClassPath:
             continue
         if all(name in jars for name in _REQUIRED_JARS):
             entries = [str(jars[name]) for name in _REQUIRED_JARS]
+            auth = tuple(str(jars[name]) for name in _AUTH_JARS if name in jars)
             for backend, names in _LOG_BACKENDS:
                 if all(name in jars for name in names):
                     entries.extend(str(jars[name]) for name in names)
-                    return _ClassPath(tuple(entries), backend)
-            return _ClassPath(tuple(entries), None)
+                    return _ClassPath(tuple(entries), backend, auth)
+            return _ClassPath(tuple(entries), None, auth)
         # Something we do not know is needed: take whole directories (slower JVM start).
         entries = [str(d / "*") for d in dirs if d.is_dir()]
         return _ClassPath(tuple(entries), None)
@@ -170,13 +185,19 @@ def _java() -> str:
     return java
 
 
-def write_zookeeper_config(data_dir: Path, port: int, *, force_sync: bool = False) -> Path:
+SASL_PROVIDER = "authProvider.sasl=org.apache.zookeeper.server.auth.SASLAuthenticationProvider"
+
+
+def write_zookeeper_config(
+    data_dir: Path, port: int, *, force_sync: bool = False, sasl: bool = False
+) -> Path:
     """Write ``zoo.cfg`` (and logging configs) into ``data_dir``; return the ``zoo.cfg`` path.
 
     ZooKeeper keeps its snapshots and transaction logs under ``data_dir/version-2``.
     ``force_sync=False`` skips the fsync per transaction: fine for a local development
     cluster and much faster on a shared disk; a machine crash may lose recent ZooKeeper
-    writes.
+    writes. ``sasl``: clients may log in with SASL (the JVM's JAAS ``Server`` section),
+    and ACLs naming ``sasl:<user>`` apply to them.
     """
     data_dir = data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -192,6 +213,8 @@ def write_zookeeper_config(data_dir: Path, port: int, *, force_sync: bool = Fals
         "autopurge.snapRetainCount=3",
         "autopurge.purgeInterval=1",
     ]
+    if sasl:
+        lines.append(SASL_PROVIDER)
     cfg = data_dir / CONFIG_NAME
     cfg.write_text("\n".join(lines) + "\n")
     (data_dir / LOG4J2_CONFIG_NAME).write_text(
@@ -214,16 +237,24 @@ def write_zookeeper_config(data_dir: Path, port: int, *, force_sync: bool = Fals
     return cfg
 
 
-def _command(data_dir: Path, port: int, force_sync: bool) -> list[str]:
+def _command(
+    data_dir: Path, port: int, force_sync: bool, jaas_config: str | None = None
+) -> list[str]:
     cp = _find_classpath()
-    cfg = write_zookeeper_config(data_dir, port, force_sync=force_sync)
+    cfg = write_zookeeper_config(
+        data_dir, port, force_sync=force_sync, sasl=jaas_config is not None
+    )
     data_dir = cfg.parent
     options = list(JVM_OPTIONS)
+    entries = list(cp.entries)
+    if jaas_config is not None:
+        options.append(f"-D{JAAS_PROPERTY}={Path(jaas_config).resolve()}")
+        entries.extend(cp.auth_entries)
     if cp.log_backend == "log4j2":
         options.append(f"-Dlog4j2.configurationFile={data_dir / LOG4J2_CONFIG_NAME}")
     elif cp.log_backend == "logback":
         options.append(f"-Dlogback.configurationFile={data_dir / LOGBACK_CONFIG_NAME}")
-    return [_java(), *options, "-cp", os.pathsep.join(cp.entries), MAIN_CLASS, str(cfg)]
+    return [_java(), *options, "-cp", os.pathsep.join(entries), MAIN_CLASS, str(cfg)]
 
 
 def four_letter_word(port: int, word: str, timeout_s: float = 1.0) -> str:
@@ -257,15 +288,19 @@ def start_zookeeper(
     log_path: Path | None = None,
     wait_s: float = 30,
     force_sync: bool = False,
+    jaas_config: str | None = None,
 ) -> ZooKeeperServer:
     """Start ZooKeeper in the background (own process group) and wait until it serves.
+
+    ``jaas_config``: a JAAS file whose ``Server`` section lists the SASL users
+    (``replog.zk.security.write_server_jaas``); clients may then log in with them.
 
     Output goes to ``log_path`` (default ``data_dir/zookeeper.log``). Raises
     :class:`ZooKeeperStartError` with the log tail if the process exits or does not serve
     within ``wait_s``; the process is stopped in that case.
     """
     data_dir = Path(data_dir).resolve()
-    command = _command(data_dir, port, force_sync)
+    command = _command(data_dir, port, force_sync, jaas_config)
     log_path = Path(log_path) if log_path is not None else data_dir / "zookeeper.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
@@ -367,9 +402,13 @@ def run_zookeeper_foreground(data_dir: Path, port: int, *, force_sync: bool = Fa
     """Run ZooKeeper attached to this terminal until it exits; return its exit code.
 
     For ``replog zookeeper start --dir DIR --port P``. SIGTERM, SIGINT and SIGHUP received by
-    this process are forwarded to the JVM, which shuts down cleanly.
+    this process are forwarded to the JVM, which shuts down cleanly. As Kafka's
+    ``zookeeper-server-start.sh``, a JAAS file named in ``KAFKA_OPTS``
+    (``-Djava.security.auth.login.config=...``) turns on SASL logins with its ``Server``
+    section.
     """
-    command = _command(Path(data_dir).resolve(), port, force_sync)
+    jaas = jaas_file_from(os.environ.get("KAFKA_OPTS", ""))
+    command = _command(Path(data_dir).resolve(), port, force_sync, jaas)
     process = subprocess.Popen(command, stdin=subprocess.DEVNULL, cwd=Path(data_dir).resolve())
 
     def forward(signum: int, _frame: object) -> None:

@@ -20,12 +20,13 @@ from replog.security import sasl
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 _JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+_UNESCAPE = re.compile(r"\\(.)")
 
 
 def jaas_options(jaas: str) -> dict[str, str]:
     """The ``key="value"`` options of a JAAS entry (``username``, ``password``,
     ``user_<name>``...)."""
-    return {k: v.replace('\\"', '"') for k, v in _JAAS_OPTION.findall(jaas)}
+    return {k: _UNESCAPE.sub(r"\1", v) for k, v in _JAAS_OPTION.findall(jaas)}
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 import signal
 import time
 from functools import partial
@@ -65,6 +66,7 @@ from replog.server.producer_ids import ProducerIdManager
 from replog.storage.cleaner_threads import CleanerConfig, LoopOwner
 from replog.storage.log_config import LogConfig
 from replog.storage.log_manager import LogManager
+from replog.zk import security as zk_security
 from replog.zk.client import BrokerAlreadyRegisteredError, KafkaZkClient
 from replog.zk.data import BrokerInfo, EndPoint
 
@@ -88,6 +90,9 @@ class Broker:
             config.zookeeper_connect,
             session_timeout_ms=config.zookeeper_session_timeout_ms,
             connection_timeout_ms=config.zookeeper_connection_timeout_ms,
+            # SASL to ZooKeeper from KAFKA_OPTS' JAAS file, as a Kafka broker
+            login=zk_security.login_from_environment(dict(os.environ)),
+            set_acl=config.zookeeper_set_acl,
         )
         self.replica_manager = ReplicaManager(
             config, self.log_manager, self.log_config_for, self.zk

@@ -54,6 +54,7 @@ from kazoo.retry import KazooRetry
 from replog.protocol.kafka_uuid import random_uuid
 from replog.zk import config_znodes as cz
 from replog.zk import data as zd
+from replog.zk import security as zsec
 from replog.zk.data import (
     BrokerInfo,
     LeaderAndIsr,
@@ -72,6 +73,7 @@ from replog.zk.ops import (
     ZkWriteResult,
     apply_ops,
 )
+from replog.zk.security import ZkLogin, ZkSecurityError
 
 __all__ = [
     "BrokerAlreadyRegisteredError",
@@ -107,7 +109,18 @@ class KafkaZkClient:
         connect: str,
         session_timeout_ms: int = 18000,
         connection_timeout_ms: int | None = None,
+        login: ZkLogin | None = None,
+        set_acl: bool = False,
     ) -> None:
+        """``login``: SASL to ZooKeeper (``replog.zk.security``); ``set_acl``
+        (``zookeeper.set.acl``): Kafka's ACLs on every znode created, which needs a login."""
+        if set_acl and login is None:
+            raise ZkSecurityError(
+                "zookeeper.set.acl is true, but there is no ZooKeeper login (a JAAS file with "
+                "a Client section, named by -Djava.security.auth.login.config in KAFKA_OPTS)"
+            )
+        self._login = login
+        self._set_acl = set_acl
         hosts, _, chroot = connect.partition("/")
         self.connect = connect
         self._hosts = hosts
@@ -123,6 +136,8 @@ class KafkaZkClient:
             hosts=hosts,
             timeout=self._session_timeout_s,
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
+            sasl_options=None if self._login is None else self._login.sasl_options(),
+            default_acl=zsec.default_acls("/", self._set_acl),
         )
 
     # --- lifecycle -------------------------------------------------------------------
@@ -782,9 +797,11 @@ class KafkaZkClient:
         data = cz.encode_entity_config(config)
         note = cz.encode_config_change(cz.ConfigChange(entity_type, entity_name))
 
+        acl = zsec.default_acls(path, self._set_acl)  # (SCRAM credentials: owner only)
+
         def build(txn: TransactionRequest) -> None:
             if expected_version is None:
-                txn.create(path, data)
+                txn.create(path, data, acl=acl)
             else:
                 txn.set_data(path, data, expected_version)
             txn.create(cz.config_change_path(cz.CONFIG_CHANGE_PREFIX), note, sequence=True)
