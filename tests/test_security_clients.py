@@ -168,13 +168,6 @@ def kcat(cluster: LocalCluster, certs: Path, password: str, *args: str, stdin: b
     return subprocess.run([*command, *args], input=stdin, capture_output=True, timeout=90)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="librdkafka 2.0.2 (Debian's kcat 1.7.1) sends its client-final nonce as the client "
-    "nonce followed by the whole server nonce (the client's twice); Kafka's ScramSaslServer "
-    "accepts a nonce that ends with the server's, replog's ScramServer (security/sasl.py) only "
-    "an equal one and refuses the login",
-)
 def test_kcat_scram_sha_512_over_tls(cluster, certs) -> None:
     topic = "kcat-scram"
     create_topic(cluster, certs, topic)
