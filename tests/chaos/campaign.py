@@ -68,6 +68,7 @@ def make_schedule(
 @dataclass
 class CampaignConfig:
     partitions: int = 6
+    zookeepers: int = 1  # 3: an ensemble, each member in a namespace of its own
     rate: int = 200  # values a second
     recovery_timeout_s: float = 60  # for a full ISR after each heal
     broker_overrides: dict[str, str] | None = None
@@ -97,7 +98,9 @@ def run_campaign(
         log(stamped)
 
     net = Network()
-    cluster = ChaosCluster(net, directory / "cluster", overrides=config.broker_overrides)
+    cluster = ChaosCluster(
+        net, directory / "cluster", zookeepers=config.zookeepers, overrides=config.broker_overrides
+    )
     producing: Producing | None = None
     reading: LiveReading | None = None
     active = None

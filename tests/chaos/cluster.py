@@ -6,7 +6,7 @@ the pid we hold is the JVM's or the broker's own. Every process is stopped by th
 
 Layout under the run directory::
 
-    zk0/            zoo.cfg (bound to the namespace's address), data, zookeeper.log
+    zk<i>/          zoo.cfg (bound to the namespace's address), myid, data, zookeeper.log
     broker-<id>/    server.properties, data/, broker.log
 
 Concurrency: owned by the campaign's thread; the workload threads only use the addresses.
@@ -33,6 +33,8 @@ from replog.cluster.zookeeper import CONFIG_NAME, _command
 from replog.zk import data as zk_data
 
 ZK_PORT = 2181
+ZK_PEER_PORT = 2888
+ZK_ELECTION_PORT = 3888
 BROKER_PORT = 9092
 
 # Timeouts short enough that a campaign sees faults detected and healed within seconds.
@@ -57,13 +59,15 @@ class ChaosCluster:
         network: Network,
         directory: Path,
         brokers: int = 3,
+        zookeepers: int = 1,
         overrides: dict[str, str] | None = None,
     ) -> None:
         self.net = network
         self.dir = Path(directory)
         self.broker_count = brokers
+        self.zookeeper_count = zookeepers
         self.overrides = dict(overrides or {})
-        self.zk_node: Node | None = None
+        self.zk_nodes: dict[int, Node] = {}
         self.broker_nodes: dict[int, Node] = {}
         self.processes: dict[str, subprocess.Popen[bytes]] = {}  # "zk0", "b1"
         self.paused: set[str] = set()
@@ -73,8 +77,7 @@ class ChaosCluster:
 
     @property
     def zookeeper_connect(self) -> str:
-        assert self.zk_node is not None
-        return f"{self.zk_node.address}:{ZK_PORT}"
+        return ",".join(f"{n.address}:{ZK_PORT}" for n in self.zk_nodes.values())
 
     def bootstrap_servers(self) -> str:
         return ",".join(f"{n.address}:{BROKER_PORT}" for n in self.broker_nodes.values())
@@ -90,31 +93,45 @@ class ChaosCluster:
 
     def start(self, wait_s: float = 90) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.zk_node = self.net.add_node("zk0", 10)
+        for i in range(self.zookeeper_count):
+            self.zk_nodes[i] = self.net.add_node(f"zk{i}", 10 + i)
         for broker_id in range(self.broker_count):
             self.broker_nodes[broker_id] = self.net.add_node(f"b{broker_id}", 20 + broker_id)
-        self.start_zookeeper(wait_s)
+        for i in self.zk_nodes:
+            self.start_zookeeper(i, wait=False)
+        for i in self.zk_nodes:
+            self.wait_zookeeper(i, wait_s)
         for broker_id in self.broker_nodes:
             self.start_broker(broker_id, wait=False)
         self.wait_ready(list(self.broker_nodes), wait_s)
 
-    def start_zookeeper(self, wait_s: float = 60) -> None:
-        assert self.zk_node is not None
-        data_dir = (self.dir / "zk0").resolve()
+    def start_zookeeper(self, index: int, *, wait: bool = True, wait_s: float = 60) -> None:
+        node = self.zk_nodes[index]
+        data_dir = (self.dir / node.name).resolve()
         command = _command(data_dir, ZK_PORT, False)  # writes zoo.cfg for 127.0.0.1 ...
         cfg = data_dir / CONFIG_NAME
-        cfg.write_text(  # ... which we rebind to the namespace's address
-            cfg.read_text().replace(
-                "clientPortAddress=127.0.0.1", f"clientPortAddress={self.zk_node.address}"
-            )
+        text = cfg.read_text().replace(  # ... which we rebind to the namespace's address
+            "clientPortAddress=127.0.0.1", f"clientPortAddress={node.address}"
         )
-        self._spawn("zk0", self.zk_node.exec_prefix() + command, data_dir / "zookeeper.log")
+        if self.zookeeper_count > 1:
+            text += "initLimit=5\nsyncLimit=2\n" + "".join(
+                f"server.{i + 1}={n.address}:{ZK_PEER_PORT}:{ZK_ELECTION_PORT}\n"
+                for i, n in self.zk_nodes.items()
+            )
+            (data_dir / "myid").write_text(f"{index + 1}\n")
+        cfg.write_text(text)
+        self._spawn(node.name, node.exec_prefix() + command, data_dir / "zookeeper.log")
+        if wait:
+            self.wait_zookeeper(index, wait_s)
+
+    def wait_zookeeper(self, index: int, wait_s: float) -> None:
+        node = self.zk_nodes[index]
         self._wait(
-            lambda: _zk_serving(self.zk_node.address, ZK_PORT),
+            lambda: _zk_serving(node.address, ZK_PORT),
             wait_s,
-            "ZooKeeper serving",
-            "zk0",
-            data_dir / "zookeeper.log",
+            f"ZooKeeper {node.name} serving",
+            node.name,
+            self.dir / node.name / "zookeeper.log",
         )
 
     def broker_dir(self, broker_id: int) -> Path:
@@ -201,8 +218,8 @@ class ChaosCluster:
         self.paused.discard(name)
 
     def restart(self, name: str, wait_s: float = 60) -> None:
-        if name == "zk0":
-            self.start_zookeeper(wait_s)
+        if name.startswith("zk"):
+            self.start_zookeeper(int(name[2:]), wait_s=wait_s)
         else:
             self.start_broker(int(name[1:]), wait_s=wait_s)
 
@@ -210,9 +227,7 @@ class ChaosCluster:
         """Stop every process by pid (brokers first); return the errors met, never raise."""
         errors = []
         self.close_zk()
-        names = [n for n in self.processes if n != "zk0"] + (
-            ["zk0"] if "zk0" in self.processes else []
-        )
+        names = sorted(self.processes, key=lambda n: n.startswith("zk"))  # brokers first
         for name in names:
             process = self.processes[name]
             try:
@@ -287,7 +302,8 @@ def _zk_serving(address: str, port: int) -> bool:
                 chunks.append(chunk)
     except OSError:
         return False
-    return b"Mode: standalone" in b"".join(chunks)
+    answer = b"".join(chunks)
+    return any(f"Mode: {m}".encode() in answer for m in ("standalone", "leader", "follower"))
 
 
 def _broker_serving(address: str, broker_id: int) -> bool:

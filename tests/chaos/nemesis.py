@@ -85,8 +85,9 @@ class Pause(Fault):
 
     def start(self, target: Target) -> str:
         if self.zookeeper:
-            self.victim = "zk0"
-            what = "ZooKeeper"
+            index = self.pick % target.cluster.zookeeper_count
+            self.victim = f"zk{index}"
+            what = f"ZooKeeper {self.victim}"
         else:
             partition, broker = _leader(target, self.pick)
             self.victim = f"b{broker}"
@@ -109,8 +110,9 @@ class Partition(Fault):
       arrive) or, for odd picks, only the leader's packets to the followers;
     - ``leader-isolated``: the leader from ZooKeeper and the other brokers (clients reach it);
     - ``controller-zookeeper``: the controller from ZooKeeper only;
-    - ``minority``: the bridge split in two, the leader alone (clients included) against the
-      other brokers, ZooKeeper and the clients.
+    - ``minority``: the bridge split in two, the leader (with one ZooKeeper when there are
+      three) against the other brokers, the ZooKeeper majority and the clients;
+    - ``zookeeper-minority``: one of three ZooKeepers cut from the other two.
     """
 
     shape: str = "leader-followers"
@@ -120,13 +122,20 @@ class Partition(Fault):
     def start(self, target: Target) -> str:
         cluster = target.cluster
         net = cluster.net
-        zk = cluster.node("zk0")
+        zks = list(cluster.zk_nodes.values())
+        if self.shape == "zookeeper-minority":
+            if len(zks) < 3:
+                raise ValueError("zookeeper-minority needs three ZooKeepers")
+            alone = zks[self.pick % len(zks)]
+            rest = [z for z in zks if z is not alone]
+            self._both(net, [alone], rest)
+            return f"ZooKeeper {alone.name} cut from {', '.join(z.name for z in rest)}"
         if self.shape == "controller-zookeeper":
             controller = cluster.controller()
             if controller is None:
                 controller = self.pick % cluster.broker_count
             node = _broker_node(target, controller)
-            self._both(net, [node], [zk])
+            self._both(net, [node], zks)
             return f"controller {controller} cut from ZooKeeper (both ways)"
         partition, leader = _leader(target, self.pick)
         node = _broker_node(target, leader)
@@ -143,11 +152,16 @@ class Partition(Fault):
             self.drops = [net.drop(node, o) for o in others]
             return f"{head}: its packets to {names} dropped (one way)"
         if self.shape == "leader-isolated":
-            self._both(net, [node], [*others, zk])
+            self._both(net, [node], [*others, *zks])
             return f"{head} cut from {names} and ZooKeeper (both ways); clients reach it"
         if self.shape == "minority":
-            self._both(net, [node], [*others, zk], host=True)
-            return f"{head} alone in a minority, cut from everyone including clients"
+            # the bridge split in two: the leader (and, with three, one ZooKeeper) apart
+            minority_zk = zks[self.pick % len(zks)] if len(zks) >= 3 else None
+            majority = [*others, *(z for z in zks if z is not minority_zk)]
+            side = [node] if minority_zk is None else [node, minority_zk]
+            self._both(net, side, majority, host=True)
+            with_zk = f" with ZooKeeper {minority_zk.name}" if minority_zk else ""
+            return f"{head} in a minority{with_zk}, cut from the rest and from the clients"
         raise ValueError(f"unknown partition shape {self.shape!r}")
 
     def _both(self, net, side_a: list[Node], side_b: list[Node], host: bool = False) -> None:
@@ -185,5 +199,8 @@ PARTITION_SHAPES = (
     "leader-isolated",
     "controller-zookeeper",
     "minority",
+    "zookeeper-minority",
 )
 FAULT_KINDS = ("kill-leader", "kill-broker", "pause-leader", "pause-zookeeper", *PARTITION_SHAPES)
+# faults that need a ZooKeeper ensemble
+ENSEMBLE_ONLY = ("zookeeper-minority",)

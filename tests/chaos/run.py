@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from chaos.campaign import CampaignConfig, make_schedule, run_campaign
-from chaos.nemesis import FAULT_KINDS
+from chaos.nemesis import ENSEMBLE_ONLY, FAULT_KINDS
 from chaos.net import unavailable_reason
 
 
@@ -29,8 +29,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=5)
     parser.add_argument("--dir", type=Path, default=None, help="run directory")
     parser.add_argument(
-        "--faults", default=",".join(FAULT_KINDS), help="comma-separated fault kinds to draw"
+        "--faults",
+        default=None,
+        help=f"comma-separated fault kinds to draw (default: all of {', '.join(FAULT_KINDS)}; "
+        f"{', '.join(ENSEMBLE_ONLY)} only with --zookeepers 3)",
     )
+    parser.add_argument("--zookeepers", type=int, choices=(1, 3), default=3)
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--rate", type=int, default=200, help="values produced a second")
     args = parser.parse_args(argv)
@@ -40,7 +44,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"chaos: cannot run here: {reason}", file=sys.stderr)
         return 2
     seed = args.seed if args.seed is not None else secrets.randbelow(1_000_000)
-    kinds = tuple(k for k in args.faults.split(",") if k)
+    if args.faults is None:
+        kinds = tuple(k for k in FAULT_KINDS if args.zookeepers >= 3 or k not in ENSEMBLE_ONLY)
+    else:
+        kinds = tuple(k for k in args.faults.split(",") if k)
     unknown = set(kinds) - set(FAULT_KINDS)
     if unknown:
         parser.error(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(FAULT_KINDS)}")
@@ -56,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"  #{n} {fault.kind} pick={fault.pick} hold {fault.hold_s} s, quiet {fault.quiet_s} s"
         )
-    config = CampaignConfig(partitions=args.partitions, rate=args.rate)
+    config = CampaignConfig(partitions=args.partitions, rate=args.rate, zookeepers=args.zookeepers)
     result = run_campaign(
         schedule,
         directory,
