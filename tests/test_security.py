@@ -334,6 +334,33 @@ def test_users_command(cluster, certs, tmp_path) -> None:
     missing = run("delete", "nobody-here")
     assert missing.returncode == 1 and "RESOURCE_NOT_FOUND" in missing.stderr.upper()
     assert run("add", "x", "--mechanism", "MD5", "--password", "p").returncode == 1
+    # Over the SASL_SSL listener, logged in as frank (--command-config, Kafka's spelling)
+    props = tmp_path / "frank.properties"
+    props.write_text(
+        "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="frank" password="frank-secret";\n'
+        f"ssl.truststore.location={certs / 'ca.pem'}\n"
+    )
+    secured = subprocess.run(
+        [*replog, "--bootstrap-server", cluster.bootstrap_servers(listener="SASL_SSL")]
+        + ["--command-config", str(props), "list"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert secured.returncode == 0, secured.stderr
+    assert "frank: SCRAM-SHA-512" in secured.stdout
+    props.write_text(props.read_text().replace("frank-secret", "wrong"))
+    refused = subprocess.run(
+        [*replog, "--bootstrap-server", cluster.bootstrap_servers(listener="SASL_SSL")]
+        + ["--command-config", str(props), "list"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 1 and "authentication failed" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
 
 
 def test_cluster_up_secure(tmp_path) -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from replog.config import ConfigError, read_properties
-from replog.protocol.client import KafkaConnection
+from replog.protocol.client import AuthenticationError, KafkaConnection
 from replog.security.client_security import PLAINTEXT, ClientSecurity
 
 
@@ -66,6 +66,10 @@ async def connect_any(
     for server in bootstrap.split(","):
         try:
             return await connect(server, client_id, security)
+        except (
+            AuthenticationError
+        ) as exc:  # the next broker would refuse it too, as Kafka's tools stop
+            raise CommandError(f"{server.strip()}: {exc}") from None
         except OSError as exc:
             last = exc
     raise CommandError(f"cannot reach any of {bootstrap}: {last}")

@@ -24,7 +24,7 @@ from kio.schema.describe_user_scram_credentials.v0 import request as describe_re
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 
-from replog.cli.connection import CommandError, connect_any
+from replog.cli.connection import CommandError, command_config, connect_any
 from replog.security import sasl
 
 CLIENT_ID = "replog-users"
@@ -32,7 +32,7 @@ NAMES = {code: name for name, code in sasl.MECHANISM_CODES.items()}
 
 
 async def _list(args: argparse.Namespace) -> int:
-    conn = await connect_any(args.bootstrap_server, CLIENT_ID)
+    conn = await connect_any(args.bootstrap_server, CLIENT_ID, command_config(args.command_config))
     try:
         response = await conn.request(describe_req.DescribeUserScramCredentialsRequest(users=None))
     finally:
@@ -83,7 +83,7 @@ async def _alter(args: argparse.Namespace, upsert: bool) -> int:
             deletions=(alter_req.ScramCredentialDeletion(name=args.name, mechanism=code),),
             upsertions=(),
         )
-    conn = await connect_any(args.bootstrap_server, CLIENT_ID)
+    conn = await connect_any(args.bootstrap_server, CLIENT_ID, command_config(args.command_config))
     try:
         response = await conn.request(body)
     finally:
@@ -108,6 +108,10 @@ def _main(args: argparse.Namespace) -> int:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("users", help="SCRAM users (AlterUserScramCredentials)")
     p.add_argument("--bootstrap-server", required=True)
+    p.add_argument(
+        "--command-config",
+        help="Kafka client properties (security.protocol, sasl.*, ssl.*) for a secured listener",
+    )
     actions = p.add_subparsers(dest="users_command", required=True)
     actions.add_parser("list", help="users and their SCRAM mechanisms")
     add = actions.add_parser("add", help="set a user's SCRAM credential")
