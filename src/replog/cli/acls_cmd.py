@@ -58,10 +58,6 @@ Op = AclOperation
 
 # Kafka ``AclEntry.supportedOperations`` (All goes with every type); transactional ids
 # here, since no broker check speaks of them yet.
-SUPPORTED_OPERATIONS = {
-    **acl.SUPPORTED_OPERATIONS,
-    ResourceType.TRANSACTIONAL_ID: (Op.DESCRIBE, Op.WRITE),
-}
 PRODUCER_TOPIC = (Op.WRITE, Op.DESCRIBE, Op.CREATE)
 PRODUCER_TRANSACTIONAL_ID = (Op.WRITE, Op.DESCRIBE)
 CONSUMER_TOPIC = (Op.READ, Op.DESCRIBE)
@@ -187,7 +183,7 @@ def _entries(
 
 
 def _check_operations(resource: ResourcePattern, entries: Iterable[AccessControlEntry]) -> None:
-    valid = (*SUPPORTED_OPERATIONS[resource.resource_type], Op.ALL)
+    valid = (*acl.SUPPORTED_OPERATIONS[resource.resource_type], Op.ALL)
     for entry in entries:
         if entry.operation not in valid:
             takes = ", ".join(OPERATION_NAMES[op] for op in valid)

@@ -94,6 +94,7 @@ SUPPORTED_OPERATIONS = {
         AclOperation.ALTER_CONFIGS,
     ),
     ResourceType.GROUP: (AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE),
+    ResourceType.TRANSACTIONAL_ID: (AclOperation.DESCRIBE, AclOperation.WRITE),
     ResourceType.CLUSTER: (
         AclOperation.CREATE,
         AclOperation.CLUSTER_ACTION,
