@@ -56,8 +56,8 @@ WILDCARD_HOST = "*"
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
 Op = AclOperation
 
-# Kafka ``AclEntry.supportedOperations`` (All goes with every type); transactional ids
-# here, since no broker check speaks of them yet.
+# What --producer grants (Kafka ``AclCommand``); the operations each resource type takes
+# are ``acl.SUPPORTED_OPERATIONS`` (and All).
 PRODUCER_TOPIC = (Op.WRITE, Op.DESCRIBE, Op.CREATE)
 PRODUCER_TRANSACTIONAL_ID = (Op.WRITE, Op.DESCRIBE)
 CONSUMER_TOPIC = (Op.READ, Op.DESCRIBE)
