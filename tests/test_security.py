@@ -366,12 +366,12 @@ def test_users_command(cluster, certs, tmp_path) -> None:
 def test_cluster_up_secure(tmp_path) -> None:
     """``replog cluster up --secure``: a client configured from its client.properties
     (SASL_SSL, SCRAM, the generated CA) reaches every broker; the password is in the file,
-    not on the terminal."""
+    not on the terminal; the brokers replicate over SASL_SSL."""
     directory = tmp_path / "secure"
     replog = [sys.executable, "-m", "replog.cli.main", "cluster"]
     try:
         up = subprocess.run(
-            [*replog, "up", "--brokers", "1", "--dir", str(directory), "--secure"],
+            [*replog, "up", "--brokers", "2", "--dir", str(directory), "--secure"],
             capture_output=True,
             text=True,
             timeout=180,
@@ -381,7 +381,17 @@ def test_cluster_up_secure(tmp_path) -> None:
         config = dict(line.split("=", 1) for line in props.splitlines())
         assert config["security.protocol"] == "SASL_SSL"
         assert config["sasl.password"] not in up.stdout + up.stderr
-        assert len(AdminClient(config).list_topics(timeout=20).brokers) == 1
+        admin = AdminClient(config)
+        assert len(admin.list_topics(timeout=20).brokers) == 2
+        admin.create_topics([NewTopic("secure-up", 1, 2)])["secure-up"].result(timeout=40)
+
+        def isr() -> list[int]:
+            partition = admin.list_topics("secure-up", timeout=10).topics["secure-up"].partitions
+            return sorted(partition[0].isrs) if 0 in partition else []
+
+        wait_for(lambda: isr() == [0, 1], 30, "the follower in the ISR (fetching over SASL_SSL)")
+        server = (directory / "broker-0" / "server.properties").read_text()
+        assert "inter.broker.listener.name=SASL_SSL" in server
     finally:
         subprocess.run([*replog, "down", "--dir", str(directory)], capture_output=True, timeout=120)
 

@@ -216,6 +216,7 @@ class LocalCluster:
         props.update(self.state.get("overrides", {}))
         path = bdir / "server.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        path.chmod(0o600)  # (it may hold passwords: JAAS entries, key passwords)
         return path
 
     def start_broker(self, broker_id: int, *, wait: bool = True, wait_s: float = 60) -> int:
