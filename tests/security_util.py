@@ -53,13 +53,15 @@ def secure_cluster(
 
 
 def add_scram_user(
-    cluster: LocalCluster,
+    cluster: LocalCluster | str,
     user: str,
     password: str,
     mechanisms: tuple[str, ...] = (sasl.SCRAM_SHA_256, sasl.SCRAM_SHA_512),
 ) -> None:
-    """The user's SCRAM credentials in ZooKeeper ``/config/users/<user>``."""
-    zk = KafkaZkClient(cluster.zookeeper_connect)
+    """The user's SCRAM credentials in ZooKeeper ``/config/users/<user>``, of a cluster or
+    of a ZooKeeper connect string (chroot created: before the brokers start)."""
+    connect = cluster if isinstance(cluster, str) else cluster.zookeeper_connect
+    zk = KafkaZkClient(connect)
     zk.start()
     try:
         zk.change_entity_config(

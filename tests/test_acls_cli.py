@@ -26,13 +26,14 @@ from cluster_util import wait_for
 from replog.cli.acls_cmd import AccessControlEntry, ResourcePattern, plan
 from replog.cli.connection import CommandError
 from replog.cli.main import build_parser
-from replog.cluster.certificates import make_ca, make_cert
+from replog.cluster.certificates import make_ca
 from replog.cluster.launcher import LocalCluster
 from replog.security import sasl
 from replog.security.acl import AclOperation as Op
 from replog.security.acl import AclPermissionType, PatternType, ResourceType
 from replog.security.client_security import ClientSecurity
 from replog.zk.client import KafkaZkClient
+from security_util import make_broker_certs
 
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
 SCRAM_USERS = {"admin": "admin-secret", "alice": "alice-secret"}
@@ -209,10 +210,7 @@ def test_command_config_in_both_spellings(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("acls-certs")
-    make_ca(d, "ca", days=2)
-    make_cert(d, "broker", "ca", "/CN=127.0.0.1", "IP:127.0.0.1")
-    return d
+    return make_broker_certs(tmp_path_factory.mktemp("acls-certs"))
 
 
 @pytest.fixture(scope="module")

@@ -24,43 +24,28 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from clients_util import consume_confluent, make_records, produce_confluent
 from cluster_util import wait_for
-from replog.cluster.certificates import make_ca, make_cert
 from replog.cluster.launcher import LocalCluster
 from replog.protocol.client import AuthenticationError, KafkaConnection
 from replog.security import sasl
 from replog.security.client_security import ClientSecurity
-from replog.zk.client import KafkaZkClient
+from security_util import add_scram_user, make_broker_certs, sasl_config
 
 BROKER_PASSWORD = "broker-" + uuid.uuid4().hex[:8]
 ADMIN_PASSWORD = "admin-" + uuid.uuid4().hex[:8]
 REAUTH_MS = 4000
 
 
-def _scram_user(zk: KafkaZkClient, user: str, password: str) -> None:
-    credential = sasl.scram_credential(sasl.SCRAM_SHA_512, password)
-    zk.change_entity_config(
-        "users", user, {sasl.SCRAM_SHA_512: sasl.format_credential(credential)}, None
-    )
-
-
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("certs")
-    make_ca(d, "ca", days=2)
-    make_cert(d, "broker", "ca", "/CN=127.0.0.1", "IP:127.0.0.1")
-    return d
+    return make_broker_certs(tmp_path_factory.mktemp("certs"))
 
 
 @pytest.fixture(scope="module")
 def cluster(zookeeper, certs: Path, tmp_path_factory) -> Iterator[LocalCluster]:
     chroot = f"{zookeeper.connect}/replog-{uuid.uuid4().hex[:8]}"
-    zk = KafkaZkClient(chroot)  # (creates the chroot)
-    zk.start()
-    try:  # the brokers' own user exists before they start, as with Kafka
-        _scram_user(zk, "broker", BROKER_PASSWORD)
-        _scram_user(zk, "admin", ADMIN_PASSWORD)
-    finally:
-        zk.close()
+    # the brokers' own user exists before they start, as with Kafka
+    add_scram_user(chroot, "broker", BROKER_PASSWORD, (sasl.SCRAM_SHA_512,))
+    add_scram_user(chroot, "admin", ADMIN_PASSWORD, (sasl.SCRAM_SHA_512,))
     login = (
         "org.apache.kafka.common.security.scram.ScramLoginModule required "
         f'username="broker" password="{BROKER_PASSWORD}";'
@@ -90,14 +75,7 @@ def cluster(zookeeper, certs: Path, tmp_path_factory) -> Iterator[LocalCluster]:
 
 
 def admin_config(cluster: LocalCluster, certs: Path) -> dict:
-    return {
-        "bootstrap.servers": cluster.bootstrap_servers(listener="SASL_SSL"),
-        "security.protocol": "SASL_SSL",
-        "sasl.mechanisms": "SCRAM-SHA-512",
-        "sasl.username": "admin",
-        "sasl.password": ADMIN_PASSWORD,
-        "ssl.ca.location": str(certs / "ca.pem"),
-    }
+    return sasl_config(cluster, certs, sasl.SCRAM_SHA_512, "admin", ADMIN_PASSWORD)
 
 
 def isrs(config: dict, topic: str) -> dict[int, tuple[int, ...]]:
