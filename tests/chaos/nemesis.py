@@ -77,9 +77,11 @@ class KillRestart(Fault):
 
 @dataclass
 class Pause(Fault):
-    """SIGSTOP the leader of a partition, or ZooKeeper (``zookeeper``); SIGCONT on stop."""
+    """SIGSTOP the leader of a partition, a follower of it (``follower``) or a ZooKeeper
+    (``zookeeper``); SIGCONT on stop."""
 
     zookeeper: bool = False
+    follower: bool = False
     name: str = "pause"
     victim: str = ""
 
@@ -88,6 +90,12 @@ class Pause(Fault):
             index = self.pick % target.cluster.zookeeper_count
             self.victim = f"zk{index}"
             what = f"ZooKeeper {self.victim}"
+        elif self.follower:
+            partition, leader = _leader(target, self.pick)
+            followers = [b for b in sorted(target.cluster.broker_nodes) if b != leader]
+            broker = followers[(self.pick // target.partitions) % len(followers)]
+            self.victim = f"b{broker}"
+            what = f"broker {broker}, a follower of partition {partition} (leader {leader})"
         else:
             partition, broker = _leader(target, self.pick)
             self.victim = f"b{broker}"
@@ -109,6 +117,7 @@ class Partition(Fault):
     - ``leader-followers-oneway``: only the followers' packets to the leader (fetches never
       arrive) or, for odd picks, only the leader's packets to the followers;
     - ``leader-isolated``: the leader from ZooKeeper and the other brokers (clients reach it);
+    - ``leader-zookeeper``: the leader of a partition from ZooKeeper only;
     - ``controller-zookeeper``: the controller from ZooKeeper only;
     - ``minority``: the bridge split in two, the leader (with one ZooKeeper when there are
       three) against the other brokers, the ZooKeeper majority and the clients;
@@ -130,6 +139,13 @@ class Partition(Fault):
             rest = [z for z in zks if z is not alone]
             self._both(net, [alone], rest)
             return f"ZooKeeper {alone.name} cut from {', '.join(z.name for z in rest)}"
+        if self.shape == "leader-zookeeper":
+            partition, leader = _leader(target, self.pick)
+            self._both(net, [_broker_node(target, leader)], zks)
+            return (
+                f"leader {leader} of partition {partition} cut from ZooKeeper only "
+                "(followers and clients reach it)"
+            )
         if self.shape == "controller-zookeeper":
             controller = cluster.controller()
             if controller is None:
@@ -178,14 +194,40 @@ class Partition(Fault):
         self.drops = []
 
 
+@dataclass
+class Combined(Fault):
+    """Several faults at once (``a+b``), started in order and healed in reverse."""
+
+    parts: list[Fault] = field(default_factory=list)
+    started: list[Fault] = field(default_factory=list)
+
+    def start(self, target: Target) -> str:
+        details = []
+        for part in self.parts:
+            details.append(part.start(target))
+            self.started.append(part)
+        return " + ".join(details)
+
+    def stop(self, target: Target) -> None:
+        while self.started:
+            self.started.pop().stop(target)
+
+
 def make_fault(kind: str, pick: int) -> Fault:
-    """A fault from its schedule name (``FAULT_KINDS``)."""
+    """A fault from its schedule name (``FAULT_KINDS``; ``a+b`` for both at once, with the
+    same pick, so both aim at the same partition)."""
+    if "+" in kind:
+        names = kind.split("+")
+        parts = [make_fault(name, pick) for name in names]
+        return Combined(pick, name=kind, parts=parts)
     if kind == "kill-leader":
         return KillRestart(pick, name=kind, of_leader=True)
     if kind == "kill-broker":
         return KillRestart(pick, name=kind, of_leader=False)
     if kind == "pause-leader":
         return Pause(pick, name=kind)
+    if kind == "pause-follower":
+        return Pause(pick, name=kind, follower=True)
     if kind == "pause-zookeeper":
         return Pause(pick, name=kind, zookeeper=True)
     if kind in PARTITION_SHAPES:
@@ -197,10 +239,26 @@ PARTITION_SHAPES = (
     "leader-followers",
     "leader-followers-oneway",
     "leader-isolated",
+    "leader-zookeeper",
     "controller-zookeeper",
     "minority",
     "zookeeper-minority",
 )
-FAULT_KINDS = ("kill-leader", "kill-broker", "pause-leader", "pause-zookeeper", *PARTITION_SHAPES)
+SINGLE_FAULTS = (
+    "kill-leader",
+    "kill-broker",
+    "pause-leader",
+    "pause-follower",
+    "pause-zookeeper",
+    *PARTITION_SHAPES,
+)
+# two at once: each leaves two replicas of some partition that can reach each other
+COMBINED_FAULTS = (
+    "pause-follower+leader-zookeeper",
+    "leader-zookeeper+controller-zookeeper",
+    "kill-broker+leader-followers-oneway",
+    "pause-follower+leader-followers",
+)
+FAULT_KINDS = SINGLE_FAULTS + COMBINED_FAULTS
 # faults that need a ZooKeeper ensemble
 ENSEMBLE_ONLY = ("zookeeper-minority",)
