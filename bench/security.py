@@ -4,6 +4,7 @@ run (prints figures).
 
     .venv/bin/python bench/security.py [--runs 3] [--records 200000] [--size 100]
                                        [--connections 50]
+    .venv/bin/python bench/security.py --replication [--runs 3] [--records 200000]
 
 One broker (a 1-broker LocalCluster) serving the three listeners, with a CA and broker
 certificate made by ``openssl``; the same confluent-kafka client on each listener,
@@ -11,6 +12,11 @@ alternated: one partition, ``acks=1``, ``linger.ms=5``, records of ``--size`` by
 Connection setup: ``--connections`` new clients one after the other, each until its
 first Metadata answer (TCP, TLS handshake, SASL exchange), per listener. Medians over
 ``--runs``; ratios are against PLAINTEXT.
+
+``--replication``: what TLS and SASL between brokers cost. Two 3-broker clusters up at
+once, one replicating over PLAINTEXT, the other over SASL_SSL (SCRAM-SHA-512, user
+``broker``); the same producer (PLAINTEXT listener, ``acks=all``) into a topic with RF 3
+and ``min.insync.replicas=2`` on each, alternated; medians and the ratio.
 """
 
 from __future__ import annotations
@@ -58,13 +64,85 @@ def connections_per_second(config: dict[str, str], count: int) -> float:
     return count / (time.perf_counter() - started)
 
 
+def replication_cost(args: argparse.Namespace, out) -> None:
+    from replog.cluster.launcher import LocalCluster, free_port
+    from replog.cluster.zookeeper import start_zookeeper, stop_zookeeper
+
+    certs = out / "certs"
+    make_ca(certs, "ca")
+    make_cert(certs, "broker", "ca", "/CN=127.0.0.1", "IP:127.0.0.1")
+    login = (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="broker" password="{PASSWORD}";'
+    )
+    secured = {
+        "ssl.keystore.location": str(certs / "broker.pem"),
+        "ssl.truststore.location": str(certs / "ca.pem"),
+        "inter.broker.listener.name": "SASL_SSL",
+        "sasl.mechanism.inter.broker.protocol": sasl.SCRAM_SHA_512,
+        "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": login,
+    }
+    clusters = {"PLAINTEXT": LocalCluster(out / "plain"), "SASL_SSL": LocalCluster(out / "secured")}
+    producer = {"acks": "all", "linger.ms": 5, "compression.type": "none"}
+    times: dict[str, list[float]] = {name: [] for name in clusters}
+    zookeeper = None
+    try:
+        clusters["PLAINTEXT"].up(3, wait_s=120)
+        # the brokers' SCRAM user must exist before they start: a ZooKeeper of their own first
+        zookeeper = start_zookeeper(out / "secured-zookeeper", free_port())
+        zk = KafkaZkClient(zookeeper.connect)
+        zk.start()
+        credential = sasl.scram_credential(sasl.SCRAM_SHA_512, PASSWORD)
+        zk.change_entity_config(
+            "users", "broker", {sasl.SCRAM_SHA_512: sasl.format_credential(credential)}, None
+        )
+        zk.close()
+        clusters["SASL_SSL"].up(
+            3,
+            zookeeper=zookeeper.connect,
+            overrides=secured,
+            extra_listeners=("SASL_SSL",),
+            wait_s=120,
+        )
+        for run in range(args.runs + 1):  # the first run warms up
+            order = list(clusters) if run % 2 == 0 else list(clusters)[::-1]
+            for name in order:
+                bootstrap = clusters[name].bootstrap_servers()
+                topic = f"repl-{uuid.uuid4().hex[:6]}"
+                create_topic(bootstrap, topic, 3, 3, {"min.insync.replicas": "2"})
+                seconds = produce_burst(bootstrap, topic, args.records, args.size, producer, 3)
+                if run:
+                    times[name].append(args.records / seconds)
+                say(f"run {run} {name} between brokers: {args.records / seconds:,.0f} rec/s")
+    finally:
+        for cluster in clusters.values():
+            cluster.down()
+        if zookeeper is not None:
+            stop_zookeeper(zookeeper)
+    base = median(times["PLAINTEXT"])
+    print(f"\nRF 3 acks=all produce, {args.size}-byte records, medians of {args.runs} runs")
+    for name, values in times.items():
+        print(
+            f"  replication over {name:9} {median(values):>9,.0f} rec/s ({median(values) / base:.2f})"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--connections", type=int, default=50)
+    parser.add_argument("--replication", action="store_true", help="TLS and SASL between brokers")
     args = parser.parse_args()
+    if args.replication:
+        print(
+            f"command: .venv/bin/python bench/security.py --replication --runs {args.runs} "
+            f"--records {args.records} --size {args.size}"
+        )
+        with work_dir("security-replication") as out:
+            replication_cost(args, out)
+        return
     print(
         f"command: .venv/bin/python bench/security.py --runs {args.runs} --records "
         f"{args.records} --size {args.size} --connections {args.connections}"
