@@ -29,12 +29,15 @@ from kazoo.exceptions import NoNodeError
 
 from chaos.net import Network, Node
 from replog.cluster.launcher import _knows_itself, pid_alive, tail_log, wait_dead
-from replog.cluster.zookeeper import CONFIG_NAME, _command
+from replog.cluster.zookeeper import CONFIG_NAME, MAIN_CLASS, _command
 from replog.zk import data as zk_data
 
 ZK_PORT = 2181
 ZK_PEER_PORT = 2888
 ZK_ELECTION_PORT = 3888
+# replog starts ZooKeeperServerMain, which runs standalone whatever zoo.cfg lists: an
+# ensemble member needs the quorum peer's main class.
+QUORUM_MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 BROKER_PORT = 9092
 
 # Timeouts short enough that a campaign sees faults detected and healed within seconds.
@@ -104,6 +107,12 @@ class ChaosCluster:
         for broker_id in self.broker_nodes:
             self.start_broker(broker_id, wait=False)
         self.wait_ready(list(self.broker_nodes), wait_s)
+        # one cluster, not one per ZooKeeper: every broker registered in the same ensemble
+        deadline = time.monotonic() + wait_s
+        while self.registered() != set(self.broker_nodes):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"brokers registered in ZooKeeper: {sorted(self.registered())}")
+            time.sleep(0.1)
 
     def start_zookeeper(self, index: int, *, wait: bool = True, wait_s: float = 60) -> None:
         node = self.zk_nodes[index]
@@ -119,6 +128,7 @@ class ChaosCluster:
                 for i, n in self.zk_nodes.items()
             )
             (data_dir / "myid").write_text(f"{index + 1}\n")
+            command = [QUORUM_MAIN_CLASS if part == MAIN_CLASS else part for part in command]
         cfg.write_text(text)
         self._spawn(node.name, node.exec_prefix() + command, data_dir / "zookeeper.log")
         if wait:
@@ -294,6 +304,7 @@ class ChaosCluster:
 
 
 def _zk_serving(address: str, port: int) -> bool:
+    """``srvr`` answers with a mode: standalone, or leader/follower once a quorum formed."""
     try:
         with socket.create_connection((address, port), timeout=1) as sock:
             sock.sendall(b"srvr")
