@@ -984,3 +984,30 @@ def test_truncation_never_goes_past_the_local_log_end() -> None:
     # an epoch cache that runs ahead of the log (its tail was lost, the cache not yet cut)
     entries = ((1, 0), (3, 12))
     assert truncation_offset(entries, 10, 4, EpochEndOffset(1, 15)) == TruncationDecision(10, True)
+
+
+# -- a ZooKeeper session surely expired ----------------------------------------------------
+
+
+def test_an_expired_session_ends_leadership_until_a_newer_leader_and_isr() -> None:
+    m, _ = leading(epoch=5)
+    actions = m.on_session_expired()
+    assert [type(a) for a in actions] == [StopLeading, RoleChange]
+    assert actions[1] == RoleChange(Role.NONE, 5, 2)
+    assert m.check_append(-1) is ErrorCode.not_leader_or_follower
+    assert m.check_append(1) is ErrorCode.not_leader_or_follower
+    assert m.validate_leader_request(5) is ErrorCode.not_leader_or_follower
+    assert m.maybe_shrink_isr(10 * LAG) is None
+    assert m.on_session_expired() == []  # once
+    # a resend of the same epoch does not bring leadership back; a newer one does
+    assert m.on_leader_and_isr(lai(1, 5), 0) == (ErrorCode.none, [])
+    assert not m.is_leader
+    error, actions = m.on_leader_and_isr(lai(1, 6), 0)
+    assert error is ErrorCode.none and RoleChange(Role.LEADER, 6, 3) in actions
+    assert m.check_append(-1) is ErrorCode.none
+
+
+def test_an_expired_session_leaves_followers_following() -> None:
+    m, _ = fetching(leader=2, epoch=5)
+    assert m.on_session_expired() == []
+    assert m.role is Role.FOLLOWER and m.is_fetching

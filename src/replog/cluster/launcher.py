@@ -155,6 +155,7 @@ class LocalCluster:
         metrics: bool = False,
         extra_listeners: tuple[str, ...] = (),
         broker_env: dict[str, str] | None = None,
+        broker_overrides: dict[int, dict[str, str]] | None = None,
     ) -> str:
         """Start ZooKeeper (unless given) and ``brokers`` brokers; return bootstrap servers.
 
@@ -163,7 +164,8 @@ class LocalCluster:
         (``SSL``, ``SASL_SSL``, ...) each broker serves besides PLAINTEXT; their settings
         come in ``overrides``, as does ``inter.broker.listener.name`` (PLAINTEXT unless
         set). ``broker_env``: environment variables the brokers start with (e.g.
-        ``KAFKA_OPTS`` naming a JAAS file for their ZooKeeper login)."""
+        ``KAFKA_OPTS`` naming a JAAS file for their ZooKeeper login). ``broker_overrides``:
+        settings of single brokers, by id (see ``set_broker_overrides``)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         if zookeeper is None:
             zk_port = free_port()
@@ -182,6 +184,8 @@ class LocalCluster:
         }
         for entry in self.state["brokers"].values():
             entry["listeners"] = {name: free_port() for name in extra_listeners}
+        for broker_id, settings in (broker_overrides or {}).items():
+            self.state["brokers"][str(broker_id)]["overrides"] = dict(settings)
         if metrics:
             for entry in self.state["brokers"].values():
                 entry["metrics_port"] = free_port()
@@ -214,10 +218,17 @@ class LocalCluster:
         if entry.get("metrics_port"):
             props["metrics.port"] = str(entry["metrics_port"])
         props.update(self.state.get("overrides", {}))
+        props.update(entry.get("overrides", {}))
         path = bdir / "server.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         path.chmod(0o600)  # (it may hold passwords: JAAS entries, key passwords)
         return path
+
+    def set_broker_overrides(self, broker_id: int, overrides: dict[str, str]) -> None:
+        """Settings for one broker only, from its next start (e.g. a ``zookeeper.connect``
+        through a proxy a test cuts)."""
+        self.state["brokers"][str(broker_id)]["overrides"] = dict(overrides)
+        self._save()
 
     def start_broker(self, broker_id: int, *, wait: bool = True, wait_s: float = 60) -> int:
         pid = self.broker_pid(broker_id)

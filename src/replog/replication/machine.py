@@ -318,6 +318,20 @@ class PartitionMachine:
         self.check_invariants()
         return ErrorCode.none, actions
 
+    def on_session_expired(self) -> list[Action]:
+        """This broker's ZooKeeper session is surely gone (disconnected for a whole
+        session timeout): a controller may already have elected another leader, so a
+        leader stops leading until the next LeaderAndIsr, which the re-registration
+        brings at a newer epoch. Followers keep following. (Kafka's ZooKeeper mode
+        keeps leading; this is the fence KRaft's broker heartbeats give.)"""
+        ls = self.leader_state
+        if ls is None or not ls.is_leading:
+            return []
+        stop = ls.resign("ZooKeeper session expired")
+        self._end_role()
+        self.term += 1
+        return [stop, RoleChange(Role.NONE, self.leader_epoch, self.term)]
+
     def stop(self) -> list[Action]:
         """StopReplica: no role any more; the high watermark is kept for the checkpoint."""
         actions = self._end_role()

@@ -553,6 +553,17 @@ class ReplicaManager:
             self.partitions[(topic, partition)] = part
         return part
 
+    def resign_leaderships(self) -> int:
+        """The ZooKeeper session is surely expired: every partition led here stops
+        leading (``PartitionMachine.on_session_expired``); how many did."""
+        resigned = 0
+        for part in list(self.partitions.values()):
+            actions = part.machine.on_session_expired()
+            if actions:
+                resigned += 1
+                self._carry_out(part, actions)
+        return resigned
+
     def stop_replica(self, topic: str, partition: int, delete: bool) -> None:
         part = self.partitions.pop((topic, partition), None)
         if self.fetcher_manager is not None:

@@ -63,6 +63,7 @@ from replog.server.metadata_cache import MetadataCache
 from replog.server.metrics import BrokerMetrics, BrokerStateCollector
 from replog.server.network import KafkaServer, RequestContext
 from replog.server.producer_ids import ProducerIdManager
+from replog.server.zk_fence import ZkSessionFence
 from replog.storage.cleaner_threads import CleanerConfig, LoopOwner
 from replog.storage.log_config import LogConfig
 from replog.storage.log_manager import LogManager
@@ -73,6 +74,16 @@ from replog.zk.data import BrokerInfo, EndPoint
 log = logging.getLogger(__name__)
 
 ISR_PROPAGATION_CHECK_S = 2.5  # Kafka's isr-change-propagation check interval
+# What a broker fenced from ZooKeeper still answers: the controller, which restores it.
+CONTROLLER_APIS = frozenset(
+    {
+        ApiKey.API_VERSIONS,
+        ApiKey.LEADER_AND_ISR,
+        ApiKey.UPDATE_METADATA,
+        ApiKey.STOP_REPLICA,
+        ApiKey.CONTROLLED_SHUTDOWN,
+    }
+)
 
 
 def now_ms() -> int:
@@ -163,6 +174,7 @@ class Broker:
                 on_unsupported_version=metadata.unsupported_version_response,
                 request_observer=None if self.metrics is None else self.metrics.observe_request,
                 security=listener_security(config, listener.name, self._scram_credential),
+                serves=self._serves,
             )
             for listener in config.listeners
         ]
@@ -172,6 +184,7 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         self.broker_epoch = -1
+        self._zk_fence: ZkSessionFence | None = None
 
     def _cluster_allowed(self, ctx: RequestContext, operation: AclOperation) -> bool:
         return self.services.allowed(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)
@@ -327,6 +340,13 @@ class Broker:
             self.controller.on_unclean_default_change()
         )
         await self.controller.start()
+        self._zk_fence = ZkSessionFence(
+            asyncio.get_running_loop(),
+            self.config.zookeeper_session_timeout_ms / 1000,
+            self._fence_from_zookeeper,
+            self._rejoin_after_fence,
+        )
+        self.zk.add_session_listener(self._zk_fence.on_state)
         log.info(
             "broker %d registered in ZooKeeper (epoch %d), listening on %s:%d",
             self.config.broker_id,
@@ -361,6 +381,30 @@ class Broker:
                     )
                     waiting_logged = True
                 await asyncio.sleep(0.2)
+
+    def _serves(self, api_key: int) -> bool:
+        """While fenced from ZooKeeper (until the controller's next UpdateMetadata), only
+        the controller's requests: clients are turned away, so that they ask the other
+        brokers where the leaders went (librdkafka asks its busiest connection, which
+        would otherwise be this broker)."""
+        return self.metadata_cache.fenced_leader is None or api_key in CONTROLLER_APIS
+
+    def _fence_from_zookeeper(self) -> None:
+        """Our session is surely gone (``replog.server.zk_fence``): stop leading, and stop
+        telling clients that this broker leads."""
+        self.metadata_cache.fenced_leader = self.config.broker_id
+        resigned = self.replica_manager.resign_leaderships()
+        log.warning(
+            "broker %d: cut off from ZooKeeper; stopped leading %d partitions",
+            self.config.broker_id,
+            resigned,
+        )
+
+    async def _rejoin_after_fence(self) -> None:
+        """The session outlived the fence: leave and register again, so that the controller
+        sees a new broker epoch and sends LeaderAndIsr to this broker afresh."""
+        await asyncio.to_thread(self.zk.deregister_broker, self.config.broker_id)
+        await self._reregister()
 
     async def _reregister(self) -> None:
         """A new ZooKeeper session lost our ephemeral registration: register again."""
@@ -510,6 +554,8 @@ class Broker:
         await self.group_coordinator.shutdown()
         await self.configs.stop()
         await self.replica_manager.shutdown()
+        if self._zk_fence is not None:
+            self._zk_fence.close()
         await asyncio.to_thread(self.log_manager.stop_cleaner)  # its threads wait on this loop
         self.log_manager.shutdown()
         await asyncio.to_thread(self.zk.close)

@@ -41,6 +41,13 @@ class MetadataCache:
     # KIP-516 topic ids, both ways; filled from UpdateMetadata (v7 carries them).
     topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
     topic_names: dict[uuid.UUID, str] = field(default_factory=dict)
+    # This broker's id while its ZooKeeper session is surely expired (the broker fenced
+    # itself): the leaderships the cache still gives it are not to be believed.
+    fenced_leader: int | None = None
+
+    def believed_leader(self, info: PartitionInfo) -> int:
+        """The partition's leader as clients should be told (-1 for a fenced one)."""
+        return -1 if info.leader == self.fenced_leader else info.leader
 
     def update(
         self,
@@ -53,7 +60,9 @@ class MetadataCache:
         topic_ids: Mapping[str, uuid.UUID] | None = None,
     ) -> None:
         """Apply one UpdateMetadata: ``partitions`` replace their entries, ``deleted``
-        topics go (their ids with them), ``topic_ids`` are the ids it carried."""
+        topics go (their ids with them), ``topic_ids`` are the ids it carried. It comes from
+        the controller, so whatever the cache says of this broker is current again."""
+        self.fenced_leader = None
         self.controller_id = controller_id
         self.controller_epoch = controller_epoch
         self.brokers = {b.broker_id: b for b in brokers}

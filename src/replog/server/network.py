@@ -90,13 +90,17 @@ class KafkaServer:
         on_unsupported_version: UnsupportedVersionResponder,
         request_observer: RequestObserver | None = None,
         security: ListenerSecurity | None = None,
+        serves: Callable[[int], bool] | None = None,
     ) -> None:
+        """``serves(api_key)``: False closes the connection instead of answering (a
+        broker fenced from ZooKeeper turns its clients away; see ``server.zk_fence``)."""
         self.host = host
         self.port = port
         self._handlers = handlers
         self._max_request = socket_request_max_bytes
         self._on_unsupported_version = on_unsupported_version
         self._observer = request_observer
+        self._serves = serves
         self.security = security or ListenerSecurity("PLAINTEXT", "PLAINTEXT")
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[asyncio.Task[None]] = set()
@@ -207,6 +211,14 @@ class KafkaServer:
                         peer,
                     )
                     return
+            if self._serves is not None and not self._serves(request.api_key):
+                log.info(
+                    "closing connection from %s: %s is not served while this broker is "
+                    "fenced from ZooKeeper",
+                    peer,
+                    apis.ApiKey(request.api_key).name,
+                )
+                return
             handler = self._handlers.get(request.api_key)
             if handler is None:
                 log.warning(

@@ -227,6 +227,17 @@ class KafkaZkClient:
             ) from exc
         return int(stat.czxid)
 
+    def deregister_broker(self, broker_id: int) -> None:
+        """Delete ``/brokers/ids/<id>`` if this session holds it (the controller sees the
+        broker leave; a registration after it is a new broker epoch)."""
+        path = zd.broker_path(broker_id)
+        try:
+            _, stat = self._ops.call(self._zk.get, path)
+            if stat.ephemeralOwner == self.session_id:
+                self._ops.call(self._zk.delete, path, stat.version)
+        except NoNodeError:
+            return
+
     def get_broker_ids(self) -> set[int]:
         return {int(child) for child in self._ops.call(self._zk.get_children, zd.BROKER_IDS_PATH)}
 
