@@ -29,6 +29,7 @@ from typing import Any
 
 from replog.controller.request_batch import ControllerRequest
 from replog.protocol.client import KafkaConnection
+from replog.replication.leader_endpoint import DEAD_PEER_S
 from replog.security.client_security import PLAINTEXT, ClientSecurity
 from replog.zk.data import BrokerInfo
 
@@ -63,6 +64,7 @@ class _BrokerChannel:
             *self.address,
             client_id=f"controller-{self.manager.controller_id}",
             security=self.manager.security,
+            dead_peer_s=DEAD_PEER_S,  # a partitioned broker's connection ends in seconds
         )
         await connection.connect(timeout_s=self.manager.request_timeout_s)
         return connection

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -31,6 +32,25 @@ from replog.security.sasl import AuthenticationFailed
 
 # A session is renewed (by reconnecting) after this share of its lifetime.
 REAUTH_SHARE = 0.85
+
+
+def detect_dead_peer(sock: Any, dead_after_s: float) -> None:
+    """Close the connection when the peer goes silent for about ``dead_after_s``: data
+    unacknowledged that long (TCP_USER_TIMEOUT), or an idle connection whose keepalive
+    probes go unanswered. A partition then ends the connection within seconds instead of
+    TCP's retransmission backoff, and after a heal a new connection starts at once."""
+    if sock is None:
+        return
+    idle = max(1, int(dead_after_s / 3))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for option, value in (
+        ("TCP_KEEPIDLE", idle),
+        ("TCP_KEEPINTVL", 1),
+        ("TCP_KEEPCNT", max(1, int(dead_after_s) - idle)),
+        ("TCP_USER_TIMEOUT", int(dead_after_s * 1000)),
+    ):
+        if hasattr(socket, option):  # (Linux; elsewhere the request timeout still applies)
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
 
 
 class ConnectionClosed(ConnectionError):
@@ -56,8 +76,12 @@ class KafkaConnection:
         port: int,
         client_id: str = "replog",
         security: ClientSecurity = PLAINTEXT,
+        dead_peer_s: float | None = None,
     ) -> None:
+        """``dead_peer_s``: end the connection when the peer is silent that long (see
+        ``detect_dead_peer``; brokers' own connections to each other)."""
         self.host = host
+        self.dead_peer_s = dead_peer_s
         self.port = port
         self.client_id = client_id
         self.security = security
@@ -84,6 +108,8 @@ class KafkaConnection:
             ),
             timeout_s,
         )
+        if self.dead_peer_s is not None:
+            detect_dead_peer(self._writer.get_extra_info("socket"), self.dead_peer_s)
         self._read_task = asyncio.create_task(self._read_loop())
         if self.security.uses_sasl:
             try:

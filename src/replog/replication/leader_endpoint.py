@@ -57,6 +57,14 @@ class LeaderEndpoint(Protocol):
     async def close(self) -> None: ...
 
 
+# A follower's connection to its leader ends when the leader is silent this long (keepalive,
+# TCP_USER_TIMEOUT), and a connection attempt is given up after CONNECT_TIMEOUT_S: after a
+# network partition heals, fetching resumes within seconds instead of after TCP's
+# retransmission backoff or the 30 s request timeout.
+DEAD_PEER_S = 5.0
+CONNECT_TIMEOUT_S = 2.0
+
+
 class RemoteLeaderEndpoint:
     """Concurrency: used by one fetcher task at a time."""
 
@@ -80,9 +88,15 @@ class RemoteLeaderEndpoint:
             if self._conn is not None:
                 await self._conn.close()
             self._conn = KafkaConnection(
-                self.host, self.port, client_id=f"replica-{self.replica_id}", security=self.security
+                self.host,
+                self.port,
+                client_id=f"replica-{self.replica_id}",
+                security=self.security,
+                dead_peer_s=DEAD_PEER_S,
             )
-            await self._conn.connect(self.timeout_s)
+            # A connection attempt into a partition waits for no reply: retry soon instead,
+            # so that the first attempt after a heal comes within seconds.
+            await self._conn.connect(min(self.timeout_s, CONNECT_TIMEOUT_S))
         return self._conn
 
     async def fetch(

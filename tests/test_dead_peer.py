@@ -1,0 +1,63 @@
+"""Brokers' connections to each other notice a silent peer within seconds
+(``replog.protocol.client.detect_dead_peer``): the socket options are set on a real TCP
+connection, and a follower's connection carries them."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+from replog.protocol.client import KafkaConnection, detect_dead_peer
+
+linux_only = pytest.mark.skipif(
+    not hasattr(socket, "TCP_USER_TIMEOUT"), reason="TCP_USER_TIMEOUT is Linux's"
+)
+
+
+@linux_only
+def test_a_silent_peer_ends_the_connection_within_the_limit() -> None:
+    server = socket.create_server(("127.0.0.1", 0))
+    try:
+        client = socket.create_connection(server.getsockname())
+        try:
+            detect_dead_peer(client, 5.0)
+            assert client.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+            assert client.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 5000
+            idle = client.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE)
+            interval = client.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL)
+            count = client.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT)
+            assert idle + interval * count <= 5  # an idle, silent peer is dropped in time
+        finally:
+            client.close()
+    finally:
+        server.close()
+
+
+@linux_only
+def test_a_connection_asked_to_watch_its_peer_does() -> None:
+    async def scenario() -> tuple[int, int]:
+        async def serve(_reader, writer) -> None:
+            writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        watched = KafkaConnection("127.0.0.1", port, dead_peer_s=4.0)
+        plain = KafkaConnection("127.0.0.1", port)
+        await watched.connect()
+        await plain.connect()
+        options = tuple(
+            c._writer.get_extra_info("socket").getsockopt(
+                socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT
+            )
+            for c in (watched, plain)
+        )
+        await watched.close()
+        await plain.close()
+        server.close()
+        await server.wait_closed()
+        return options
+
+    watched, plain = asyncio.run(scenario())
+    assert (watched, plain) == (4000, 0)
