@@ -26,6 +26,9 @@ _CODES: list[tuple[type[BaseException], ErrorCode]] = [
     (InvalidProducerEpoch, ErrorCode.invalid_producer_epoch),
     (OffsetOutOfRange, ErrorCode.offset_out_of_range),
     (InconsistentTopicId, ErrorCode.inconsistent_topic_id),
+    # A log directory that cannot be written (full, read-only, failing): Kafka's answer
+    # for an IOException in its log layer. (Subclasses of OSError above come first.)
+    (OSError, ErrorCode.kafka_storage_error),
 ]
 
 

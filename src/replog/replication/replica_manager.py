@@ -112,6 +112,8 @@ class ReplicaManager:
         self.log_manager = log_manager
         self.topic_config = topic_config
         self.partitions: dict[TopicPartition, Partition] = {}
+        # partitions whose last append failed for the disk (logged once until one succeeds)
+        self._storage_failing: set[TopicPartition] = set()
         self.fetcher_manager: ReplicaFetcherManager | None = None
         self.on_replica_deleted: Callable[[str], None] | None = None  # drops cached topic config
         self.is_live_broker: Callable[[int], bool] = lambda _broker_id: True
@@ -140,9 +142,16 @@ class ReplicaManager:
             code = error_code_for(exc)
             if code == ErrorCode.unknown_server_error:
                 log.exception("append to %s-%d failed", topic, partition)
+            elif code == ErrorCode.kafka_storage_error:
+                if (topic, partition) not in self._storage_failing:  # once, not per request
+                    self._storage_failing.add((topic, partition))
+                    log.error("append to %s-%d failed, writes refused: %s", topic, partition, exc)
             else:
                 log.info("append to %s-%d rejected: %s", topic, partition, exc)
             return ProduceResult(code, error_message=str(exc) or None)
+        if (topic, partition) in self._storage_failing:
+            self._storage_failing.discard((topic, partition))
+            log.info("append to %s-%d succeeds again", topic, partition)
         if info is None:
             return ProduceResult(error)
         return ProduceResult(

@@ -16,6 +16,7 @@ segment belongs to the cleaner that writes it until the log's owner swaps it in.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -187,8 +188,15 @@ class LogSegment:
         position = self.size
         view = memoryview(data)
         written = 0
-        while written < len(view):
-            written += os.pwrite(self.fd, view[written:], position + written)
+        try:
+            while written < len(view):
+                written += os.pwrite(self.fd, view[written:], position + written)
+        except OSError:
+            # A full disk (or an I/O error) mid-write: cut the partial batch off so the file
+            # ends where the segment does, and let the caller answer KAFKA_STORAGE_ERROR.
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.fd, position)
+            raise
         if self.size == 0 and batches:
             self._rolling_based_timestamp = batches[0][1].max_timestamp
         self._positions_add(batches[0][1].base_offset, position)
