@@ -27,7 +27,9 @@ _CODES: list[tuple[type[BaseException], ErrorCode]] = [
     (OffsetOutOfRange, ErrorCode.offset_out_of_range),
     (InconsistentTopicId, ErrorCode.inconsistent_topic_id),
     # A log directory that cannot be written (full, read-only, failing): Kafka's answer
-    # for an IOException in its log layer. (Subclasses of OSError above come first.)
+    # for an IOException in its log layer (network OSErrors are not storage's).
+    (TimeoutError, ErrorCode.request_timed_out),
+    (ConnectionError, ErrorCode.network_exception),
     (OSError, ErrorCode.kafka_storage_error),
 ]
 
