@@ -67,11 +67,14 @@ mutation: $(STAMP)
 # A fault campaign (issue 14) on real processes in network namespaces (root, nftables):
 # SEED replays one schedule, none draws a random seed and prints it; MINUTES its length.
 # The run directory (history, nemesis log, report, process logs) is under bench/out/chaos/.
+# CHAOS_ARGS: e.g. "--dense" (short faults close together), "--zookeepers 1",
+# "--faults kill-leader,leader-zookeeper"; see `PYTHONPATH=tests .venv/bin/python -m chaos.run -h`.
 .PHONY: chaos
 MINUTES ?= 5
 SEED ?=
+CHAOS_ARGS ?=
 chaos: $(STAMP) system-deps
-	PYTHONPATH=tests $(PY) -m chaos.run --minutes $(MINUTES) $(if $(SEED),--seed $(SEED))
+	PYTHONPATH=tests $(PY) -m chaos.run --minutes $(MINUTES) $(if $(SEED),--seed $(SEED)) $(CHAOS_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench

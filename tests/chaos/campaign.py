@@ -41,11 +41,13 @@ class ScheduledFault:
 
 
 def make_schedule(
-    seed: int, minutes: float, kinds: tuple[str, ...] = FAULT_KINDS
+    seed: int, minutes: float, kinds: tuple[str, ...] = FAULT_KINDS, dense: bool = False
 ) -> list[ScheduledFault]:
     """Faults for about ``minutes`` of campaign, each kind in turn in a seeded order, with
     seeded targets, durations (3-20 s) and quiet gaps (2-6 s). Recovery waits come on top, so
-    the budget counts 5 s for each."""
+    the budget counts 5 s for each. ``dense``: 1-8 s faults, 0.5-2 s apart, around the
+    timeouts (ZooKeeper session 6 s, replica lag 3 s), for runs that do not wait for
+    recovery between faults."""
     rng = random.Random(seed)
     budget = minutes * 60
     out: list[ScheduledFault] = []
@@ -57,11 +59,11 @@ def make_schedule(
         fault = ScheduledFault(
             kind=order.pop(),
             pick=rng.randrange(1 << 16),
-            hold_s=round(rng.uniform(3, 20), 1),
-            quiet_s=round(rng.uniform(2, 6), 1),
+            hold_s=round(rng.uniform(1, 8) if dense else rng.uniform(3, 20), 1),
+            quiet_s=round(rng.uniform(0.5, 2) if dense else rng.uniform(2, 6), 1),
         )
         out.append(fault)
-        budget -= fault.hold_s + fault.quiet_s + 5
+        budget -= fault.hold_s + fault.quiet_s + (1 if dense else 5)
     return out
 
 
@@ -71,6 +73,7 @@ class CampaignConfig:
     zookeepers: int = 1  # 3: an ensemble, each member in a namespace of its own
     rate: int = 200  # values a second
     recovery_timeout_s: float = 60  # for a full ISR after each heal
+    wait_recovery: bool = True  # False: the next fault may come before ISRs are full
     broker_overrides: dict[str, str] | None = None
     live_reader: bool = True
 
@@ -136,6 +139,8 @@ def run_campaign(
             healed = history.now()
             history.append("nemesis", phase="stop", fault=number, name=fault.name)
             note(f"fault #{number} healed")
+            if not config.wait_recovery:
+                continue
             full = _wait_or_none(
                 lambda: cluster.full_isr(TOPIC, config.partitions), config.recovery_timeout_s
             )

@@ -53,13 +53,20 @@ def _broker_node(target: Target, broker_id: int) -> Node:
 
 @dataclass
 class KillRestart(Fault):
-    """kill -9 the leader of a partition (``of_leader``) or a broker; restart it on stop."""
+    """kill -9 the leader of a partition (``of_leader``), a broker, or a ZooKeeper
+    (``zookeeper``); restart it on stop."""
 
     of_leader: bool = True
+    zookeeper: bool = False
     name: str = "kill"
     victim: str = ""
 
     def start(self, target: Target) -> str:
+        if self.zookeeper:
+            self.victim = f"zk{self.pick % target.cluster.zookeeper_count}"
+            pid = target.cluster.pid(self.victim)
+            target.cluster.kill(self.victim)
+            return f"kill -9 ZooKeeper {self.victim} (pid {pid})"
         if self.of_leader:
             partition, broker = _leader(target, self.pick)
             what = f"leader of partition {partition}"
@@ -224,6 +231,8 @@ def make_fault(kind: str, pick: int) -> Fault:
         return KillRestart(pick, name=kind, of_leader=True)
     if kind == "kill-broker":
         return KillRestart(pick, name=kind, of_leader=False)
+    if kind == "kill-zookeeper":
+        return KillRestart(pick, name=kind, zookeeper=True)
     if kind == "pause-leader":
         return Pause(pick, name=kind)
     if kind == "pause-follower":
@@ -247,6 +256,7 @@ PARTITION_SHAPES = (
 SINGLE_FAULTS = (
     "kill-leader",
     "kill-broker",
+    "kill-zookeeper",
     "pause-leader",
     "pause-follower",
     "pause-zookeeper",

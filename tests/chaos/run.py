@@ -35,6 +35,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{', '.join(ENSEMBLE_ONLY)} only with --zookeepers 3)",
     )
     parser.add_argument("--zookeepers", type=int, choices=(1, 3), default=3)
+    parser.add_argument(
+        "--dense",
+        action="store_true",
+        help="short faults close together, without waiting for full ISRs between them",
+    )
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--rate", type=int, default=200, help="values produced a second")
     args = parser.parse_args(argv)
@@ -51,19 +56,24 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(kinds) - set(FAULT_KINDS)
     if unknown:
         parser.error(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(FAULT_KINDS)}")
-    schedule = make_schedule(seed, args.minutes, kinds)
+    schedule = make_schedule(seed, args.minutes, kinds, dense=args.dense)
     directory = (
         args.dir or Path("bench/out/chaos") / f"seed-{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
     print(
         f"chaos: seed {seed} ({len(schedule)} faults); replay with: make chaos SEED={seed} "
-        f"MINUTES={args.minutes:g}"
+        f"MINUTES={args.minutes:g}" + _extra_args(args)
     )
     for n, fault in enumerate(schedule):
         print(
             f"  #{n} {fault.kind} pick={fault.pick} hold {fault.hold_s} s, quiet {fault.quiet_s} s"
         )
-    config = CampaignConfig(partitions=args.partitions, rate=args.rate, zookeepers=args.zookeepers)
+    config = CampaignConfig(
+        partitions=args.partitions,
+        rate=args.rate,
+        zookeepers=args.zookeepers,
+        wait_recovery=not args.dense,
+    )
     result = run_campaign(
         schedule,
         directory,
@@ -73,6 +83,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"chaos: seed {seed}: {'OK' if result.ok else 'ANOMALIES'}; run directory {directory}")
     return 0 if result.ok else 1
+
+
+def _extra_args(args: argparse.Namespace) -> str:
+    """The options besides seed and minutes, as ``make chaos`` takes them (CHAOS_ARGS)."""
+    extra = []
+    if args.dense:
+        extra.append("--dense")
+    if args.zookeepers != 3:
+        extra.append(f"--zookeepers {args.zookeepers}")
+    if args.faults is not None:
+        extra.append(f"--faults {args.faults}")
+    if args.partitions != 6:
+        extra.append(f"--partitions {args.partitions}")
+    if args.rate != 200:
+        extra.append(f"--rate {args.rate}")
+    return f' CHAOS_ARGS="{" ".join(extra)}"' if extra else ""
 
 
 if __name__ == "__main__":
