@@ -204,6 +204,18 @@ def test_replicas_that_differ_below_the_high_watermark_are_divergent():
     assert not result.ok
 
 
+def test_an_ack_without_offset_must_still_be_read():
+    # librdkafka acknowledges a batch the broker calls a duplicate with offset -1 (None)
+    history = [invoke(0.0, "a"), {**ok(0.1, "a", 0), "offset": None}, invoke(0.2, "b")]
+    history += [ok(0.3, "b", 1)]
+    read_back = check([*history, read(6.0, "a", 0), read(6.1, "b", 1), end(6.2, 2)])
+    assert read_back.ok, report(read_back)
+    assert read_back.acked_without_offset == ["a"]
+    assert "acknowledged without an offset: 1" in report(read_back)
+    missing = check([*history, read(6.1, "b", 1), end(6.2, 2)])
+    assert missing.lost == [(0, -1, "a")]
+
+
 def test_availability_measures_ack_gaps_and_recovery_after_each_heal():
     history = [invoke(0.0, "0"), ok(0.1, "0", 0)]
     for n in range(1, 4):

@@ -70,6 +70,7 @@ class FaultWindow:
 class CheckResult:
     sent: int = 0
     acked: int = 0
+    acked_without_offset: list[str] = field(default_factory=list)  # reported, not an anomaly
     failed: int = 0
     read: int = 0
     recovered: int = 0  # failed (indeterminate) writes found in the log
@@ -129,6 +130,12 @@ def check(events: list[dict[str, Any]]) -> CheckResult:
             invoked[e["value"]] = e["partition"]
             partitions.add(e["partition"])
         elif kind == "ok":
+            if e["offset"] is None or e["offset"] < 0:
+                # acknowledged without an offset (librdkafka's answer to a duplicate batch):
+                # it must still be read, but says nothing about where
+                result.acked_without_offset.append(e["value"])
+                acked[e["value"]] = (e["partition"], -1, e["t"])
+                continue
             pos = (e["partition"], e["offset"])
             acked[e["value"]] = (e["partition"], e["offset"], e["t"])
             positions[e["value"]].add(pos)
@@ -199,12 +206,14 @@ def _reordered(
             bounds.append((e["value"], highest[e["partition"]]))
         elif e["type"] == "ok":
             where = position(e["value"])
+            if where is None or where[1] < 0:
+                continue
             assert where is not None
             if where[0] not in highest or where[1] > highest[where[0]][0]:
                 highest[where[0]] = (where[1], e["value"])
     for value, (bound_offset, bound_value) in bounds:
         where = position(value)
-        if where is not None and where[1] <= bound_offset:
+        if where is not None and 0 <= where[1] <= bound_offset:
             out.append((where[0], bound_value, bound_offset, value, where[1]))
     return sorted(out)
 
@@ -270,6 +279,12 @@ def report(result: CheckResult, title: str = "chaos campaign") -> str:
         f"writes: {result.sent} sent, {result.acked} acknowledged, {result.failed} failed "
         f"(indeterminate; {result.recovered} of them found in the log); {result.read} reads"
     )
+    if result.acked_without_offset:
+        shown = ", ".join(result.acked_without_offset[:5])
+        lines.append(
+            f"acknowledged without an offset: {len(result.acked_without_offset)} ({shown}); "
+            "each must still be read once"
+        )
     lines.append(
         "anomalies: " + ", ".join(f"{name} {count}" for name, count in result.anomalies().items())
     )

@@ -2,6 +2,7 @@
 
     PYTHONPATH=tests .venv/bin/python -m chaos.run --seed 42 --minutes 5
     PYTHONPATH=tests .venv/bin/python -m chaos.run --minutes 5          # random seed, printed
+    PYTHONPATH=tests .venv/bin/python -m chaos.run --check DIR/history.jsonl   # re-check
     make chaos SEED=42 MINUTES=5
 
 The schedule (which faults, in which order, for how long) follows from the seed; the run
@@ -19,6 +20,8 @@ import time
 from pathlib import Path
 
 from chaos.campaign import CampaignConfig, make_schedule, run_campaign
+from chaos.checker import check, report
+from chaos.history import load
 from chaos.nemesis import ENSEMBLE_ONLY, FAULT_KINDS
 from chaos.net import unavailable_reason
 
@@ -42,7 +45,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--rate", type=int, default=200, help="values produced a second")
+    parser.add_argument(
+        "--check", type=Path, default=None, help="only check a saved history.jsonl and report"
+    )
     args = parser.parse_args(argv)
+    if args.check is not None:
+        result = check(load(args.check))
+        print(report(result, f"history {args.check}"))
+        return 0 if result.ok else 1
 
     reason = unavailable_reason()
     if reason is not None:
