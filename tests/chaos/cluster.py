@@ -288,6 +288,14 @@ class ChaosCluster:
         lai = zk_data.decode_partition_state(data, stat.version).leader_and_isr
         return int(lai.leader), [int(b) for b in lai.isr]
 
+    def zookeeper_leader(self) -> int | None:
+        """Index of the ensemble member whose ``srvr`` says ``Mode: leader`` (None: none, or
+        a single standalone server)."""
+        for index, node in self.zk_nodes.items():
+            if _zk_mode(node.address, ZK_PORT) == "leader":
+                return index
+        return None
+
     def registered(self) -> set[int]:
         try:
             return {int(b) for b in self.zk().get_children("/brokers/ids")}
@@ -303,8 +311,8 @@ class ChaosCluster:
         return True
 
 
-def _zk_serving(address: str, port: int) -> bool:
-    """``srvr`` answers with a mode: standalone, or leader/follower once a quorum formed."""
+def _zk_mode(address: str, port: int) -> str | None:
+    """The ``Mode:`` that ``srvr`` answers (standalone, leader, follower), or None."""
     try:
         with socket.create_connection((address, port), timeout=1) as sock:
             sock.sendall(b"srvr")
@@ -312,9 +320,16 @@ def _zk_serving(address: str, port: int) -> bool:
             while chunk := sock.recv(4096):
                 chunks.append(chunk)
     except OSError:
-        return False
-    answer = b"".join(chunks)
-    return any(f"Mode: {m}".encode() in answer for m in ("standalone", "leader", "follower"))
+        return None
+    for line in b"".join(chunks).decode("utf-8", "replace").splitlines():
+        if line.startswith("Mode: "):
+            return line.removeprefix("Mode: ").strip()
+    return None
+
+
+def _zk_serving(address: str, port: int) -> bool:
+    """``srvr`` answers with a mode: standalone, or leader/follower once a quorum formed."""
+    return _zk_mode(address, port) in ("standalone", "leader", "follower")
 
 
 def _broker_serving(address: str, broker_id: int) -> bool:

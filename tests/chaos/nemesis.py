@@ -128,7 +128,9 @@ class Partition(Fault):
     - ``controller-zookeeper``: the controller from ZooKeeper only;
     - ``minority``: the bridge split in two, the leader (with one ZooKeeper when there are
       three) against the other brokers, the ZooKeeper majority and the clients;
-    - ``zookeeper-minority``: one of three ZooKeepers cut from the other two.
+    - ``zookeeper-minority``: one of three ZooKeepers cut from the other two;
+    - ``zookeeper-leader``: the ensemble's leader cut from the other two (the brokers
+      connected to any member lose their connection while the other two elect).
     """
 
     shape: str = "leader-followers"
@@ -139,13 +141,15 @@ class Partition(Fault):
         cluster = target.cluster
         net = cluster.net
         zks = list(cluster.zk_nodes.values())
-        if self.shape == "zookeeper-minority":
+        if self.shape in ("zookeeper-minority", "zookeeper-leader"):
             if len(zks) < 3:
-                raise ValueError("zookeeper-minority needs three ZooKeepers")
-            alone = zks[self.pick % len(zks)]
+                raise ValueError(f"{self.shape} needs three ZooKeepers")
+            leader = cluster.zookeeper_leader() if self.shape == "zookeeper-leader" else None
+            alone = zks[leader if leader is not None else self.pick % len(zks)]
             rest = [z for z in zks if z is not alone]
             self._both(net, [alone], rest)
-            return f"ZooKeeper {alone.name} cut from {', '.join(z.name for z in rest)}"
+            role = " (the ensemble's leader)" if leader is not None else ""
+            return f"ZooKeeper {alone.name}{role} cut from {', '.join(z.name for z in rest)}"
         if self.shape == "leader-zookeeper":
             partition, leader = _leader(target, self.pick)
             self._both(net, [_broker_node(target, leader)], zks)
@@ -252,6 +256,7 @@ PARTITION_SHAPES = (
     "controller-zookeeper",
     "minority",
     "zookeeper-minority",
+    "zookeeper-leader",
 )
 SINGLE_FAULTS = (
     "kill-leader",
@@ -271,4 +276,4 @@ COMBINED_FAULTS = (
 )
 FAULT_KINDS = SINGLE_FAULTS + COMBINED_FAULTS
 # faults that need a ZooKeeper ensemble
-ENSEMBLE_ONLY = ("zookeeper-minority",)
+ENSEMBLE_ONLY = ("zookeeper-minority", "zookeeper-leader")
