@@ -128,6 +128,8 @@ class Partition(Fault):
     - ``controller-zookeeper``: the controller from ZooKeeper only;
     - ``minority``: the bridge split in two, the leader (with one ZooKeeper when there are
       three) against the other brokers, the ZooKeeper majority and the clients;
+    - ``minority-zookeeper-leader``: as ``minority``, the ZooKeeper beside the leader being
+      the ensemble's leader;
     - ``zookeeper-minority``: one of three ZooKeepers cut from the other two;
     - ``zookeeper-leader``: the ensemble's leader cut from the other two (the brokers
       connected to any member lose their connection while the other two elect).
@@ -181,9 +183,14 @@ class Partition(Fault):
         if self.shape == "leader-isolated":
             self._both(net, [node], [*others, *zks])
             return f"{head} cut from {names} and ZooKeeper (both ways); clients reach it"
-        if self.shape == "minority":
+        if self.shape in ("minority", "minority-zookeeper-leader"):
             # the bridge split in two: the leader (and, with three, one ZooKeeper) apart
             minority_zk = zks[self.pick % len(zks)] if len(zks) >= 3 else None
+            if self.shape == "minority-zookeeper-leader":
+                if len(zks) < 3:
+                    raise ValueError(f"{self.shape} needs three ZooKeepers")
+                zk_leader = cluster.zookeeper_leader()
+                minority_zk = zks[zk_leader if zk_leader is not None else 0]
             majority = [*others, *(z for z in zks if z is not minority_zk)]
             side = [node] if minority_zk is None else [node, minority_zk]
             self._both(net, side, majority, host=True)
@@ -257,6 +264,7 @@ PARTITION_SHAPES = (
     "minority",
     "zookeeper-minority",
     "zookeeper-leader",
+    "minority-zookeeper-leader",
 )
 SINGLE_FAULTS = (
     "kill-leader",
@@ -276,4 +284,4 @@ COMBINED_FAULTS = (
 )
 FAULT_KINDS = SINGLE_FAULTS + COMBINED_FAULTS
 # faults that need a ZooKeeper ensemble
-ENSEMBLE_ONLY = ("zookeeper-minority", "zookeeper-leader")
+ENSEMBLE_ONLY = ("zookeeper-minority", "zookeeper-leader", "minority-zookeeper-leader")
