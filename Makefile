@@ -17,11 +17,12 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# Debian packages the tests use: kcat drives the broker; chromium is the headless browser
-# the console's test runs (through Playwright, pointed at it).
-SYSTEM_PACKAGES := kcat chromium nftables
+# Debian packages the tests use, as package:command: kcat drives the broker; chromium is
+# the headless browser the console's test runs (through Playwright, pointed at it); nftables
+# (nft) cuts the network in the fault campaign's namespaces.
+SYSTEM_PACKAGES := kcat:kcat chromium:chromium nftables:nft
 system-deps:
-	@missing=; for p in $(SYSTEM_PACKAGES); do command -v $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@missing=; for pc in $(SYSTEM_PACKAGES); do command -v $${pc#*:} >/dev/null 2>&1 || missing="$$missing $${pc%%:*}"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \

@@ -7,12 +7,16 @@ cannot come (acks=all) or are acknowledged and then truncated away (acks=1) unti
 network heals. replog fences itself instead, as KRaft brokers do when their heartbeats
 stop:
 
-* the connection drops (kazoo SUSPENDED): a timer of two thirds of
-  ``zookeeper.session.timeout.ms`` starts. kazoo pings every third of the session timeout
-  and drops a connection whose ping went unanswered until the next one, so the last word
-  from ZooKeeper came at least a third of the timeout before the drop; ZooKeeper expires
-  the session a whole timeout after that, so when the timer fires the session is gone and
-  a new leader may exist;
+* the connection drops (kazoo SUSPENDED): a timer of ``zookeeper.session.timeout.ms``
+  starts. kazoo pings every third of the session timeout and drops a connection whose ping
+  went unanswered until the next one, so the last word from ZooKeeper came at least a third
+  of the timeout before the drop, and a standalone ZooKeeper has expired the session by
+  the time the timer fires. An ensemble that changes leaders keeps its sessions and starts
+  their clocks again, so a session can outlive the timer there; waiting a whole timeout
+  (not the two thirds that would do for one server) lets the brokers on the ensemble's
+  healthy side reconnect first, which the fault campaign showed takes about 6 s with
+  ZooKeeper's default syncLimit (a fence there, before, left every partition without a
+  leader for the whole cut);
 * the timer fires, or kazoo reports the session LOST: ``fence`` runs. Every partition led
   here stops leading (produce answers NOT_LEADER_OR_FOLLOWER) and Metadata and the KIP-951
   leader hints stop naming this broker as their leader, so clients look elsewhere;
@@ -49,7 +53,7 @@ class ZkSessionFence:
     ) -> None:
         self._loop = loop
         self._timeout_s = session_timeout_s
-        self._delay_s = session_timeout_s * 2 / 3  # (see the module docstring)
+        self._delay_s = session_timeout_s  # (see the module docstring)
         self._fence = fence
         self._rejoin = rejoin
         self._timer: asyncio.TimerHandle | None = None
@@ -84,7 +88,8 @@ class ZkSessionFence:
             return
         self.fenced = True
         log.warning(
-            "ZooKeeper session %s (no contact for its timeout, %.1f s, or more): no longer leading",
+            "ZooKeeper session %s (no contact for longer than its timeout, %.1f s): "
+            "no longer leading",
             how,
             self._timeout_s,
         )
