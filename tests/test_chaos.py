@@ -236,6 +236,136 @@ def test_availability_measures_ack_gaps_and_recovery_after_each_heal():
     assert "recovery 1.50 s" in report(result)
 
 
+def group_read(t, value, offset, member="m0", partition=0):
+    return {
+        "t": t,
+        "type": "group-read",
+        "group": "g",
+        "member": member,
+        "partition": partition,
+        "offset": offset,
+        "value": value,
+    }
+
+
+def group_commit(t, offset, phase="ok", member="m0", partition=0):
+    return {
+        "t": t,
+        "type": "group-commit",
+        "phase": phase,
+        "group": "g",
+        "member": member,
+        "partition": partition,
+        "offset": offset,
+    }
+
+
+def group_resumed(t, committed, end_offset, partition=0):
+    return [
+        {
+            "t": t,
+            "type": "group-committed",
+            "group": "g",
+            "member": "resume",
+            "partition": partition,
+            "offset": committed,
+        },
+        {
+            "t": t + 1,
+            "type": "group-end",
+            "group": "g",
+            "member": "resume",
+            "partition": partition,
+            "offset": end_offset,
+        },
+    ]
+
+
+def three_acked_and_read():
+    history = []
+    for n, value in enumerate("abc"):
+        history += [invoke(n * 0.1, value), ok(n * 0.1 + 0.05, value, n)]
+    return history, [read(9.0, v, o) for o, v in enumerate("abc")] + [end(9.5, 3)]
+
+
+def test_a_group_that_reads_commits_and_resumes_passes():
+    writes, final = three_acked_and_read()
+    history = [
+        *writes,
+        group_read(1.0, "a", 0),
+        group_read(1.0, "b", 1),
+        group_commit(1.1, 2, "invoke"),
+        group_commit(1.2, 2),
+        group_read(2.0, "b", 1, member="m1"),  # after a rebalance: read again, allowed
+        group_read(2.0, "c", 2, member="m1"),
+        group_commit(2.1, 3, "invoke", member="m1"),
+        group_commit(2.2, 3, "fail", member="m1"),  # indeterminate
+        *final,
+        *group_resumed(10.0, 2, 3),
+        group_read(10.5, "c", 2, member="resume"),
+    ]
+    result = check(history)
+    assert result.ok, report(result)
+    groups = result.groups
+    assert (groups.reads, groups.reread, groups.commits_ok, groups.commits_failed) == (5, 2, 1, 1)
+    assert "consumer group: 5 reads (2 re-reads)" in report(result)
+
+
+def test_group_offsets_going_backwards_are_reported():
+    writes, final = three_acked_and_read()
+    history = [
+        *writes,
+        group_read(1.0, "a", 0),
+        group_read(1.0, "b", 1),
+        group_read(1.0, "c", 2),
+        group_commit(1.1, 3, "invoke"),
+        group_commit(1.2, 3),
+        group_commit(2.0, 1, "invoke", member="m1"),
+        group_commit(2.1, 1, member="m1"),  # acknowledged, lower than 3 acknowledged before
+        *final,
+    ]
+    result = check(history)
+    assert result.groups.backwards == [(0, 3, 1.2, 1, 2.1)]
+    assert not result.ok
+    assert "group commits backwards 1" in report(result)
+    assert "partition 0 committed 1 at t=2.1 after 3 was acknowledged at t=1.2" in report(result)
+
+
+def test_a_new_member_given_less_than_the_last_commit_is_a_lost_commit():
+    writes, final = three_acked_and_read()
+    history = [
+        *writes,
+        *(group_read(1.0, v, o) for o, v in enumerate("abc")),
+        group_commit(1.1, 3, "invoke"),
+        group_commit(1.2, 3),
+        *final,
+        *group_resumed(10.0, 1, 3),  # the coordinator forgot the commit of 3
+        group_read(10.2, "b", 1, member="resume"),
+        group_read(10.3, "c", 2, member="resume"),
+    ]
+    result = check(history)
+    assert result.groups.lost_commits == [(0, 3, 1)]
+    assert not result.ok
+
+
+def test_a_group_that_skips_an_acknowledged_write_is_reported():
+    writes, final = three_acked_and_read()
+    history = [
+        *writes,
+        group_read(1.0, "a", 0),
+        group_commit(1.1, 1, "invoke"),
+        group_commit(1.2, 1),
+        *final,
+        *group_resumed(10.0, 2, 3),  # given 2 though 1 was the last commit asked for
+        group_read(10.3, "c", 2, member="resume"),
+    ]
+    result = check(history)
+    assert result.groups.resumed_past == [(0, 2, 1)]
+    assert result.groups.skipped == [(0, 1, "b")]
+    assert "group skipped: value b at 0/1" in report(result)
+    assert not result.ok
+
+
 def test_schedules_follow_from_the_seed():
     assert make_schedule(5, 3) == make_schedule(5, 3)
     assert make_schedule(5, 3) != make_schedule(6, 3)
@@ -274,6 +404,9 @@ def test_a_short_campaign_loses_no_acknowledged_write(tmp_path):
     assert result.reordered == [], text
     assert result.unread_partitions == [], text
     assert result.divergent == [], text
+    # the consumer group read during the faults and a new member resumed from its commits
+    assert result.groups.ok, text
+    assert result.groups.resumed and result.groups.commits_ok > 10, text
     # every fault was carried out and healed, in the history and in the nemesis log
     assert [(w.name, w.stop is not None) for w in result.faults] == [
         ("leader-followers", True),

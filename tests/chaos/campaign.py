@@ -23,6 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from chaos.checker import CheckResult, check, report
 from chaos.cluster import ChaosCluster
+from chaos.groups import GroupConsuming, resume
 from chaos.history import History
 from chaos.nemesis import FAULT_KINDS, Target, make_fault
 from chaos.net import Network
@@ -76,6 +77,7 @@ class CampaignConfig:
     wait_recovery: bool = True  # False: the next fault may come before ISRs are full
     broker_overrides: dict[str, str] | None = None
     live_reader: bool = True
+    group_members: int = 2  # consumer-group workload (0: none)
 
 
 def run_campaign(
@@ -106,6 +108,7 @@ def run_campaign(
     )
     producing: Producing | None = None
     reading: LiveReading | None = None
+    group: GroupConsuming | None = None
     active = None
     target = Target(cluster, TOPIC, config.partitions)
     try:
@@ -124,6 +127,9 @@ def run_campaign(
         if config.live_reader:
             reading = LiveReading(history, bootstrap, TOPIC, config.partitions)
             reading.start()
+        if config.group_members:
+            group = GroupConsuming(history, bootstrap, TOPIC, config.group_members)
+            group.start()
         _wait(lambda: producing.acked >= 2 * config.partitions, 60, "first acknowledgements")
         note(f"workload running: {producing.acked} acked")
         for number, scheduled in enumerate(schedule):
@@ -157,9 +163,15 @@ def run_campaign(
         if reading is not None:
             reading.stop()
             reading = None
+        if group is not None:
+            group.stop()
+            group = None
         note(f"workload stopped ({undelivered} undelivered); final read")
         ends = final_read(history, bootstrap, TOPIC, config.partitions)
         note(f"final read done: high watermarks {ends}")
+        if config.group_members:
+            finished = resume(history, bootstrap, TOPIC, ends)
+            note(f"a new group member resumed and read partitions {sorted(finished)} to the end")
         if not _wait_or_none(
             lambda: cluster.full_isr(TOPIC, config.partitions), config.recovery_timeout_s
         ):
@@ -181,6 +193,8 @@ def run_campaign(
             producing.stop(flush_s=5)
         if reading is not None:
             reading.stop()
+        if group is not None:
+            group.stop()
         errors = cluster.stop() + net.close()
         for error in errors:
             note(f"teardown: {error}")

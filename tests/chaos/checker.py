@@ -14,7 +14,10 @@ Safety (any of these fails the campaign):
   ``b`` sits at a lower offset;
 - **unexpected**: a value read that no one sent;
 - **divergent replicas**: ``divergence`` events (``chaos.replicas``), offsets below the
-  high watermark where the replicas' logs on disk differ.
+  high watermark where the replicas' logs on disk differ;
+- the consumer group's anomalies (``chaos.group_checker``): commits going backwards or
+  lost, a resumption past the commits, acknowledged writes the group skipped. A group's
+  reads also count for inconsistent offsets and unexpected values.
 
 Writes that failed (timeouts, errors) are indeterminate: reading them is fine and counted
 as ``recovered``.
@@ -29,6 +32,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
+
+from chaos.group_checker import GroupResult, check_groups, report_lines
 
 Position = tuple[int, int]  # (partition, offset)
 
@@ -84,6 +89,7 @@ class CheckResult:
     divergent: list[dict[str, Any]] = field(default_factory=list)
     longest_gap: dict[int, Gap] = field(default_factory=dict)
     faults: list[FaultWindow] = field(default_factory=list)
+    groups: GroupResult = field(default_factory=GroupResult)
 
     @property
     def ok(self) -> bool:
@@ -96,6 +102,7 @@ class CheckResult:
             or self.unexpected
             or self.unread_partitions
             or self.divergent
+            or not self.groups.ok
         )
 
     def anomalies(self) -> dict[str, int]:
@@ -108,6 +115,7 @@ class CheckResult:
             "unexpected values": len(self.unexpected),
             "partitions not read to the end": len(self.unread_partitions),
             "divergent replica offsets": len(self.divergent),
+            **self.groups.anomalies(),
         }
 
 
@@ -158,6 +166,12 @@ def check(events: list[dict[str, Any]]) -> CheckResult:
             if reader == "final":
                 final_values[p].add(value)
                 final_position.setdefault(value, pos)
+        elif kind == "group-read":
+            pos = (e["partition"], e["offset"])
+            positions[e["value"]].add(pos)
+            at_position[pos].setdefault(e["value"], f"read by group member {e['member']}")
+            if e["value"] not in invoked:
+                result.unexpected.append((*pos, e["value"]))
         elif kind == "divergence":
             result.divergent.append(e)
         elif kind == "end" and e["reader"] == "final":
@@ -179,6 +193,10 @@ def check(events: list[dict[str, Any]]) -> CheckResult:
     result.reordered = _reordered(events, acked, final_position)
     result.longest_gap, gaps = _gaps(events, partitions)
     result.faults = _fault_windows(events, partitions, gaps)
+    acked_positions = {
+        value: final_position.get(value, (p, offset)) for value, (p, offset, _) in acked.items()
+    }
+    result.groups = check_groups(events, acked_positions)
     return result
 
 
@@ -305,6 +323,8 @@ def report(result: CheckResult, title: str = "chaos campaign") -> str:
         lines.append(f"  divergent: {d['partition']}/{d['offset']} replicas hold {d['values']}")
     if result.unread_partitions:
         lines.append(f"  final read did not reach the end of partitions {result.unread_partitions}")
+    if result.groups.reads or result.groups.resumed:
+        lines.extend(report_lines(result.groups))
     lines.append("availability (longest time without an ack, per partition):")
     for p, gap in sorted(result.longest_gap.items()):
         lines.append(f"  partition {p}: {gap.seconds:6.2f} s  (t={gap.start:.1f}..{gap.end:.1f})")
