@@ -2,18 +2,23 @@
 
     .venv/bin/python bench/failover.py [--partitions 10000] [--topics 10]
                                        [--session-timeout-ms 6000] [--keep]
-                                       [--mode kill|controlled]
+                                       [--mode kill|controlled] [--poll-leaders]
 
 3 brokers (``zookeeper.session.timeout.ms`` low so a killed broker's znode goes soon),
 ``--partitions`` partitions with RF 3 spread over ``--topics`` topics, created in a few
-CreateTopics calls. Then:
+CreateTopics calls; the bench waits until the controller logs every creation's
+LeaderAndIsr acknowledged (the brokers create the logs after ZooKeeper names the leaders),
+so that no kill below times that backlog. Then:
 
 1. **Broker failure.** SIGKILL a broker that is not the controller. Time zero is the moment
    its ``/brokers/ids/<id>`` znode disappears (a kazoo watch; that is when the session
-   expires). Measured: until every partition it led has another leader in ZooKeeper
-   (batched reads of the partition state znodes, polled; the resolution is one poll), and
-   until every LeaderAndIsr is acknowledged (the controller's log line, which also gives its
-   own ZooKeeper-write and acknowledgement times counted from the watch event).
+   expires). Measured: until every LeaderAndIsr is acknowledged (the controller's log line,
+   which also gives its own ZooKeeper-write and acknowledgement times counted from the
+   watch event, for the new leaders, written and told first, and for everything). Then
+   every partition it led is checked to have another leader in ZooKeeper. With
+   ``--poll-leaders``, the bench also polls those partition states (batched reads; the
+   resolution is one poll) until they all have one, an outside view that costs CPU the
+   brokers then lack.
 2. **Controller failover.** The killed broker is started again; then the controller is
    killed. Time zero is the deletion of ``/controller``. Measured from the new controller's
    log lines: elected, context loaded, failover done with every broker told (LeaderAndIsr
@@ -136,8 +141,25 @@ def wait_all_led(
         time.sleep(1)
 
 
+def wait_creation_acked(cluster: LocalCluster, topics: list[str], timeout_s: float) -> float:
+    """Time of the controller's last log line saying the new topics' LeaderAndIsr were
+    all acknowledged: the brokers may still be creating logs once ZooKeeper names every
+    leader, and a kill then would time that backlog too."""
+    controller = cluster.controller_id()
+    assert controller is not None
+    tail = LogTail(cluster.broker_dir(controller) / "broker.log")
+    tail.offset = 0  # from the start: the lines may be written already
+    waiting = set(topics)
+    last = 0.0
+    while waiting:
+        at, m = tail.wait_for(r"new topics \[(.*)\]: .*LeaderAndIsr acked", timeout_s)
+        waiting -= {t.strip().strip("'") for t in m[1].split(",")}
+        last = max(last, at)
+    return last
+
+
 def broker_failure(
-    cluster: LocalCluster, zk: Any, leaders: dict[tuple[str, int], int]
+    cluster: LocalCluster, zk: Any, leaders: dict[tuple[str, int], int], poll: bool
 ) -> dict[str, Any]:
     controller = cluster.controller_id()
     assert controller is not None
@@ -152,7 +174,8 @@ def broker_failure(
     gone_at = gone.wait(120)
     polls = 0
     poll_s = 0.0
-    while True:
+    moved_at = None
+    while poll:
         started = time.time()
         now = read_leaders(zk, led)
         polls += 1
@@ -165,15 +188,21 @@ def broker_failure(
     line_at, m = tail.wait_for(
         rf"broker failure of \[{victim}\]: (\d+) partitions re-elected, (\d+) offline, "
         r"(\d+) partition states written, zk writes ([\d.]+) s, LeaderAndIsr acked ([\d.]+) s "
-        r"\((\d+) requests, (\d+) failed\)",
+        r"\((\d+) requests, (\d+) failed\)"
+        r"(?:; new leaders' writes ([\d.]+) s, acked ([\d.]+) s)?",
         300,
     )
+    if not poll:  # checked once, after the fact
+        now = read_leaders(zk, led)
+        stuck = sum(1 for leader in now.values() if leader in (victim, -1))
+        if stuck:
+            raise AssertionError(f"{stuck} partitions {victim} led have no other leader")
     return {
         "victim": victim,
         "controller": controller,
         "led": len(led),
         "session_expiry_s": gone_at - killed_at,
-        "leaders_in_zk_s": moved_at - gone_at,
+        "leaders_in_zk_s": None if moved_at is None else moved_at - gone_at,
         "poll_s": poll_s,
         "polls": polls,
         "acked_line_s": line_at - gone_at,
@@ -184,6 +213,10 @@ def broker_failure(
         "controller_acked_s": float(m[5]),
         "requests": int(m[6]),
         "failed": int(m[7]),
+        # The new leaders' own LeaderAndIsr, when the controller writes and sends them
+        # before the rest (None from a controller deciding everything at once).
+        "new_leaders_zk_writes_s": None if m[8] is None else float(m[8]),
+        "new_leaders_acked_s": None if m[9] is None else float(m[9]),
     }
 
 
@@ -291,6 +324,14 @@ def main() -> None:
     parser.add_argument("--session-timeout-ms", type=int, default=6000)
     parser.add_argument("--keep", action="store_true", help="keep bench/out/failover-*")
     parser.add_argument("--mode", choices=("kill", "controlled"), default="kill")
+    parser.add_argument(
+        "--poll-leaders",
+        action="store_true",
+        help="poll the killed broker's partition states in ZooKeeper until they all have "
+        "another leader (an outside view, but each poll costs this process ~0.3-0.7 s of "
+        "CPU, taken from the brokers on a small machine); by default the controller's log "
+        "gives the times and the states are checked once afterwards",
+    )
     args = parser.parse_args()
     print(
         f"command: .venv/bin/python bench/failover.py --partitions {args.partitions} "
@@ -314,11 +355,14 @@ def main() -> None:
             leaders = wait_all_led(zk, partitions, 1800)
             created_s = time.time() - started
             say(f"  every partition has a leader after {created_s:.1f} s")
+            acked_s = wait_creation_acked(cluster, topics, 600) - started
+            say(f"  and every broker acknowledged its LeaderAndIsr after {acked_s:.1f} s")
             if args.mode == "controlled":
                 cs = controlled_shutdown(cluster, zk, leaders)
                 n = per_topic * len(topics)
                 print(f"\ncontrolled shutdown at {n:,} partitions, RF 3, 3 brokers")
                 row("topic creation (CreateTopics until every partition led)", created_s)
+                row("  ... until every LeaderAndIsr of it acked", acked_s)
                 print(f"broker {cs['victim']} SIGTERMed, leader of {cs['led']:,} partitions:")
                 row(
                     "  SIGTERM -> ControlledShutdown answered (all new leaders acked)",
@@ -328,7 +372,7 @@ def main() -> None:
                 row("  SIGTERM -> process exited", cs["exited_s"])
                 print(f"  partitions it led still without another leader: {cs['still_led']}")
                 return
-            one = broker_failure(cluster, zk, leaders)
+            one = broker_failure(cluster, zk, leaders, args.poll_leaders)
             say(f"restarting broker {one['victim']} ...")
             tail = LogTail(cluster.broker_dir(one["controller"]) / "broker.log")
             restarted = time.time()
@@ -341,7 +385,7 @@ def main() -> None:
         finally:
             zk.stop()
             zk.close()
-    report(per_topic * len(topics), args.session_timeout_ms, created_s, one, two)
+    report(per_topic * len(topics), args.session_timeout_ms, (created_s, acked_s), one, two)
 
 
 def row(label: str, seconds: float, note: str = "") -> None:
@@ -349,19 +393,31 @@ def row(label: str, seconds: float, note: str = "") -> None:
 
 
 def report(
-    n: int, session_ms: int, created_s: float, one: dict[str, Any], two: dict[str, Any]
+    n: int,
+    session_ms: int,
+    created: tuple[float, float],
+    one: dict[str, Any],
+    two: dict[str, Any],
 ) -> None:
     print(f"\nfailover at {n:,} partitions, RF 3, 3 brokers, session timeout {session_ms} ms")
-    row("topic creation (CreateTopics until every partition led)", created_s)
+    row("topic creation (CreateTopics until every partition led)", created[0])
+    row("  ... until every LeaderAndIsr of it acked", created[1])
     print(f"broker {one['victim']} killed (SIGKILL), leader of {one['led']:,} partitions:")
     row("  kill -> its znode gone (session expiry)", one["session_expiry_s"])
     print("  from the znode gone:")
-    row(
-        "    every partition it led has a new leader in ZooKeeper",
-        one["leaders_in_zk_s"],
-        f"(polled; one poll of {one['led']:,} state znodes takes {one['poll_s']:.2f} s)",
-    )
+    if one["leaders_in_zk_s"] is not None:
+        row(
+            "    every partition it led has a new leader in ZooKeeper",
+            one["leaders_in_zk_s"],
+            f"(polled; one poll of {one['led']:,} state znodes takes {one['poll_s']:.2f} s)",
+        )
     row("    every LeaderAndIsr acknowledged (controller log line)", one["acked_line_s"])
+    if one["new_leaders_acked_s"] is not None:
+        print(
+            f"  the new leaders first, from the controller's watch event: their states written "
+            f"{one['new_leaders_zk_writes_s']:.2f} s, their LeaderAndIsr acked "
+            f"{one['new_leaders_acked_s']:.2f} s"
+        )
     print(
         f"  the controller's own figures from its watch event: states written "
         f"{one['controller_zk_writes_s']:.2f} s, LeaderAndIsr acked "
