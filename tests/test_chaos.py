@@ -8,12 +8,14 @@ elsewhere it skips with the reason.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
 from chaos.campaign import CampaignConfig, ScheduledFault, make_schedule, run_campaign
 from chaos.checker import check, report
 from chaos.net import leftovers, unavailable_reason
+from chaos.timeline import draw, series
 
 # -- the checker, on histories written by hand --------------------------------------------
 
@@ -366,6 +368,83 @@ def test_a_group_that_skips_an_acknowledged_write_is_reported():
     assert not result.ok
 
 
+def admin(t, phase, op, attempt=1, code=None, topic="scratch-0"):
+    event = {"t": t, "type": "admin", "phase": phase, "op": op, "topic": topic}
+    event["attempt"] = attempt
+    if code is not None:
+        event.update(code=code, error=code)
+    return event
+
+
+def test_admin_errors_must_be_retriable_and_brokers_must_not_crash():
+    writes, final = three_acked_and_read()
+    calm = [
+        admin(1.0, "invoke", "create"),
+        admin(6.0, "fail", "create", code="REQUEST_TIMED_OUT"),  # it took effect after all
+        admin(6.5, "invoke", "create", attempt=2),
+        admin(6.6, "fail", "create", attempt=2, code="TOPIC_ALREADY_EXISTS"),
+        admin(6.7, "invoke", "create-partitions"),
+        admin(6.8, "ok", "create-partitions"),
+        admin(7.0, "invoke", "delete"),
+        admin(7.1, "fail", "delete", code="NOT_CONTROLLER"),
+        admin(7.2, "invoke", "delete", attempt=2),
+        admin(7.3, "ok", "delete", attempt=2),
+    ]
+    result = check([*writes, *calm, *final])
+    assert result.ok, report(result)
+    assert (result.admin_ok, result.admin_retried, result.admin_errors) == (2, 3, [])
+    broken = [
+        *calm,
+        admin(8.0, "invoke", "create", topic="scratch-1"),
+        admin(8.1, "fail", "create", code="TOPIC_ALREADY_EXISTS", topic="scratch-1"),  # 1st try
+        admin(8.2, "invoke", "create", topic="scratch-2"),
+        admin(8.3, "fail", "create", code="UNKNOWN_SERVER_ERROR", topic="scratch-2"),
+        {"t": 9.0, "type": "crash", "process": "b1", "status": 1},
+    ]
+    result = check([*writes, *broken, *final])
+    assert result.admin_errors == [
+        (8.1, "create", "scratch-1", "TOPIC_ALREADY_EXISTS"),
+        (8.3, "create", "scratch-2", "UNKNOWN_SERVER_ERROR"),
+    ]
+    assert result.crashed == ["b1 (status 1)"]
+    assert not result.ok
+    text = report(result)
+    assert "admin error: create scratch-2 answered UNKNOWN_SERVER_ERROR" in text
+    assert "crashed: b1 (status 1)" in text
+
+
+def leader(t, partition, broker, epoch):
+    return {
+        "t": t,
+        "type": "leader",
+        "partition": partition,
+        "leader": broker,
+        "leader_epoch": epoch,
+    }
+
+
+def test_the_timeline_bins_acks_and_leader_changes_and_draws_fault_bands(tmp_path):
+    history = [leader(0.1, 0, 1, 0), leader(0.1, 1, 2, 0)]
+    for n in range(6):
+        history += [invoke(n + 0.1, str(n)), ok(n + 0.2, str(n), n)]
+    history.append(ok(0.3, "0", 0))  # two acks in the first second
+    history += [
+        {"t": 2.0, "type": "nemesis", "phase": "start", "fault": 0, "name": "kill-leader"},
+        leader(2.6, 0, 2, 1),  # partition 0 moves to broker 2
+        leader(2.7, 1, 2, 1),  # same leader, a new epoch: not a leader change
+        {"t": 4.5, "type": "nemesis", "phase": "stop", "fault": 0, "name": "kill-leader"},
+        leader(4.8, 0, 1, 2),  # back again
+    ]
+    timeline = series(history)
+    assert timeline.acked == [2, 1, 1, 1, 1, 1]
+    assert timeline.leader_changes == [0, 0, 1, 0, 1, 0]
+    assert [(b.start, b.stop, b.name) for b in timeline.faults] == [(2.0, 4.5, "kill-leader")]
+    png, svg = draw(timeline, tmp_path, "test timeline")
+    assert png.read_bytes().startswith(b"\x89PNG")
+    text = svg.read_text()
+    assert "kill-leader" in text and "leader changes / s" in text and "test timeline" in text
+
+
 def test_schedules_follow_from_the_seed():
     assert make_schedule(5, 3) == make_schedule(5, 3)
     assert make_schedule(5, 3) != make_schedule(6, 3)
@@ -381,11 +460,14 @@ REASON = unavailable_reason()
 @pytest.mark.skipif(REASON is not None, reason=f"chaos harness unavailable: {REASON}")
 def test_a_short_campaign_loses_no_acknowledged_write(tmp_path):
     """One of each: the leader cut from its followers (ZooKeeper still reaches it), a kill -9
-    of a leader, a SIGSTOP of a leader; then a full read of every partition."""
+    of a leader, a SIGSTOP of a leader, a leader's log dir full (every broker's log dir is a
+    small tmpfs); then a full read of every partition. A consumer group and the admin
+    workload run beside the producer."""
     schedule = [
         ScheduledFault("leader-followers", pick=0, hold_s=8, quiet_s=1),
         ScheduledFault("kill-leader", pick=1, hold_s=4, quiet_s=1),
         ScheduledFault("pause-leader", pick=2, hold_s=5, quiet_s=1),
+        ScheduledFault("disk-full", pick=0, hold_s=5, quiet_s=1),
     ]
     lines: list[str] = []
     result = run_campaign(
@@ -404,6 +486,10 @@ def test_a_short_campaign_loses_no_acknowledged_write(tmp_path):
     assert result.reordered == [], text
     assert result.unread_partitions == [], text
     assert result.divergent == [], text
+    assert result.crashed == [], text
+    # scratch topics were created, grown and deleted; every error was a retriable one
+    assert result.admin_errors == [], text
+    assert result.admin_ok >= 3, text
     # the consumer group read during the faults and a new member resumed from its commits
     assert result.groups.ok, text
     assert result.groups.resumed and result.groups.commits_ok > 10, text
@@ -412,10 +498,20 @@ def test_a_short_campaign_loses_no_acknowledged_write(tmp_path):
         ("leader-followers", True),
         ("kill-leader", True),
         ("pause-leader", True),
+        ("disk-full", True),
     ]
     log = (tmp_path / "nemesis.log").read_text()
     assert "cut from" in log and "kill -9 broker" in log and "SIGSTOP broker" in log
+    assert re.search(r"log dir of broker \d \(leader of partition 0\) filled: \d+ MB", log)
+    # the full broker refused writes with KAFKA_STORAGE_ERROR and lived on
+    broker = re.search(r"log dir of broker (\d)", log).group(1)
+    broker_log = (tmp_path / "cluster" / f"broker-{broker}" / "broker.log").read_text()
+    assert "writes refused: [Errno 28] No space left on device" in broker_log
     assert (tmp_path / "history.jsonl").stat().st_size > 0
+    assert (tmp_path / "timeline.png").stat().st_size > 0
     # nothing left behind: processes are stopped by the campaign, the network removed
     prefix = next(m.group(1) for line in lines if (m := re.search(r"network (rlc\w+)", line)))
     assert leftovers(prefix) == []
+    mounts = Path("/proc/self/mounts").read_text()
+    assert str(tmp_path) not in mounts  # the small disks were unmounted
+    assert (tmp_path / "cluster" / "broker-0" / "data-kept" / "chaos-0").is_dir()

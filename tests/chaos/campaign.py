@@ -21,13 +21,16 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from chaos.admin import AdminWorkload
 from chaos.checker import CheckResult, check, report
 from chaos.cluster import ChaosCluster
 from chaos.groups import GroupConsuming, resume
 from chaos.history import History
+from chaos.leaders import LeaderWatch
 from chaos.nemesis import FAULT_KINDS, Target, make_fault
 from chaos.net import Network
 from chaos.replicas import divergences
+from chaos.timeline import draw, series
 from chaos.workload import CLIENT_LOGGER, LiveReading, Producing, final_read
 
 TOPIC = "chaos"
@@ -77,7 +80,10 @@ class CampaignConfig:
     wait_recovery: bool = True  # False: the next fault may come before ISRs are full
     broker_overrides: dict[str, str] | None = None
     live_reader: bool = True
+    # brokers' log dirs on tmpfs mounts of this size; a schedule with disk-full gets 128
+    small_disk_mb: int = 0
     group_members: int = 2  # consumer-group workload (0: none)
+    admin: bool = True  # scratch topics created, grown, deleted during the faults
 
 
 def run_campaign(
@@ -103,12 +109,21 @@ def run_campaign(
         log(stamped)
 
     net = Network()
+    small_disk_mb = config.small_disk_mb
+    if not small_disk_mb and any("disk-full" in f.kind for f in schedule):
+        small_disk_mb = 128
     cluster = ChaosCluster(
-        net, directory / "cluster", zookeepers=config.zookeepers, overrides=config.broker_overrides
+        net,
+        directory / "cluster",
+        zookeepers=config.zookeepers,
+        overrides=config.broker_overrides,
+        small_disk_mb=small_disk_mb,
     )
     producing: Producing | None = None
     reading: LiveReading | None = None
     group: GroupConsuming | None = None
+    leaders: LeaderWatch | None = None
+    admin: AdminWorkload | None = None
     active = None
     target = Target(cluster, TOPIC, config.partitions)
     try:
@@ -122,6 +137,8 @@ def run_campaign(
         _create_topic(cluster.bootstrap_servers(), config.partitions)
         _wait(lambda: cluster.full_isr(TOPIC, config.partitions), 60, "a full ISR for the topic")
         bootstrap = cluster.bootstrap_servers()
+        leaders = LeaderWatch(history, cluster.zookeeper_connect, TOPIC, config.partitions)
+        leaders.start()
         producing = Producing(history, bootstrap, TOPIC, config.partitions, config.rate)
         producing.start()
         if config.live_reader:
@@ -130,6 +147,9 @@ def run_campaign(
         if config.group_members:
             group = GroupConsuming(history, bootstrap, TOPIC, config.group_members)
             group.start()
+        if config.admin:
+            admin = AdminWorkload(history, bootstrap)
+            admin.start()
         _wait(lambda: producing.acked >= 2 * config.partitions, 60, "first acknowledgements")
         note(f"workload running: {producing.acked} acked")
         for number, scheduled in enumerate(schedule):
@@ -166,6 +186,10 @@ def run_campaign(
         if group is not None:
             group.stop()
             group = None
+        if admin is not None:
+            admin.stop()
+            note(f"admin workload stopped: {admin.done} operations done")
+            admin = None
         note(f"workload stopped ({undelivered} undelivered); final read")
         ends = final_read(history, bootstrap, TOPIC, config.partitions)
         note(f"final read done: high watermarks {ends}")
@@ -176,6 +200,11 @@ def run_campaign(
             lambda: cluster.full_isr(TOPIC, config.partitions), config.recovery_timeout_s
         ):
             note("ISRs not full before the replica comparison: missing records may show")
+        leaders.stop()
+        leaders = None
+        for name, status in cluster.exited().items():
+            history.append("crash", process=name, status=status)
+            note(f"{name} exited by itself (status {status}) during the campaign")
         for error in cluster.stop():
             note(f"stopping: {error}")
         data_dirs = {b: cluster.broker_dir(b) / "data" for b in cluster.broker_nodes}
@@ -195,7 +224,11 @@ def run_campaign(
             reading.stop()
         if group is not None:
             group.stop()
-        errors = cluster.stop() + net.close()
+        if leaders is not None:
+            leaders.stop()
+        if admin is not None:
+            admin.stop()
+        errors = cluster.stop() + cluster.release_disks() + net.close()
         for error in errors:
             note(f"teardown: {error}")
         history.close()
@@ -205,8 +238,10 @@ def run_campaign(
     result = check(history.snapshot())
     text = report(result, title)
     (directory / "report.txt").write_text(text + "\n")
+    charts = draw(series(history.snapshot()), directory, title)
     log(text)
     log(f"history: {directory / 'history.jsonl'}; nemesis log: {directory / 'nemesis.log'}")
+    log(f"timeline: {', '.join(str(c) for c in charts)}")
     return result
 
 

@@ -13,6 +13,9 @@ Safety (any of these fails the campaign):
 - **reordered**: ``a`` acknowledged before ``b`` was sent, on the same partition, yet
   ``b`` sits at a lower offset;
 - **unexpected**: a value read that no one sent;
+- **admin errors**: an ``admin`` operation (``chaos.admin``) answered with an error a
+  client cannot retry (the "already done" answer to a retry excepted);
+- **crashed**: a ZooKeeper or broker process that exited by itself (``crash`` events);
 - **divergent replicas**: ``divergence`` events (``chaos.replicas``), offsets below the
   high watermark where the replicas' logs on disk differ;
 - the consumer group's anomalies (``chaos.group_checker``): commits going backwards or
@@ -33,6 +36,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from chaos.admin import accepted
 from chaos.group_checker import GroupResult, check_groups, report_lines
 
 Position = tuple[int, int]  # (partition, offset)
@@ -87,6 +91,12 @@ class CheckResult:
     unexpected: list[tuple[int, int, str]] = field(default_factory=list)
     unread_partitions: list[int] = field(default_factory=list)  # final read never reached end
     divergent: list[dict[str, Any]] = field(default_factory=list)
+    crashed: list[str] = field(default_factory=list)  # processes that exited by themselves
+    admin_ok: int = 0
+    admin_retried: int = 0  # retriable (or already-done) errors
+    admin_errors: list[tuple[float, str, str, str]] = field(
+        default_factory=list
+    )  # t, op, topic, code
     longest_gap: dict[int, Gap] = field(default_factory=dict)
     faults: list[FaultWindow] = field(default_factory=list)
     groups: GroupResult = field(default_factory=GroupResult)
@@ -102,6 +112,8 @@ class CheckResult:
             or self.unexpected
             or self.unread_partitions
             or self.divergent
+            or self.crashed
+            or self.admin_errors
             or not self.groups.ok
         )
 
@@ -115,6 +127,8 @@ class CheckResult:
             "unexpected values": len(self.unexpected),
             "partitions not read to the end": len(self.unread_partitions),
             "divergent replica offsets": len(self.divergent),
+            "crashed processes": len(self.crashed),
+            "admin errors not retriable": len(self.admin_errors),
             **self.groups.anomalies(),
         }
 
@@ -172,6 +186,15 @@ def check(events: list[dict[str, Any]]) -> CheckResult:
             at_position[pos].setdefault(e["value"], f"read by group member {e['member']}")
             if e["value"] not in invoked:
                 result.unexpected.append((*pos, e["value"]))
+        elif kind == "admin" and e["phase"] == "ok":
+            result.admin_ok += 1
+        elif kind == "admin" and e["phase"] == "fail":
+            if accepted(e["op"], e["code"], e["attempt"]):
+                result.admin_retried += 1
+            else:
+                result.admin_errors.append((e["t"], e["op"], e["topic"], e["code"]))
+        elif kind == "crash":
+            result.crashed.append(f"{e['process']} (status {e['status']})")
         elif kind == "divergence":
             result.divergent.append(e)
         elif kind == "end" and e["reader"] == "final":
@@ -321,6 +344,15 @@ def report(result: CheckResult, title: str = "chaos campaign") -> str:
         lines.append(f"  unexpected: {value} at {p}/{offset} was never sent")
     for d in result.divergent[:5]:
         lines.append(f"  divergent: {d['partition']}/{d['offset']} replicas hold {d['values']}")
+    if result.admin_ok or result.admin_retried or result.admin_errors:
+        lines.append(
+            f"admin: {result.admin_ok} operations done, {result.admin_retried} retriable errors, "
+            f"{len(result.admin_errors)} others"
+        )
+    for t, op, topic, code in result.admin_errors[:5]:
+        lines.append(f"  admin error: {op} {topic} answered {code} at t={t:.1f}")
+    if result.crashed:
+        lines.append(f"  crashed: {', '.join(result.crashed)}")
     if result.unread_partitions:
         lines.append(f"  final read did not reach the end of partitions {result.unread_partitions}")
     if result.groups.reads or result.groups.resumed:

@@ -9,6 +9,10 @@ Layout under the run directory::
     zk<i>/          zoo.cfg (bound to the namespace's address), myid, data, zookeeper.log
     broker-<id>/    server.properties, data/, broker.log
 
+With ``small_disk_mb``, each broker's ``data/`` (its ``log.dirs``) is a tmpfs of that size,
+mounted before the broker first starts and unmounted by ``release_disks`` (after the
+replicas were compared), so a nemesis can fill it.
+
 Concurrency: owned by the campaign's thread; the workload threads only use the addresses.
 """
 
@@ -17,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -39,6 +44,8 @@ ZK_ELECTION_PORT = 3888
 # ensemble member needs the quorum peer's main class.
 QUORUM_MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 BROKER_PORT = 9092
+# a nemesis's file that fills a small log dir: a file, which the broker's log manager skips
+FILLER = ".chaos-filler"
 
 # Timeouts short enough that a campaign sees faults detected and healed within seconds.
 BROKER_DEFAULTS = {
@@ -64,6 +71,7 @@ class ChaosCluster:
         brokers: int = 3,
         zookeepers: int = 1,
         overrides: dict[str, str] | None = None,
+        small_disk_mb: int = 0,
     ) -> None:
         self.net = network
         self.dir = Path(directory)
@@ -74,6 +82,8 @@ class ChaosCluster:
         self.broker_nodes: dict[int, Node] = {}
         self.processes: dict[str, subprocess.Popen[bytes]] = {}  # "zk0", "b1"
         self.paused: set[str] = set()
+        self.small_disk_mb = small_disk_mb
+        self.mounts: list[Path] = []
         self._zk_client: KazooClient | None = None
 
     # -- addresses --------------------------------------------------------------
@@ -151,6 +161,8 @@ class ChaosCluster:
         node = self.broker_nodes[broker_id]
         bdir = self.broker_dir(broker_id).resolve()
         bdir.mkdir(parents=True, exist_ok=True)
+        if self.small_disk_mb and (bdir / "data") not in self.mounts:
+            self._mount_small_disk(bdir / "data")
         props = {
             "broker.id": str(broker_id),
             "listeners": f"PLAINTEXT://{node.address}:{BROKER_PORT}",
@@ -168,6 +180,50 @@ class ChaosCluster:
         if wait:
             self.wait_ready([broker_id], wait_s)
         return pid
+
+    def _mount_small_disk(self, path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        size = f"size={self.small_disk_mb}m"
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", size, "tmpfs", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"mount -t tmpfs -o {size} {path}: {done.stderr.strip()}")
+        self.mounts.append(path)
+
+    def release_disks(self) -> list[str]:
+        """Unmount the small disks (processes stopped first), keeping a copy of each log dir
+        beside it (``data-kept``, without the filler) to study; return the errors met."""
+        errors = []
+        while self.mounts:
+            path = self.mounts.pop()
+            try:
+                shutil.copytree(
+                    path,
+                    path.with_name("data-kept"),
+                    ignore=shutil.ignore_patterns(FILLER),
+                    dirs_exist_ok=True,
+                )
+            except (OSError, shutil.Error) as exc:
+                errors.append(f"copying {path}: {exc}")
+            done = subprocess.run(["umount", str(path)], capture_output=True, text=True)
+            if done.returncode != 0:  # still busy: detach it now, it goes when released
+                lazy = subprocess.run(["umount", "-l", str(path)], capture_output=True, text=True)
+                if lazy.returncode != 0:
+                    errors.append(f"umount {path}: {lazy.stderr.strip()}")
+        return errors
+
+    def exited(self) -> dict[str, int]:
+        """Processes that ended on their own (a nemesis's kill is followed by a restart):
+        name -> exit status."""
+        return {
+            name: process.returncode
+            for name, process in self.processes.items()
+            if process.poll() is not None
+        }
 
     def _spawn(self, name: str, command: list[str], log_path: Path) -> int:
         log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -11,9 +11,12 @@ Concurrency: called from the campaign's thread only.
 
 from __future__ import annotations
 
+import errno
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from chaos.cluster import ChaosCluster
+from chaos.cluster import FILLER, ChaosCluster
 from chaos.net import Drop, Node
 
 
@@ -212,6 +215,49 @@ class Partition(Fault):
         self.drops = []
 
 
+def fill(path: Path) -> int:
+    """Write ``path`` until its file system is full; return the bytes written."""
+    written = 0
+    with open(path, "wb", buffering=0) as f:
+        for chunk in (1 << 20, 1 << 12, 1 << 9):
+            block = b"\0" * chunk
+            while True:
+                try:
+                    written += f.write(block)
+                except OSError as exc:
+                    if exc.errno != errno.ENOSPC:
+                        raise
+                    break
+    return written
+
+
+@dataclass
+class DiskFull(Fault):
+    """The log dir of a partition's leader filled (its brokers' ``log.dirs`` are small
+    tmpfs mounts, ``ChaosCluster(small_disk_mb=...)``); the filler deleted on stop."""
+
+    name: str = "disk-full"
+    filler: Path | None = None
+
+    def start(self, target: Target) -> str:
+        cluster = target.cluster
+        if not cluster.small_disk_mb:
+            raise ValueError("disk-full needs the brokers' log dirs on small disks")
+        partition, broker = _leader(target, self.pick)
+        self.filler = cluster.broker_dir(broker).resolve() / "data" / FILLER
+        written = fill(self.filler)
+        free = os.statvfs(self.filler.parent)
+        return (
+            f"log dir of broker {broker} (leader of partition {partition}) filled: "
+            f"{written >> 20} MB filler, {free.f_bavail * free.f_frsize} bytes left"
+        )
+
+    def stop(self, target: Target) -> None:
+        if self.filler is not None:
+            self.filler.unlink(missing_ok=True)
+            self.filler = None
+
+
 @dataclass
 class Combined(Fault):
     """Several faults at once (``a+b``), started in order and healed in reverse."""
@@ -250,6 +296,8 @@ def make_fault(kind: str, pick: int) -> Fault:
         return Pause(pick, name=kind, follower=True)
     if kind == "pause-zookeeper":
         return Pause(pick, name=kind, zookeeper=True)
+    if kind == "disk-full":
+        return DiskFull(pick, name=kind)
     if kind in PARTITION_SHAPES:
         return Partition(pick, name=kind, shape=kind)
     raise ValueError(f"unknown fault {kind!r}")
@@ -273,6 +321,7 @@ SINGLE_FAULTS = (
     "pause-leader",
     "pause-follower",
     "pause-zookeeper",
+    "disk-full",
     *PARTITION_SHAPES,
 )
 # two at once: each leaves two replicas of some partition that can reach each other

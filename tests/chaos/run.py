@@ -7,7 +7,8 @@
 
 The schedule (which faults, in which order, for how long) follows from the seed; the run
 directory (default ``bench/out/chaos/seed-S-<time>``, git-ignored) keeps ``history.jsonl``, ``nemesis.log``,
-``report.txt`` and every process's log. Exit status 1 when the checker finds an anomaly,
+``report.txt``, ``timeline.png``/``.svg`` (faults as bands, acked writes and leader changes
+a second) and every process's log; ``--check`` redraws the timeline beside the history. Exit status 1 when the checker finds an anomaly,
 2 when this machine cannot build namespaces.
 """
 
@@ -24,6 +25,7 @@ from chaos.checker import check, report
 from chaos.history import load
 from chaos.nemesis import ENSEMBLE_ONLY, FAULT_KINDS
 from chaos.net import unavailable_reason
+from chaos.timeline import draw, series
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,8 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.check is not None:
-        result = check(load(args.check))
+        events = load(args.check)
+        result = check(events)
         print(report(result, f"history {args.check}"))
+        charts = draw(series(events), args.check.parent, f"history {args.check}")
+        print(f"timeline: {', '.join(str(c) for c in charts)}")
         return 0 if result.ok else 1
 
     reason = unavailable_reason()

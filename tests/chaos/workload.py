@@ -32,6 +32,8 @@ PRODUCER_CONFIG = {
     "topic.metadata.refresh.interval.ms": 1000,
     "retry.backoff.ms": 100,
     "socket.keepalive.enable": True,
+    # the idempotence state machine (producer id, epoch bumps, drains) into clients.log
+    "debug": "eos",
 }
 
 # librdkafka's own log lines (connection failures are the point of a campaign) go here;
