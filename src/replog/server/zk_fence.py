@@ -10,20 +10,18 @@ stop:
 * the connection drops (kazoo SUSPENDED): a timer of ``zookeeper.session.timeout.ms``
   starts. kazoo pings every third of the session timeout and drops a connection whose ping
   went unanswered until the next one, so the last word from ZooKeeper came at least a third
-  of the timeout before the drop, and a standalone ZooKeeper has expired the session by
-  the time the timer fires. An ensemble that changes leaders keeps its sessions and starts
-  their clocks again, so a session can outlive the timer there; waiting a whole timeout
-  (not the two thirds that would do for one server) lets the brokers on the ensemble's
-  healthy side reconnect first, which the fault campaign showed takes about 6 s with
-  ZooKeeper's default syncLimit (a fence there, before, left every partition without a
-  leader for the whole cut);
+  of the timeout before the drop: a standalone ZooKeeper has expired the session by the
+  time the timer fires. An ensemble that changes leaders keeps its sessions and starts
+  their clocks again, so there a session can outlive the timer (two thirds of the timeout
+  would do for one server; the whole timeout fences fewer brokers that would have
+  reconnected);
 * the timer fires, or kazoo reports the session LOST: ``fence`` runs. Every partition led
-  here stops leading (produce answers NOT_LEADER_OR_FOLLOWER) and Metadata and the KIP-951
-  leader hints stop naming this broker as their leader, so clients look elsewhere;
-* the connection comes back in time (CONNECTED, the same session): the timer is cancelled.
-  If it had already fired (a ZooKeeper whose clock ran slow), the session survived while
-  this broker resigned, so ``rejoin`` registers again to make the controller send fresh
-  LeaderAndIsr requests;
+  here stops leading (produce answers NOT_LEADER_OR_FOLLOWER), Metadata and the KIP-951
+  leader hints stop naming this broker as their leader, and clients are turned away until
+  the controller's next UpdateMetadata, so they ask the other brokers;
+* the connection comes back with the same session after the fence (the ensemble case):
+  this broker resigned while the controller still counts on it, so ``rejoin`` registers
+  again, and the controller, seeing a new broker epoch, sends fresh LeaderAndIsr requests;
 * a new session (the usual end): the broker registers again and the controller's
   LeaderAndIsr at newer epochs restores its roles; the next UpdateMetadata lifts the
   metadata fence.
