@@ -182,19 +182,30 @@ def partitions_to_refresh(
     context: ControllerContext, changes: BrokerChanges
 ) -> list[TopicPartition]:
     """Partitions whose state the IO layer must re-read from ZooKeeper before deciding
-    ``changes``: every one with a replica on a failed or restarted broker.
+    ``changes``: those with a replica on a failed or restarted broker that is not in
+    the ISR as the context knows it.
 
     A leader changes its ISR in ZooKeeper without telling the controller (the ISR
     change notification comes seconds later), so the context can miss a broker that
     just joined an ISR; removing the failed broker from the ISR *as the context knows
     it* would then write nothing and leave it in ZooKeeper's ISR, electable without
-    the records it lost (found by the simulator). Kafka's ``doRemoveReplicasFromIsr``
-    reads these states for the same reason.
+    the records it lost (found by the simulator). Where the context's ISR holds the
+    failed broker, the decision writes the partition (a new leader, or a smaller ISR)
+    conditionally on the znode version it knows, so a state that changed meanwhile
+    fails that write and is re-read and decided again (``effects``' contract); reading
+    those first would only cost time. (Kafka's ``doRemoveReplicasFromIsr`` reads every
+    one; so did this controller, 10,000 reads at 10,000 partitions.)
     """
     failed = {*changes.dead, *changes.bounced}
     if not failed:
         return []
-    return sorted({r.topic_partition for r in context.replicas_on_brokers(failed)})
+    leadership = context.partition_leadership
+    wanted: set[TopicPartition] = set()
+    for tp, broker in context.replicas_on_brokers(failed):
+        state = leadership.get(tp)
+        if state is None or broker not in state.leader_and_isr.isr:
+            wanted.add(tp)
+    return sorted(wanted)
 
 
 def refreshed(
