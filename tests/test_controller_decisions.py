@@ -241,6 +241,67 @@ def test_broker_failure_moves_leadership_and_shrinks_isr() -> None:
     check_cluster_invariants(new)
 
 
+def test_broker_change_in_two_decisions_new_leaders_first() -> None:
+    """The controller applies a broker failure as two decisions (Kafka's
+    onReplicasBecomeOffline order): the new leaders are written and told first, then
+    the dead broker leaves the other ISRs; together they decide what one decision does."""
+    ctx = cluster([1, 2, 3], {"t": {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1]}, "u": {0: [2, 3]}})
+    registered = {2: broker(2), 3: broker(3)}
+    changes = decisions.broker_changes(ctx, registered)
+    t = [TopicPartition("t", p) for p in range(3)]
+
+    first = decisions.on_broker_change_leaders(ctx, changes)
+    mid = apply(first)
+    assert [w.partition for w in first.zk_writes] == [t[0]], "only the partition 1 led"
+    lai = mid.partition_leadership[t[0]].leader_and_isr
+    assert (lai.leader, lai.isr, lai.leader_epoch) == (2, (2, 3), 1)
+    assert 1 not in mid.live_brokers
+    reqs = requests_by_type(first)
+    assert set(reqs) == {2, 3}
+    assert set(lai_partitions(reqs[2][LeaderAndIsrRequest])) == {t[0]}
+    assert {b.id for b in reqs[3][UpdateMetadataRequest].live_brokers} == {2, 3}
+    # In between, the dead broker is still in the ISR of the partitions it followed.
+    assert mid.partition_leadership[t[1]].leader_and_isr.isr == (2, 3, 1)
+
+    second = decisions.on_broker_change_replicas(mid, changes, registered, told=[t[0]])
+    end = apply(second)
+    assert {w.partition for w in second.zk_writes} == {t[1], t[2]}, "broker 1 leaves ISRs"
+    reqs = requests_by_type(second)
+    assert set(lai_partitions(reqs[3][LeaderAndIsrRequest])) == {t[1], t[2]}
+    # t-0 was told with broker 1 offline by the first decision: not sent again.
+    assert set(um_partitions(reqs[2][UpdateMetadataRequest])) == {t[1], t[2]}
+    untold = decisions.on_broker_change_replicas(mid, changes, registered)
+    assert t[0] in um_partitions(requests_by_type(untold)[2][UpdateMetadataRequest])
+    assert end.replica_state(PartitionReplica(t[1], 1)) is R.OfflineReplica
+    check_cluster_invariants(end)
+
+    whole = apply(decisions.on_broker_change(ctx, registered))
+    assert end.partition_leadership == whole.partition_leadership
+    assert end.partition_states == whole.partition_states
+    assert end.replica_states == whole.replica_states
+    assert end.live_brokers == whole.live_brokers
+
+
+def test_bounced_broker_in_two_decisions_starts_in_the_second() -> None:
+    ctx = cluster([1, 2, 3], {"t": {0: [1, 2, 3], 1: [2, 3, 1]}})
+    registered = {1: broker(1, epoch=500), 2: broker(2), 3: broker(3)}
+    changes = decisions.broker_changes(ctx, registered)
+    assert changes.bounced == (1,)
+    mid = apply(decisions.on_broker_change_leaders(ctx, changes))
+    assert 1 not in mid.live_brokers, "failed first: a new leader epoch where it led"
+    assert mid.partition_leadership[TopicPartition("t", 0)].leader_and_isr.leader == 2
+    second = decisions.on_broker_change_replicas(mid, changes, registered)
+    end = apply(second)
+    assert end.live_brokers[1].epoch == 500
+    assert TopicPartition("t", 0) in lai_partitions(
+        requests_by_type(second)[1][LeaderAndIsrRequest]
+    )
+    whole = apply(decisions.on_broker_change(ctx, registered))
+    assert end.partition_leadership == whole.partition_leadership
+    assert end.replica_states == whole.replica_states
+    check_cluster_invariants(end)
+
+
 def test_partition_goes_offline_keeping_last_isr_member() -> None:
     ctx = cluster([1, 2, 3], {"t": {0: [1, 2]}})
     new = apply(decisions.on_broker_failure(ctx, [2]))

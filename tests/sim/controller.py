@@ -530,9 +530,13 @@ class BrokerController:
         refresh = decisions.partitions_to_refresh(self.context, changes)
         if refresh:
             self.context = decisions.refreshed(self.context, self.zk.get_partition_states(refresh))
+        # Two decisions: the new leaders first, then the failed brokers leave the ISRs.
+        if changes.dead or changes.bounced:
+            leaders = partial(decisions.on_broker_change_leaders, changes=changes)
+            self._apply(leaders, lambda ctx, _stale: leaders(ctx))
+        rest = partial(decisions.on_broker_change_replicas, changes=changes, registered=registered)
         self._apply(
-            partial(decisions.on_broker_change, registered=registered),
-            partial(decisions.redo_broker_change, changes=changes, registered=registered),
+            rest, partial(decisions.redo_broker_change, changes=changes, registered=registered)
         )
         self.plane.check_failed_brokers_left_isr(self, {*changes.dead, *changes.bounced})
 

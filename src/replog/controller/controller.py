@@ -76,6 +76,11 @@ class DecisionTiming:
     leader_and_isr_requests: int = 0
     leader_and_isr_acked_s: float | None = None
     """Until the last LeaderAndIsr response; None while some are outstanding."""
+    new_leaders_zk_writes_s: float = 0.0
+    """Of a broker change applied in two decisions: until the first one's writes."""
+    new_leaders_acked_s: float | None = None
+    """Of a broker change applied in two decisions: until the last LeaderAndIsr response
+    of the first (the new leaders'); None while some are outstanding or if not split."""
     leader_and_isr_failed: int = 0
     """LeaderAndIsr requests dropped (broker died) or answered with an error."""
     done: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
@@ -98,6 +103,10 @@ class _Applied:
     timing: DecisionTiming
     started: float
     leader_and_isr: list[asyncio.Future[Any]] = field(default_factory=list)
+    new_leaders: list[asyncio.Future[Any]] | None = None
+    """The first decision's LeaderAndIsr futures, when an event applies two."""
+    update_metadata_sent: set[TopicPartition] = field(default_factory=set)
+    """Partitions sent in UpdateMetadata to every live broker."""
     decision: ControllerDecision | None = None
 
 
@@ -455,14 +464,22 @@ class KafkaController:
 
     # --- applying decisions ------------------------------------------------------------
 
-    async def _apply(self, decide: Decide, retry: Retry | None, started: float) -> _Applied:
+    async def _apply(
+        self,
+        decide: Decide,
+        retry: Retry | None,
+        started: float,
+        applied: _Applied | None = None,
+    ) -> _Applied:
         """Carry out a decision per ``effects``' contract: write, install, send.
 
         Partition writes that lose a version race are dropped from the decision (the
-        rest stands), re-read and decided again with ``retry``.
+        rest stands), re-read and decided again with ``retry``. With ``applied``, the
+        writes and requests are added to it (an event applying several decisions).
         """
         assert self.context is not None
-        applied = _Applied(DecisionTiming(what=""), started)
+        if applied is None:
+            applied = _Applied(DecisionTiming(what=""), started)
         timing = applied.timing
         d = decide(self.context)
         applied.decision = d
@@ -485,6 +502,8 @@ class KafkaController:
             self.stats.unclean_leader_elections += len(d.unclean_elections)
             self._install(d.context)
             applied.leader_and_isr += self._send_requests(d)
+            if d.batch.update_metadata_to_all_live:
+                applied.update_metadata_sent.update(d.batch.update_metadata_partitions)
             if not stale:
                 break
             fresh = await asyncio.to_thread(self.zk.get_partition_states, sorted(stale))
@@ -549,6 +568,9 @@ class KafkaController:
         started = applied.started
 
         async def wait_for_acks() -> None:
+            if applied.new_leaders is not None:
+                await asyncio.gather(*applied.new_leaders, return_exceptions=True)
+                timing.new_leaders_acked_s = time.monotonic() - started
             results = await asyncio.gather(*applied.leader_and_isr, return_exceptions=True)
             timing.leader_and_isr_acked_s = time.monotonic() - started
             if timing.partitions_reelected:
@@ -559,9 +581,15 @@ class KafkaController:
                 1 for r in results if isinstance(r, BaseException) or int(r.error_code) != 0
             )
             timing.done.set()
+            new_leaders = (
+                ""
+                if timing.new_leaders_acked_s is None
+                else f"; new leaders' writes {timing.new_leaders_zk_writes_s:.2f} s, "
+                f"acked {timing.new_leaders_acked_s:.2f} s"
+            )
             log.info(
                 "controller: %s: %d partitions re-elected, %d offline, %d partition states "
-                "written, zk writes %.2f s, LeaderAndIsr acked %.2f s (%d requests, %d failed)",
+                "written, zk writes %.2f s, LeaderAndIsr acked %.2f s (%d requests, %d failed)%s",
                 what,
                 timing.partitions_reelected,
                 timing.partitions_offline,
@@ -570,6 +598,7 @@ class KafkaController:
                 timing.leader_and_isr_acked_s,
                 timing.leader_and_isr_requests,
                 timing.leader_and_isr_failed,
+                new_leaders,
             )
 
         task = asyncio.get_running_loop().create_task(wait_for_acks())
@@ -585,15 +614,21 @@ class KafkaController:
         changes = decisions.broker_changes(self.context, registered)
         if not changes:
             return
-        refresh = decisions.partitions_to_refresh(self.context, changes)
-        if refresh:
-            fresh = await asyncio.to_thread(self.zk.get_partition_states, refresh)
-            self.context = decisions.refreshed(self.context, fresh)
-        applied = await self._apply(
-            partial(decisions.on_broker_change, registered=registered),
-            partial(decisions.redo_broker_change, changes=changes, registered=registered),
-            q.enqueue_time_s,
+        await self._refresh(decisions.partitions_to_refresh(self.context, changes))
+        # Two decisions, as Kafka's onReplicasBecomeOffline: the new leaders are written
+        # and told first, then the failed brokers leave the other partitions' ISRs.
+        applied = _Applied(DecisionTiming(what=""), q.enqueue_time_s)
+        if changes.dead or changes.bounced:
+            leaders = partial(decisions.on_broker_change_leaders, changes=changes)
+            await self._apply(leaders, _ignore_stale(leaders), q.enqueue_time_s, applied)
+            applied.new_leaders = list(applied.leader_and_isr)
+            applied.timing.new_leaders_zk_writes_s = applied.timing.zk_writes_s
+        told = sorted(applied.update_metadata_sent)
+        rest = partial(
+            decisions.on_broker_change_replicas, changes=changes, registered=registered, told=told
         )
+        redo = partial(decisions.redo_broker_change, changes=changes, registered=registered)
+        await self._apply(rest, redo, q.enqueue_time_s, applied)
         self._report(changes.describe(), applied)
 
     async def _process_topic_change(self, _e: ev.TopicChange, q: QueuedEvent) -> None:
@@ -859,6 +894,11 @@ def _rerun_failure(ctx: ControllerContext, stale: set[TopicPartition]) -> Contro
     live and takes offline replicas out of ISRs; it is idempotent for the rest."""
     offline = {r for tp in stale for r in ctx.replicas_for(tp) if r not in ctx.live_brokers}
     return decisions.on_broker_failure(ctx, offline)
+
+
+def _ignore_stale(decide: Decide) -> Retry:
+    """A retry that decides again over the re-read context (idempotent decisions)."""
+    return lambda ctx, _stale: decide(ctx)
 
 
 def _log_leader_and_isr_errors(broker_id: int, future: asyncio.Future[Any]) -> None:

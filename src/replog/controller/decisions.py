@@ -241,11 +241,61 @@ def redo_broker_change(
     """
     d = ControllerDecision(context)
     if changes.dead or changes.bounced:
-        _broker_failure(d, [*changes.dead, *changes.bounced])
+        _offline_leaders(d, sorted({*changes.dead, *changes.bounced}))
+    _rest_of_broker_change(d, changes, registered)
+    return d
+
+
+def on_broker_change_leaders(
+    context: ControllerContext, changes: BrokerChanges
+) -> ControllerDecision:
+    """The first of the two decisions the controller applies for ``changes``, so that
+    new leaders serve before the other partitions' ISRs are written (Kafka's
+    ``onReplicasBecomeOffline`` writes and sends the partition state machine's batch,
+    then the replica state machine's): failed (dead and restarted) brokers leave the
+    live set and every partition whose leader is not live gets one elected. Also its
+    own retry after lost version races: idempotent for partitions already handled.
+
+    ``on_broker_change_leaders`` then ``on_broker_change_replicas`` decide what
+    ``redo_broker_change`` decides in one go.
+    """
+    d = ControllerDecision(context)
+    if changes.dead or changes.bounced:
+        _offline_leaders(d, sorted({*changes.dead, *changes.bounced}))
+    return d
+
+
+def on_broker_change_replicas(
+    context: ControllerContext,
+    changes: BrokerChanges,
+    registered: Mapping[int, BrokerInfo],
+    told: Iterable[TopicPartition] = (),
+) -> ControllerDecision:
+    """The second decision for ``changes``, over the context the first one installed:
+    the failed brokers' replicas go OfflineReplica (they leave every ISR), their
+    pending deletions fail, then new and restarted brokers start (Kafka
+    ``onBrokerStartup``). Its retry after lost version races is ``redo_broker_change``,
+    which elects again too: a state re-read after a failed ISR write may show a live
+    in-sync replica the context did not know of, for a partition left without a leader."""
+    d = ControllerDecision(context)
+    _rest_of_broker_change(d, changes, registered)
+    # ``told``: partitions the first decision sent in UpdateMetadata to every live
+    # broker, the failed ones already offline; unchanged here, not sent again.
+    for tp in told:
+        if not d.has_pending_write(tp):
+            d.batch.update_metadata_partitions.pop(tp, None)
+    return d
+
+
+def _rest_of_broker_change(
+    d: ControllerDecision, changes: BrokerChanges, registered: Mapping[int, BrokerInfo]
+) -> None:
+    failed = sorted({*changes.dead, *changes.bounced})
+    if failed:
+        _offline_replicas(d, failed)
     if changes.new or changes.bounced:
         started = sorted([*changes.new, *changes.bounced])
         _broker_startup(d, [registered[b] for b in started])
-    return d
 
 
 def on_broker_startup(
@@ -304,21 +354,40 @@ def _broker_startup(d: ControllerDecision, new_brokers: Sequence[BrokerInfo]) ->
 
 
 def _broker_failure(d: ControllerDecision, dead: Sequence[int]) -> None:
+    """Kafka ``onReplicasBecomeOffline``: the partition state machine's part (new
+    leaders), then the replica state machine's (ISRs shrink)."""
+    _offline_leaders(d, dead)
+    _offline_replicas(d, dead)
+
+
+def _remove_live(d: ControllerDecision, dead: Iterable[int]) -> None:
     ctx = d.context
     for broker in dead:
         ctx.live_brokers.pop(broker, None)
         ctx.shutting_down_broker_ids.discard(broker)
+
+
+def _offline_leaders(d: ControllerDecision, dead: Sequence[int]) -> None:
+    """``dead`` leave the live set; partitions without a live leader go
+    OfflinePartition, then every New or Offline partition gets a leader elected."""
+    _remove_live(d, dead)
+    partition_state_change(d, d.context.partitions_with_offline_leader(), _P.OfflinePartition)
+    trigger_online_partition_state_change(d)
+    # Every live broker must learn of the dead ones even if no partition changed.
+    d.batch.add_update_metadata_to_all_live()
+
+
+def _offline_replicas(d: ControllerDecision, dead: Sequence[int]) -> None:
+    """``dead``'s replicas go OfflineReplica (they leave the ISRs, LeaderAndIsr to the
+    other replicas); replica deletions waiting on them fail."""
+    _remove_live(d, dead)
+    ctx = d.context
     replicas = ctx.replicas_on_brokers(dead)
     deleting = ctx.topics_to_be_deleted
     for_deletion = [r for r in replicas if r.topic_partition.topic in deleting]
     not_for_deletion = [r for r in replicas if r.topic_partition.topic not in deleting]
-    # Kafka onReplicasBecomeOffline
-    offline_leader = ctx.partitions_with_offline_leader()
-    partition_state_change(d, offline_leader, _P.OfflinePartition)
-    trigger_online_partition_state_change(d)
     replica_state_change(d, not_for_deletion, _R.OfflineReplica)
     topic_deletion.fail_replica_deletion(d, for_deletion)
-    # Every live broker must learn of the dead ones even if no partition changed.
     d.batch.add_update_metadata_to_all_live()
 
 
