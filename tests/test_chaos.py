@@ -104,6 +104,31 @@ def test_one_value_at_two_offsets_is_a_duplicate():
     assert not result.ok
 
 
+def test_a_duplicate_written_under_two_producer_epochs_is_reported_not_failed():
+    # librdkafka bumped the epoch (an OUT_OF_ORDER_SEQUENCE_NUMBER on another partition)
+    # and retried "a", already in the log, under the new one: no broker can see it
+    history = [
+        invoke(0.0, "a"),
+        ok(5.0, "a", 1),
+        read(6.0, "a", 0),
+        read(6.1, "a", 1),
+        end(6.2, 2),
+    ]
+    origin = {"t": 7.0, "type": "duplicate-origin", "value": "a"}
+    bumped = {**origin, "copies": [[0, 0, 7, 0, 844], [0, 1, 7, 1, 0]]}
+    result = check([*history, bumped])
+    assert result.duplicates == {"a": [(0, 0), (0, 1)]}
+    assert result.epoch_bump_duplicates == {"a": bumped["copies"]}
+    assert result.ok, report(result)
+    assert "value a at 0/0 (epoch 0 seq 844), 0/1 (epoch 1 seq 0)" in report(result)
+    # one epoch, one sequence, two offsets: the broker missed a duplicate
+    missed = {**origin, "copies": [[0, 0, 7, 0, 844], [0, 1, 7, 0, 844]]}
+    result = check([*history, missed])
+    assert result.broker_duplicates == {"a": [(0, 0), (0, 1)]}
+    assert not result.ok
+    assert "duplicated: value a at 0/0, 0/1" in report(result)
+
+
 def test_two_values_at_one_offset_are_inconsistent():
     # the live reader saw "x" at offset 1 during a fault; the log now has "b" there
     history = [
@@ -389,27 +414,35 @@ def test_admin_errors_must_be_retriable_and_brokers_must_not_crash():
         admin(7.1, "fail", "delete", code="NOT_CONTROLLER"),
         admin(7.2, "invoke", "delete", attempt=2),
         admin(7.3, "ok", "delete", attempt=2),
+        # a broker paused long enough to lose its registration: Kafka's answer too
+        {"t": 7.4, "type": "nemesis", "phase": "start", "fault": 0, "name": "pause-leader"},
+        {"t": 8.0, "type": "nemesis", "phase": "stop", "fault": 0, "name": "pause-leader"},
+        admin(9.0, "invoke", "create", topic="scratch-1"),
+        admin(9.1, "fail", "create", code="INVALID_REPLICATION_FACTOR", topic="scratch-1"),
     ]
     result = check([*writes, *calm, *final])
     assert result.ok, report(result)
-    assert (result.admin_ok, result.admin_retried, result.admin_errors) == (2, 3, [])
+    assert (result.admin_ok, result.admin_retried, result.admin_errors) == (2, 4, [])
     broken = [
         *calm,
-        admin(8.0, "invoke", "create", topic="scratch-1"),
-        admin(8.1, "fail", "create", code="TOPIC_ALREADY_EXISTS", topic="scratch-1"),  # 1st try
-        admin(8.2, "invoke", "create", topic="scratch-2"),
-        admin(8.3, "fail", "create", code="UNKNOWN_SERVER_ERROR", topic="scratch-2"),
-        {"t": 9.0, "type": "crash", "process": "b1", "status": 1},
+        admin(30.0, "invoke", "create", topic="scratch-2"),
+        admin(30.1, "fail", "create", code="TOPIC_ALREADY_EXISTS", topic="scratch-2"),  # 1st try
+        admin(30.2, "invoke", "create", topic="scratch-3"),
+        admin(30.3, "fail", "create", code="UNKNOWN_SERVER_ERROR", topic="scratch-3"),
+        admin(30.4, "invoke", "create", topic="scratch-4"),  # 22 s after the heal
+        admin(30.5, "fail", "create", code="INVALID_REPLICATION_FACTOR", topic="scratch-4"),
+        {"t": 31.0, "type": "crash", "process": "b1", "status": 1},
     ]
     result = check([*writes, *broken, *final])
     assert result.admin_errors == [
-        (8.1, "create", "scratch-1", "TOPIC_ALREADY_EXISTS"),
-        (8.3, "create", "scratch-2", "UNKNOWN_SERVER_ERROR"),
+        (30.1, "create", "scratch-2", "TOPIC_ALREADY_EXISTS"),
+        (30.3, "create", "scratch-3", "UNKNOWN_SERVER_ERROR"),
+        (30.5, "create", "scratch-4", "INVALID_REPLICATION_FACTOR"),
     ]
     assert result.crashed == ["b1 (status 1)"]
     assert not result.ok
     text = report(result)
-    assert "admin error: create scratch-2 answered UNKNOWN_SERVER_ERROR" in text
+    assert "admin error: create scratch-3 answered UNKNOWN_SERVER_ERROR" in text
     assert "crashed: b1 (status 1)" in text
 
 
@@ -481,7 +514,7 @@ def test_a_short_campaign_loses_no_acknowledged_write(tmp_path):
     assert result.acked > 500, text
     assert result.lost == [], text
     assert result.inconsistent == {}, text
-    assert result.duplicates == {}, text
+    assert result.broker_duplicates == {}, text
     assert result.nonmonotonic == [], text
     assert result.reordered == [], text
     assert result.unread_partitions == [], text

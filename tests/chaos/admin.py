@@ -8,9 +8,10 @@ with the error's name and whether Kafka counts it retriable::
      "error": "...", "code": "REQUEST_TIMED_OUT", "retriable": true}
 
 A retriable failure is retried (up to ``ATTEMPTS`` times). The checker
-(``chaos.checker``) accepts retriable errors, and the "already done" answer to a retry
-whose earlier attempt may have succeeded (``ALREADY_DONE``); any other error is an
-anomaly, as is a broker that exited.
+(``chaos.checker``) accepts retriable errors, the "already done" answer to a retry whose
+earlier attempt may have succeeded (``ALREADY_DONE``), and INVALID_REPLICATION_FACTOR
+while a fault keeps a broker away (Kafka's answer when fewer brokers are registered than
+the replication factor); any other error is an anomaly, as is a broker that exited.
 
 Concurrency: one thread of its own; it only appends to the History.
 """
@@ -59,9 +60,20 @@ ALREADY_DONE = {
 }
 
 
-def accepted(op: str, code: str, attempt: int) -> bool:
-    """Whether an admin error is one a client must expect under faults."""
-    return code in RETRIABLE or (code == ALREADY_DONE[op] and attempt > 1)
+# answered, as Kafka does, while fewer brokers are registered than the replication factor
+DEGRADED = "INVALID_REPLICATION_FACTOR"
+# how long after a heal a broker may still be missing (a paused one re-registers)
+DEGRADED_AFTER_HEAL_S = 10.0
+
+
+def accepted(op: str, code: str, attempt: int, degraded: bool = False) -> bool:
+    """Whether an admin error is one a client must expect under faults; ``degraded``: a
+    fault was active (or healed less than ``DEGRADED_AFTER_HEAL_S`` ago)."""
+    return (
+        code in RETRIABLE
+        or (code == ALREADY_DONE[op] and attempt > 1)
+        or (code == DEGRADED and degraded)
+    )
 
 
 class AdminWorkload:

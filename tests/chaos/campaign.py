@@ -29,7 +29,7 @@ from chaos.history import History
 from chaos.leaders import LeaderWatch
 from chaos.nemesis import FAULT_KINDS, Target, make_fault
 from chaos.net import Network
-from chaos.replicas import divergences
+from chaos.replicas import divergences, duplicate_origins
 from chaos.timeline import draw, series
 from chaos.workload import CLIENT_LOGGER, LiveReading, Producing, final_read
 
@@ -100,7 +100,7 @@ def run_campaign(
     client_log = logging.FileHandler(directory / "clients.log")
     client_log.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
     CLIENT_LOGGER.addHandler(client_log)
-    CLIENT_LOGGER.setLevel(logging.INFO)
+    CLIENT_LOGGER.setLevel(logging.DEBUG)  # the producer's eos debug lines
 
     def note(line: str) -> None:
         stamped = f"[{time.strftime('%H:%M:%S')} t={history.now():7.2f}] {line}"
@@ -212,6 +212,9 @@ def run_campaign(
         for entry in found:
             history.append("divergence", **entry)
         note(f"replicas compared below the high watermark: {len(found)} divergent offsets")
+        duplicates = check(history.snapshot()).duplicates
+        for entry in duplicate_origins(data_dirs, TOPIC, duplicates):
+            history.append("duplicate-origin", **entry)
     finally:
         if active is not None:
             try:

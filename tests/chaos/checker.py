@@ -8,6 +8,12 @@ Safety (any of these fails the campaign):
 - **lost**: acknowledged (``ok``), never read by the final reader although the final
   reader reached the partition's end;
 - **duplicates**: one value at two positions (partition, offset) across acks and reads;
+  unless the replicas show the copies were written under two epochs of the producer
+  (``duplicate-origin`` events): librdkafka bumps an idempotent producer's epoch for every
+  partition when one answers OUT_OF_ORDER_SEQUENCE_NUMBER, and retries a batch that may
+  already be in the log under the new epoch (librdkafka issue 4953); no broker can
+  deduplicate across epochs, so these are reported (``epoch_bump_duplicates``) and do
+  not fail the check;
 - **inconsistent offsets**: two values at one position across acks and reads;
 - **non-monotonic**: within one reader, a partition's offsets not strictly increasing;
 - **reordered**: ``a`` acknowledged before ``b`` was sent, on the same partition, yet
@@ -36,7 +42,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos.admin import accepted
+from chaos.admin import DEGRADED_AFTER_HEAL_S, accepted
 from chaos.group_checker import GroupResult, check_groups, report_lines
 
 Position = tuple[int, int]  # (partition, offset)
@@ -85,6 +91,8 @@ class CheckResult:
     recovered: int = 0  # failed (indeterminate) writes found in the log
     lost: list[tuple[int, int, str]] = field(default_factory=list)  # (partition, offset, value)
     duplicates: dict[str, list[Position]] = field(default_factory=dict)
+    # value -> [[partition, offset, producer id, epoch, sequence]] for copies under two epochs
+    epoch_bump_duplicates: dict[str, list[list[int]]] = field(default_factory=dict)
     inconsistent: dict[Position, list[tuple[str, str]]] = field(default_factory=dict)
     nonmonotonic: list[tuple[str, int, int, int]] = field(default_factory=list)
     reordered: list[tuple[int, str, int, str, int]] = field(default_factory=list)
@@ -105,7 +113,7 @@ class CheckResult:
     def ok(self) -> bool:
         return not (
             self.lost
-            or self.duplicates
+            or self.broker_duplicates
             or self.inconsistent
             or self.nonmonotonic
             or self.reordered
@@ -117,10 +125,15 @@ class CheckResult:
             or not self.groups.ok
         )
 
+    @property
+    def broker_duplicates(self) -> dict[str, list[Position]]:
+        """Duplicates not explained by a client's epoch bump."""
+        return {v: w for v, w in self.duplicates.items() if v not in self.epoch_bump_duplicates}
+
     def anomalies(self) -> dict[str, int]:
         return {
             "lost": len(self.lost),
-            "duplicated": len(self.duplicates),
+            "duplicated": len(self.broker_duplicates),
             "inconsistent offsets": len(self.inconsistent),
             "non-monotonic reads": len(self.nonmonotonic),
             "reordered acks": len(self.reordered),
@@ -189,10 +202,14 @@ def check(events: list[dict[str, Any]]) -> CheckResult:
         elif kind == "admin" and e["phase"] == "ok":
             result.admin_ok += 1
         elif kind == "admin" and e["phase"] == "fail":
-            if accepted(e["op"], e["code"], e["attempt"]):
+            if accepted(e["op"], e["code"], e["attempt"], degraded=_degraded(events, e["t"])):
                 result.admin_retried += 1
             else:
                 result.admin_errors.append((e["t"], e["op"], e["topic"], e["code"]))
+        elif kind == "duplicate-origin":
+            epochs = {(c[2], c[3]) for c in e["copies"]}
+            if len(e["copies"]) > 1 and len({pid for pid, _ in epochs}) == 1 and len(epochs) > 1:
+                result.epoch_bump_duplicates[e["value"]] = e["copies"]
         elif kind == "crash":
             result.crashed.append(f"{e['process']} (status {e['status']})")
         elif kind == "divergence":
@@ -221,6 +238,21 @@ def check(events: list[dict[str, Any]]) -> CheckResult:
     }
     result.groups = check_groups(events, acked_positions)
     return result
+
+
+def _degraded(events: list[dict[str, Any]], t: float) -> bool:
+    """Whether a fault was active at ``t`` or healed less than DEGRADED_AFTER_HEAL_S before."""
+    started: dict[int, float] = {}
+    for e in events:
+        if e["type"] != "nemesis":
+            continue
+        if e["phase"] == "start":
+            started[e["fault"]] = e["t"]
+        elif e["fault"] in started:
+            if started[e["fault"]] <= t <= e["t"] + DEGRADED_AFTER_HEAL_S:
+                return True
+            del started[e["fault"]]
+    return any(start <= t for start in started.values())
 
 
 def _reordered(
@@ -331,8 +363,16 @@ def report(result: CheckResult, title: str = "chaos campaign") -> str:
     )
     for p, offset, value in result.lost[:5]:
         lines.append(f"  lost: value {value} acknowledged at {p}/{offset}, never read")
-    for value, where in list(result.duplicates.items())[:5]:
+    for value, where in list(result.broker_duplicates.items())[:5]:
         lines.append(f"  duplicated: value {value} at {', '.join(f'{p}/{o}' for p, o in where)}")
+    if result.epoch_bump_duplicates:
+        lines.append(
+            f"duplicated by a producer epoch bump (librdkafka, not deduplicable): "
+            f"{len(result.epoch_bump_duplicates)}"
+        )
+    for value, copies in list(result.epoch_bump_duplicates.items())[:5]:
+        where = ", ".join(f"{p}/{o} (epoch {epoch} seq {seq})" for p, o, _, epoch, seq in copies)
+        lines.append(f"  value {value} at {where}")
     for (p, offset), values in list(result.inconsistent.items())[:5]:
         seen = "; ".join(f"{v} ({src})" for v, src in values)
         lines.append(f"  inconsistent: {p}/{offset} holds {seen}")

@@ -19,7 +19,14 @@ from replog.storage.log_config import LogConfig
 
 def replica_values(data_dir: Path, topic: str, partition: int) -> dict[int, str]:
     """offset -> value of every record in a stopped broker's log for ``topic``-``partition``."""
-    out: dict[int, str] = {}
+    return {o: r[0] for o, r in replica_records(data_dir, topic, partition).items()}
+
+
+def replica_records(
+    data_dir: Path, topic: str, partition: int
+) -> dict[int, tuple[str, int, int, int]]:
+    """offset -> (value, producer id, producer epoch, sequence) of every record."""
+    out: dict[int, tuple[str, int, int, int]] = {}
     path = data_dir / f"{topic}-{partition}"
     if not path.is_dir():
         return out
@@ -40,7 +47,13 @@ def replica_values(data_dir: Path, topic: str, partition: int) -> dict[int, str]
             while records.has_next():
                 batch = records.next_batch()
                 for record in batch:
-                    out[record.offset] = record.value.decode()
+                    sequence = batch.base_sequence + record.offset - batch.base_offset
+                    out[record.offset] = (
+                        record.value.decode(),
+                        batch.producer_id,
+                        batch.producer_epoch,
+                        sequence if batch.base_sequence >= 0 else -1,
+                    )
                 offset = batch.next_offset
     finally:
         log.close()
@@ -59,4 +72,28 @@ def divergences(
             values = {b: log.get(offset) for b, log in logs.items()}
             if len(set(values.values())) > 1:
                 out.append({"partition": partition, "offset": offset, "values": values})
+    return out
+
+
+def duplicate_origins(
+    data_dirs: dict[int, Path], topic: str, duplicates: dict[str, list[tuple[int, int]]]
+) -> list[dict]:
+    """For each duplicated value, the producer id, epoch and sequence of each copy as the
+    replicas' logs hold it: ``{"value", "copies": [[partition, offset, pid, epoch, seq]]}``.
+    Copies written under two epochs of one producer are a client's epoch bump, which no
+    broker can deduplicate; copies under one epoch and sequence are a missed duplicate."""
+    logs: dict[tuple[int, int], dict[int, tuple[str, int, int, int]]] = {}
+    out = []
+    for value, positions in sorted(duplicates.items()):
+        copies = []
+        for partition, offset in positions:
+            for broker, data_dir in sorted(data_dirs.items()):
+                key = (broker, partition)
+                if key not in logs:
+                    logs[key] = replica_records(data_dir, topic, partition)
+                record = logs[key].get(offset)
+                if record is not None and record[0] == value:
+                    copies.append([partition, offset, record[1], record[2], record[3]])
+                    break
+        out.append({"value": value, "copies": copies})
     return out
