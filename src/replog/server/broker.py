@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import signal
@@ -496,7 +495,7 @@ class Broker:
             c.controlled_shutdown_max_retries,
             c.controlled_shutdown_retry_backoff_ms / 1000,
             c.controller_socket_timeout_ms / 1000,
-            send=functools.partial(send_controlled_shutdown, security=self.client_security),
+            send=partial(send_controlled_shutdown, security=self.client_security),
         )
         log.info(
             "broker %d: controlled shutdown %s in %.3f s",
