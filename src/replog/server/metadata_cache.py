@@ -42,12 +42,9 @@ class MetadataCache:
     topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
     topic_names: dict[uuid.UUID, str] = field(default_factory=dict)
     # This broker's id while its ZooKeeper session is surely expired (the broker fenced
-    # itself): the leaderships the cache still gives it are not to be believed.
+    # itself): the leaderships the cache still gives it are not to be believed, so the
+    # broker answers no client until the controller's next UpdateMetadata.
     fenced_leader: int | None = None
-
-    def believed_leader(self, info: PartitionInfo) -> int:
-        """The partition's leader as clients should be told (-1 for a fenced one)."""
-        return -1 if info.leader == self.fenced_leader else info.leader
 
     def update(
         self,

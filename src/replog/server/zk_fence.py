@@ -16,9 +16,9 @@ stop:
   would do for one server; the whole timeout fences fewer brokers that would have
   reconnected);
 * the timer fires, or kazoo reports the session LOST: ``fence`` runs. Every partition led
-  here stops leading (produce answers NOT_LEADER_OR_FOLLOWER), Metadata and the KIP-951
-  leader hints stop naming this broker as their leader, and clients are turned away until
-  the controller's next UpdateMetadata, so they ask the other brokers;
+  here stops leading, and clients are turned away (their connections closed) until the
+  controller's next UpdateMetadata, so they ask the other brokers, whose metadata names
+  the new leaders;
 * the connection comes back with the same session after the fence (the ensemble case):
   this broker resigned while the controller still counts on it, so ``rejoin`` registers
   again, and the controller, seeing a new broker epoch, sends fresh LeaderAndIsr requests;

@@ -48,16 +48,13 @@ class LeaderDiscovery:
         """The partition's leader and epoch (-1s when unknown); remembers its endpoint."""
         local = self._services.replica_manager.get_partition(topic, partition)
         state = None if local is None else local.state
-        cache = self._services.metadata_cache
         if state is not None:
             leader = LeaderIdAndEpoch(state.leader, state.leader_epoch)
         else:
-            info = cache.partition(topic, partition)
+            info = self._services.metadata_cache.partition(topic, partition)
             if info is None:
                 return LeaderIdAndEpoch()
             leader = LeaderIdAndEpoch(info.leader, info.leader_epoch)
-        if leader.leader_id == cache.fenced_leader:  # not this broker: it fenced itself
-            return LeaderIdAndEpoch()
         broker = self._services.metadata_cache.brokers_for(self._listener).get(leader.leader_id)
         if broker is not None:
             self._endpoints[broker.broker_id] = NodeEndpoint(

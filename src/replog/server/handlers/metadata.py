@@ -165,14 +165,13 @@ async def handle_metadata(services: BrokerServices, ctx: RequestContext, request
         for index in sorted(partitions):
             info = partitions[index]
             offline = tuple(r for r in info.replicas if r not in live)
-            leader = cache.believed_leader(info)
-            leader_ok = leader >= 0 and leader in live
+            leader_ok = info.leader >= 0 and info.leader in live
             parts.append(
                 make(
                     part_cls,
                     error_code=ErrorCode.none if leader_ok else ErrorCode.leader_not_available,
                     partition_index=index,
-                    leader_id=leader if leader_ok else -1,
+                    leader_id=info.leader if leader_ok else -1,
                     leader_epoch=info.leader_epoch,
                     replica_nodes=info.replicas,
                     isr_nodes=info.isr,
