@@ -8,6 +8,10 @@ elsewhere it skips with the reason.
 from __future__ import annotations
 
 import re
+import socket
+import socketserver
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +19,7 @@ import pytest
 from chaos.campaign import CampaignConfig, ScheduledFault, make_schedule, run_campaign
 from chaos.checker import check, report
 from chaos.net import leftovers, unavailable_reason
+from chaos.proxy import ProxyProcess
 from chaos.timeline import draw, series
 
 # -- the checker, on histories written by hand --------------------------------------------
@@ -483,6 +488,109 @@ def test_schedules_follow_from_the_seed():
     assert make_schedule(5, 3) != make_schedule(6, 3)
     kinds = {f.kind for f in make_schedule(5, 10)}
     assert {"kill-leader", "pause-leader", "leader-followers", "controller-zookeeper"} <= kinds
+
+
+# -- the delaying, losing proxy, on loopback ---------------------------------------------
+
+
+class EchoServer:
+    """Echoes every connection's bytes back, in a thread per connection."""
+
+    def __init__(self) -> None:
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Echo)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
+class _Echo(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        try:
+            while data := self.request.recv(65536):
+                self.request.sendall(data)
+        except ConnectionResetError:  # the proxy reset a lost connection
+            pass
+
+
+def round_trip(sock: socket.socket, payload: bytes) -> float:
+    """Seconds from sending ``payload`` to reading all of it back."""
+    started = time.monotonic()
+    sock.sendall(payload)
+    got = b""
+    while len(got) < len(payload):
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("closed")
+        got += chunk
+    assert got == payload
+    return time.monotonic() - started
+
+
+def test_the_proxy_delays_each_way_and_loses_connections_by_stalling_then_resetting(tmp_path):
+    """A real proxy process (``python -m chaos.proxy``, stopped by pid) before an echo
+    server: a delay of 250 ms each way makes each round trip at least 500 ms; with loss 1
+    every connection stalls for ``stall_ms`` and is then reset; with loss 0.3 some chunks
+    get through and some connections die; with both back to 0 it forwards again."""
+    echo = EchoServer()
+    proxy = None
+    sockets: list[socket.socket] = []
+
+    def connect() -> socket.socket:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        sockets.append(sock)
+        return sock
+
+    try:
+        proxy = ProxyProcess(("127.0.0.1", 0), ("127.0.0.1", echo.port), tmp_path / "proxy.log")
+        port = proxy.wait_listening()
+        sock = connect()
+        plain = [round_trip(sock, b"x" * 100) for _ in range(5)]
+        answer = proxy.set(delay_ms=250)
+        assert answer["delay_ms"] == 250 and answer["delayed"] == 0
+        delayed = [round_trip(sock, b"y" * 100) for _ in range(3)]  # same connection
+        assert min(delayed) >= 0.5, delayed  # 250 ms there, 250 ms back
+        assert proxy.set()["delayed"] == 6  # 3 chunks each way
+        print(f"round trips: plain {plain}, delayed 250 ms each way {delayed}")
+
+        answer = proxy.set(delay_ms=0, loss=1.0, stall_ms=400)
+        assert answer["loss"] == 1.0
+        sock = connect()  # accepted by the kernel, then stalled and reset by the proxy
+        started = time.monotonic()
+        sock.sendall(b"lost")
+        with pytest.raises(ConnectionResetError):
+            sock.recv(100)
+        stalled = time.monotonic() - started
+        assert stalled >= 0.4 - 0.05, stalled  # the stall started at accept, before sendall
+        assert proxy.set()["lost"] == 1
+
+        # a draw for each connection and for each chunk: a third of each lost
+        proxy.set(loss=0.3, stall_ms=50, seed=7)
+        outcomes = []
+        for _ in range(12):
+            sock = connect()
+            try:
+                round_trip(sock, b"z" * 10)
+                outcomes.append("through")
+            except ConnectionResetError:
+                outcomes.append("reset")
+        assert "through" in outcomes and "reset" in outcomes, outcomes
+        assert proxy.set()["lost"] == 1 + outcomes.count("reset")
+
+        proxy.set(loss=0)
+        assert round_trip(connect(), b"back" * 10) < 0.5
+    finally:
+        for sock in sockets:
+            sock.close()
+        if proxy is not None:
+            assert proxy.stop() is None
+            assert proxy.process.returncode is not None  # gone, by its pid
+        echo.close()
 
 
 # -- a short campaign on real processes ---------------------------------------------------
