@@ -27,7 +27,7 @@ from chaos.cluster import ChaosCluster
 from chaos.groups import GroupConsuming, resume
 from chaos.history import History
 from chaos.leaders import LeaderWatch
-from chaos.nemesis import FAULT_KINDS, Target, make_fault
+from chaos.nemesis import FAULT_KINDS, PROXY_FAULTS, Target, make_fault
 from chaos.net import Network
 from chaos.replicas import divergences, duplicate_origins
 from chaos.timeline import draw, series
@@ -84,6 +84,9 @@ class CampaignConfig:
     small_disk_mb: int = 0
     group_members: int = 2  # consumer-group workload (0: none)
     admin: bool = True  # scratch topics created, grown, deleted during the faults
+    # inter-broker traffic through a proxy per broker; a schedule with slow-leader or
+    # lossy-leader gets them
+    proxies: bool = False
 
 
 def run_campaign(
@@ -112,12 +115,16 @@ def run_campaign(
     small_disk_mb = config.small_disk_mb
     if not small_disk_mb and any("disk-full" in f.kind for f in schedule):
         small_disk_mb = 128
+    proxies = config.proxies or any(
+        kind in PROXY_FAULTS for f in schedule for kind in f.kind.split("+")
+    )
     cluster = ChaosCluster(
         net,
         directory / "cluster",
         zookeepers=config.zookeepers,
         overrides=config.broker_overrides,
         small_disk_mb=small_disk_mb,
+        proxies=proxies,
     )
     producing: Producing | None = None
     reading: LiveReading | None = None
@@ -133,6 +140,7 @@ def run_campaign(
             f"network {net.prefix} ({net.subnet}.0/24), ZooKeeper {cluster.zookeeper_connect}, "
             f"brokers {cluster.bootstrap_servers()}, pids "
             + ", ".join(f"{n}={p.pid}" for n, p in cluster.processes.items())
+            + "".join(f", proxy p{b}={p.pid}" for b, p in cluster.proxies.items())
         )
         _create_topic(cluster.bootstrap_servers(), config.partitions)
         _wait(lambda: cluster.full_isr(TOPIC, config.partitions), 60, "a full ISR for the topic")
@@ -160,11 +168,11 @@ def run_campaign(
             history.append("nemesis", phase="start", fault=number, name=fault.name, detail=detail)
             note(f"fault #{number} {fault.name} for {scheduled.hold_s} s: {detail}")
             _wait_quiet(scheduled.hold_s)
-            fault.stop(target)
+            after = fault.stop(target)
             active = None
             healed = history.now()
             history.append("nemesis", phase="stop", fault=number, name=fault.name)
-            note(f"fault #{number} healed")
+            note(f"fault #{number} healed" + (f": {after}" if after else ""))
             if not config.wait_recovery:
                 continue
             full = _wait_or_none(

@@ -9,6 +9,10 @@ Layout under the run directory::
     zk<i>/          zoo.cfg (bound to the namespace's address), myid, data, zookeeper.log
     broker-<id>/    server.properties, data/, broker.log
 
+With ``proxies``, a ``chaos.proxy`` process runs in each broker's namespace (log in
+``broker-<id>/proxy.log``) and the other brokers' connections to the broker cross it, so a
+nemesis can delay or lose the inter-broker traffic of one broker (``proxies[id].set``).
+
 With ``small_disk_mb``, each broker's ``data/`` (its ``log.dirs``) is a tmpfs of that size,
 mounted before the broker first starts and unmounted by ``release_disks`` (after the
 replicas were compared), so a nemesis can fill it.
@@ -33,6 +37,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from chaos.net import Network, Node
+from chaos.proxy import ProxyProcess
 from replog.cluster.launcher import _knows_itself, pid_alive, tail_log, wait_dead
 from replog.cluster.zookeeper import CONFIG_NAME, MAIN_CLASS, _command
 from replog.zk import data as zk_data
@@ -44,6 +49,8 @@ ZK_ELECTION_PORT = 3888
 # ensemble member needs the quorum peer's main class.
 QUORUM_MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 BROKER_PORT = 9092
+# with proxies: each broker's proxy listens here, and the other brokers reach it through it
+PROXY_PORT = 9192
 # a nemesis's file that fills a small log dir: a file, which the broker's log manager skips
 FILLER = ".chaos-filler"
 
@@ -72,6 +79,7 @@ class ChaosCluster:
         zookeepers: int = 1,
         overrides: dict[str, str] | None = None,
         small_disk_mb: int = 0,
+        proxies: bool = False,
     ) -> None:
         self.net = network
         self.dir = Path(directory)
@@ -84,6 +92,8 @@ class ChaosCluster:
         self.paused: set[str] = set()
         self.small_disk_mb = small_disk_mb
         self.mounts: list[Path] = []
+        self.with_proxies = proxies
+        self.proxies: dict[int, ProxyProcess] = {}
         self._zk_client: KazooClient | None = None
 
     # -- addresses --------------------------------------------------------------
@@ -110,6 +120,9 @@ class ChaosCluster:
             self.zk_nodes[i] = self.net.add_node(f"zk{i}", 10 + i)
         for broker_id in range(self.broker_count):
             self.broker_nodes[broker_id] = self.net.add_node(f"b{broker_id}", 20 + broker_id)
+        if self.with_proxies:
+            for broker_id in self.broker_nodes:
+                self.start_proxy(broker_id)
         for i in self.zk_nodes:
             self.start_zookeeper(i, wait=False)
         for i in self.zk_nodes:
@@ -123,6 +136,26 @@ class ChaosCluster:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"brokers registered in ZooKeeper: {sorted(self.registered())}")
             time.sleep(0.1)
+
+    def start_proxy(self, broker_id: int) -> int:
+        """A ``chaos.proxy`` process in the broker's namespace, forwarding to the broker, and
+        the other brokers' connections to the broker redirected to it; returns its pid.
+        Started before the brokers, so every inter-broker connection crosses it."""
+        node = self.broker_nodes[broker_id]
+        bdir = self.broker_dir(broker_id).resolve()
+        bdir.mkdir(parents=True, exist_ok=True)
+        proxy = ProxyProcess(
+            (node.address, PROXY_PORT),
+            (node.address, BROKER_PORT),
+            bdir / "proxy.log",
+            prefix=node.exec_prefix(),
+            seed=broker_id,
+        )
+        self.proxies[broker_id] = proxy
+        proxy.wait_listening()
+        others = [n for b, n in self.broker_nodes.items() if b != broker_id]
+        self.net.redirect(node, others, BROKER_PORT, PROXY_PORT)
+        return proxy.pid
 
     def start_zookeeper(self, index: int, *, wait: bool = True, wait_s: float = 60) -> None:
         node = self.zk_nodes[index]
@@ -218,12 +251,16 @@ class ChaosCluster:
 
     def exited(self) -> dict[str, int]:
         """Processes that ended on their own (a nemesis's kill is followed by a restart):
-        name -> exit status."""
-        return {
+        name -> exit status; a proxy is ``p<broker>``."""
+        ended = {
             name: process.returncode
             for name, process in self.processes.items()
             if process.poll() is not None
         }
+        for broker_id, proxy in self.proxies.items():
+            if proxy.process.poll() is not None:
+                ended[f"p{broker_id}"] = proxy.process.returncode
+        return ended
 
     def _spawn(self, name: str, command: list[str], log_path: Path) -> int:
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -310,6 +347,10 @@ class ChaosCluster:
                 errors.append(f"stopping {name} (pid {process.pid}): {exc}")
             if pid_alive(process.pid) and not wait_dead(process.pid, 5):
                 errors.append(f"{name} (pid {process.pid}) still alive")
+        while self.proxies:
+            _, proxy = self.proxies.popitem()
+            if (error := proxy.stop()) is not None:
+                errors.append(error)
         return errors
 
     # -- ZooKeeper views ------------------------------------------------------------

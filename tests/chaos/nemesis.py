@@ -1,5 +1,6 @@
 """Reversible faults. Each has ``start`` (returns a one-line description of what it did,
-naming the brokers it chose) and ``stop`` (undoes exactly that).
+naming the brokers it chose) and ``stop`` (undoes exactly that; may return a line on what
+happened meanwhile).
 
 Targets are chosen when the fault starts, from ZooKeeper's view at that moment: "the
 leader of partition k" or "the controller". ``pick`` (from the seeded schedule) chooses
@@ -37,7 +38,7 @@ class Fault:
     def start(self, target: Target) -> str:
         raise NotImplementedError
 
-    def stop(self, target: Target) -> None:
+    def stop(self, target: Target) -> str | None:
         raise NotImplementedError
 
 
@@ -215,6 +216,53 @@ class Partition(Fault):
         self.drops = []
 
 
+@dataclass
+class SlowLink(Fault):
+    """The inter-broker connections into a partition's leader (its followers' fetches and
+    their answers, the controller's requests) delayed (``delay_ms`` each way, 200-500 ms
+    from the pick) or lossy (``loss``: a share of new connections and of chunks, 5-25 %
+    from the pick, each stalled for 1-3 s then reset), by the leader's proxy (the cluster
+    runs with ``proxies``). Clients and ZooKeeper are not touched. Stop sets the proxy
+    back to transparent and says what it did meanwhile."""
+
+    lossy: bool = False
+    name: str = "slow-leader"
+    broker: int | None = None
+    before: dict = field(default_factory=dict)
+
+    def start(self, target: Target) -> str:
+        cluster = target.cluster
+        if not cluster.proxies:
+            raise ValueError(f"{self.name} needs the cluster's proxies")
+        partition, leader = _leader(target, self.pick)
+        proxy = cluster.proxies[leader]
+        head = f"inter-broker traffic into broker {leader} (leader of partition {partition})"
+        if self.lossy:
+            loss = round(0.05 + (self.pick % 21) / 100, 2)
+            stall_ms = 1000 + (self.pick % 2001)
+            self.before = proxy.set(loss=loss, stall_ms=stall_ms, seed=self.pick)
+            self.broker = leader
+            return (
+                f"{head} lossy: {loss:.0%} of connections and chunks stalled {stall_ms} ms "
+                f"then reset (proxy pid {proxy.pid})"
+            )
+        delay_ms = 200 + (self.pick % 301)
+        self.before = proxy.set(delay_ms=delay_ms)
+        self.broker = leader
+        return f"{head} delayed {delay_ms} ms each way (proxy pid {proxy.pid})"
+
+    def stop(self, target: Target) -> str | None:
+        if self.broker is None:
+            return None
+        after = target.cluster.proxies[self.broker].set(delay_ms=0, loss=0)
+        self.broker = None
+        done = {k: after[k] - self.before.get(k, 0) for k in ("chunks", "delayed", "lost")}
+        return (
+            f"proxy back to transparent: {done['chunks']} chunks forwarded, "
+            f"{done['delayed']} delayed, {done['lost']} connections lost meanwhile"
+        )
+
+
 def fill(path: Path) -> int:
     """Write ``path`` until its file system is full; return the bytes written."""
     written = 0
@@ -272,9 +320,11 @@ class Combined(Fault):
             self.started.append(part)
         return " + ".join(details)
 
-    def stop(self, target: Target) -> None:
+    def stop(self, target: Target) -> str | None:
+        details = []
         while self.started:
-            self.started.pop().stop(target)
+            details.append(self.started.pop().stop(target))
+        return "; ".join(d for d in details if d) or None
 
 
 def make_fault(kind: str, pick: int) -> Fault:
@@ -300,6 +350,10 @@ def make_fault(kind: str, pick: int) -> Fault:
         return DiskFull(pick, name=kind)
     if kind in PARTITION_SHAPES:
         return Partition(pick, name=kind, shape=kind)
+    if kind == "slow-leader":
+        return SlowLink(pick, name=kind)
+    if kind == "lossy-leader":
+        return SlowLink(pick, name=kind, lossy=True)
     raise ValueError(f"unknown fault {kind!r}")
 
 
@@ -332,5 +386,9 @@ COMBINED_FAULTS = (
     "pause-follower+leader-followers",
 )
 FAULT_KINDS = SINGLE_FAULTS + COMBINED_FAULTS
+# faults carried out by the brokers' proxies (``ChaosCluster(proxies=True)``); drawn only
+# when named (``--faults``), so that the schedules of recorded seeds stay as they were
+PROXY_FAULTS = ("slow-leader", "lossy-leader")
+KNOWN_FAULTS = FAULT_KINDS + PROXY_FAULTS
 # faults that need a ZooKeeper ensemble
 ENSEMBLE_ONLY = ("zookeeper-minority", "zookeeper-leader", "minority-zookeeper-leader")

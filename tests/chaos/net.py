@@ -217,6 +217,29 @@ class Network:
         """The namespace's ruleset as nft prints it (for reports and tests)."""
         return _run(*node.exec_prefix(), "nft", "list", "table", "inet", self.table).stdout
 
+    # -- the proxies' redirection --------------------------------------------------------
+
+    def redirect(self, node: Node, sources: list[Node], port: int, to_port: int) -> None:
+        """Connections from ``sources`` to ``node``'s ``port`` go to its ``to_port`` instead
+        (DNAT in ``node``'s prerouting, so the drops still see the real addresses; its own
+        connections to ``port``, a proxy's, are not redirected). Stays until ``close``."""
+        _run(
+            *node.exec_prefix(),
+            "nft",
+            "add",
+            "chain",
+            "inet",
+            self.table,
+            "prerouting",
+            "{ type nat hook prerouting priority -100 ; policy accept ; }",
+        )
+        addresses = ", ".join(s.address for s in sources)
+        self._add_rule(
+            node.namespace,
+            "prerouting",
+            f"ip saddr {{ {addresses} }} tcp dport {port} dnat ip to {node.address}:{to_port}",
+        )
+
     # -- teardown -----------------------------------------------------------------
 
     def close(self) -> list[str]:

@@ -23,7 +23,7 @@ from pathlib import Path
 from chaos.campaign import CampaignConfig, make_schedule, run_campaign
 from chaos.checker import check, report
 from chaos.history import load
-from chaos.nemesis import ENSEMBLE_ONLY, FAULT_KINDS
+from chaos.nemesis import ENSEMBLE_ONLY, FAULT_KINDS, KNOWN_FAULTS, PROXY_FAULTS
 from chaos.net import unavailable_reason
 from chaos.timeline import draw, series
 
@@ -37,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
         "--faults",
         default=None,
         help=f"comma-separated fault kinds to draw (default: all of {', '.join(FAULT_KINDS)}; "
-        f"{', '.join(ENSEMBLE_ONLY)} only with --zookeepers 3)",
+        f"{', '.join(ENSEMBLE_ONLY)} only with --zookeepers 3; "
+        f"{', '.join(PROXY_FAULTS)} only when named)",
     )
     parser.add_argument("--zookeepers", type=int, choices=(1, 3), default=3)
     parser.add_argument(
@@ -68,9 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         kinds = tuple(k for k in FAULT_KINDS if args.zookeepers >= 3 or k not in ENSEMBLE_ONLY)
     else:
         kinds = tuple(k for k in args.faults.split(",") if k)
-    unknown = set(kinds) - set(FAULT_KINDS)
+    unknown = {part for k in kinds for part in k.split("+")} - set(KNOWN_FAULTS)
     if unknown:
-        parser.error(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(FAULT_KINDS)}")
+        parser.error(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(KNOWN_FAULTS)}")
     schedule = make_schedule(seed, args.minutes, kinds, dense=args.dense)
     directory = (
         args.dir or Path("bench/out/chaos") / f"seed-{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
