@@ -61,3 +61,44 @@ def test_a_connection_asked_to_watch_its_peer_does() -> None:
 
     watched, plain = asyncio.run(scenario())
     assert (watched, plain) == (4000, 0)
+
+
+def test_a_request_on_a_transport_closed_underneath_is_a_connection_error() -> None:
+    """Found by the fault campaign (a proxy resetting connections): under uvloop, a write
+    to a transport that had closed before the connection's reader noticed raised
+    RuntimeError, which no caller retried, and a replica fetcher died for good. It must be
+    a ConnectionClosed (an OSError), which fetchers and controller channels retry."""
+    import uvloop
+
+    from replog.protocol.apis import ApiKey, request_schema
+    from replog.protocol.client import ConnectionClosed
+
+    async def scenario() -> BaseException | None:
+        async def serve(_reader, writer) -> None:
+            await asyncio.sleep(5)  # (holds the connection; closed by the test)
+            writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        conn = KafkaConnection("127.0.0.1", server.sockets[0].getsockname()[1])
+        await conn.connect()
+        body = request_schema(ApiKey.API_VERSIONS, 3)(
+            client_software_name="t", client_software_version="1"
+        )
+        # The transport goes (a reset) and the request comes before the reader runs.
+        conn._writer.transport.abort()
+        await asyncio.sleep(0)  # the transport's connection_lost runs, the reader not yet
+        caught: BaseException | None = None
+        try:
+            await conn.request(body, timeout_s=5)
+        except Exception as exc:  # noqa: BLE001 - which exception is the point
+            caught = exc
+        await conn.close()
+        server.close()
+        return caught
+
+    loop = uvloop.new_event_loop()
+    try:
+        caught = loop.run_until_complete(scenario())
+    finally:
+        loop.close()
+    assert isinstance(caught, ConnectionClosed), repr(caught)

@@ -192,15 +192,19 @@ class KafkaConnection:
         raw: bool,
         timeout_s: float,
     ) -> Any:
-        if not self.connected:
+        if not self.connected or self._writer is None or self._writer.is_closing():
             raise ConnectionClosed(f"not connected to {self.host}:{self.port}")
-        assert self._writer is not None
         self._next_correlation_id = (self._next_correlation_id + 1) & 0x7FFFFFFF
         correlation_id = self._next_correlation_id
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._pending[correlation_id] = (api_key, version, future, raw)
-        self._writer.write(encode(correlation_id))
+        try:
+            self._writer.write(encode(correlation_id))
+        except RuntimeError as exc:  # uvloop: the transport closed before our reader saw it
+            self._pending.pop(correlation_id, None)
+            self._fail_all(ConnectionClosed(f"connection to {self.host}:{self.port} lost: {exc}"))
+            raise ConnectionClosed(f"connection to {self.host}:{self.port} lost") from exc
         # The timeout completes the same future: no wait_for task in between.
         timer = loop.call_later(timeout_s, _time_out, future, timeout_s)
         try:

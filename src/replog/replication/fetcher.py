@@ -134,6 +134,10 @@ class ReplicaFetcher:
                 log.info("fetcher from broker %d: %r; backing off", self.source_broker, exc)
                 await self._pause(self.config.fetch_backoff_ms / 1000)
                 continue
+            except Exception:  # a fetcher that died would stop replication for good
+                log.exception("fetcher from broker %d failed; backing off", self.source_broker)
+                await self._pause(self.config.fetch_backoff_ms / 1000)
+                continue
             if not fetched:
                 # Every partition is backing off or waiting: sleep until the first is due,
                 # or until a LeaderAndIsr hands this fetcher a partition.
