@@ -21,6 +21,7 @@ from chaos.checker import check, report
 from chaos.net import leftovers, unavailable_reason
 from chaos.proxy import ProxyProcess
 from chaos.timeline import draw, series
+from replog.cluster.launcher import pid_alive
 
 # -- the checker, on histories written by hand --------------------------------------------
 
@@ -602,13 +603,16 @@ REASON = unavailable_reason()
 def test_a_short_campaign_loses_no_acknowledged_write(tmp_path):
     """One of each: the leader cut from its followers (ZooKeeper still reaches it), a kill -9
     of a leader, a SIGSTOP of a leader, a leader's log dir full (every broker's log dir is a
-    small tmpfs); then a full read of every partition. A consumer group and the admin
-    workload run beside the producer."""
+    small tmpfs), the followers' traffic to a leader delayed by its proxy (so every
+    inter-broker connection crosses a proxy, and the drops must still cut them); then a
+    full read of every partition. A consumer group and the admin workload run beside the
+    producer."""
     schedule = [
         ScheduledFault("leader-followers", pick=0, hold_s=8, quiet_s=1),
         ScheduledFault("kill-leader", pick=1, hold_s=4, quiet_s=1),
         ScheduledFault("pause-leader", pick=2, hold_s=5, quiet_s=1),
         ScheduledFault("disk-full", pick=0, hold_s=5, quiet_s=1),
+        ScheduledFault("slow-leader", pick=1, hold_s=4, quiet_s=1),
     ]
     lines: list[str] = []
     result = run_campaign(
@@ -640,6 +644,7 @@ def test_a_short_campaign_loses_no_acknowledged_write(tmp_path):
         ("kill-leader", True),
         ("pause-leader", True),
         ("disk-full", True),
+        ("slow-leader", True),
     ]
     log = (tmp_path / "nemesis.log").read_text()
     assert "cut from" in log and "kill -9 broker" in log and "SIGSTOP broker" in log
@@ -648,11 +653,24 @@ def test_a_short_campaign_loses_no_acknowledged_write(tmp_path):
     broker = re.search(r"log dir of broker (\d)", log).group(1)
     broker_log = (tmp_path / "cluster" / f"broker-{broker}" / "broker.log").read_text()
     assert "writes refused: [Errno 28] No space left on device" in broker_log
+    # the proxy delayed the followers' fetches to the leader, then forwarded plainly again
+    slow = re.search(r"delayed (\d+) ms each way", log)
+    assert slow is not None and int(slow.group(1)) == 200 + 1 % 301, log
+    delayed = re.search(
+        r"fault #4 healed: proxy back to transparent: (\d+) chunks forwarded, (\d+) delayed", log
+    )
+    assert delayed is not None and int(delayed.group(2)) > 0, log
+    # the leader-followers cut shrank the ISRs although every fetch crossed a proxy
+    # (its partitions took no acks=all write once their ISRs were the leader alone)
+    cut = result.faults[0]
+    assert cut.longest_gap is not None and cut.longest_gap.seconds > 3, text
     assert (tmp_path / "history.jsonl").stat().st_size > 0
     assert (tmp_path / "timeline.png").stat().st_size > 0
     # nothing left behind: processes are stopped by the campaign, the network removed
     prefix = next(m.group(1) for line in lines if (m := re.search(r"network (rlc\w+)", line)))
     assert leftovers(prefix) == []
+    proxies = [int(pid) for line in lines for pid in re.findall(r"proxy p\d=(\d+)", line)]
+    assert len(proxies) == 3 and not any(pid_alive(pid) for pid in proxies)
     mounts = Path("/proc/self/mounts").read_text()
     assert str(tmp_path) not in mounts  # the small disks were unmounted
     assert (tmp_path / "cluster" / "broker-0" / "data-kept" / "chaos-0").is_dir()
