@@ -12,6 +12,8 @@ anyone asking.
 
 from __future__ import annotations
 
+import asyncio
+import datetime
 import json
 import subprocess
 import sys
@@ -19,9 +21,13 @@ import sys
 import pytest
 from confluent_kafka import ElectionType, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32Timedelta
 
 from cluster_util import ZkView, create_topic, leader_of, wait_for
 from replog.cluster.launcher import LocalCluster
+from replog.protocol.apis import ApiKey, nested, request_schema
+from replog.protocol.client import KafkaConnection
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -31,6 +37,22 @@ PARTITIONS = 3
 
 def preferred(zk: ZkView, p: int) -> int:
     return json.loads(zk.client.get(f"/brokers/topics/{TOPIC}")[0])["partitions"][str(p)][0]
+
+
+async def _elect_raw(port: int, topic: str, partition: int):
+    """ElectLeaders v2 (preferred) for one partition, sent to the broker at ``port``."""
+    cls = request_schema(ApiKey.ELECT_LEADERS, 2)
+    body = cls(
+        election_type=0,
+        topic_partitions=(nested(cls, "TopicPartitions")(topic=topic, partitions=(partition,)),),
+        timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+    )
+    conn = KafkaConnection("127.0.0.1", port)
+    await conn.connect()
+    try:
+        return await conn.request(body)
+    finally:
+        await conn.close()
 
 
 def at_preferred(zk: ZkView) -> bool:
@@ -67,7 +89,13 @@ def test_elect_leaders_through_admin_client_zookeeper_and_cli(cluster_factory) -
         assert all(leader_of(zk, TOPIC, p) != 0 for p in mine)
         epochs = {p: zk.partition_state(TOPIC, p)["leader_epoch"] for p in mine}
 
-        # 1. AdminClient (ElectLeaders v2 to the controller).
+        # 1. AdminClient (ElectLeaders v2 to the controller). The bounce may have moved
+        # the controller: librdkafka sends to the one its metadata names (and takes a
+        # NOT_CONTROLLER answer as final), so its metadata must name the current one.
+        wait_for(
+            lambda: admin.list_topics(timeout=10).controller_id == zk.controller()[0],
+            what="the admin client's metadata naming the current controller",
+        )
         asked = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
         result = admin.elect_leaders(ElectionType.PREFERRED, asked).result(timeout=60)
         errors = {tp.partition: err for tp, err in result.items()}
@@ -85,6 +113,16 @@ def test_elect_leaders_through_admin_client_zookeeper_and_cli(cluster_factory) -
             ElectionType.PREFERRED, [TopicPartition(TOPIC, 99), TopicPartition("nope", 0)]
         ).result(timeout=60)
         assert {err.code() for err in unknown.values()} == {KafkaError.UNKNOWN_TOPIC_OR_PART}
+
+        # A broker that is not the controller answers NOT_CONTROLLER per partition (the
+        # answer's own error stays NONE, as in Kafka's ZooKeeper mode).
+        controller = zk.controller()[0]
+        other = next(b for b in cluster.broker_ids if b != controller)
+        refused = asyncio.run(_elect_raw(cluster.port(other), TOPIC, 0))
+        assert refused.error_code == ErrorCode.none
+        assert refused.replica_election_results[0].partition_result[0].error_code == (
+            ErrorCode.not_controller
+        )
 
         # 2. The ZooKeeper path, as kafka-preferred-replica-election.sh --zookeeper wrote it.
         mine = bounce_and_catch_up(cluster, zk, 1)
