@@ -60,8 +60,8 @@ INELIGIBLE = "ineligible"
 TOPIC = "t"
 PARTITION = TopicPartition(TOPIC, 0)
 
-Decide = Callable[[ControllerContext], ControllerDecision]
-Retry = Callable[[ControllerContext, set[TopicPartition]], ControllerDecision]
+Decide = decisions.Decide
+Retry = decisions.Retry
 
 
 class _NoTopicConfigs:
@@ -530,14 +530,8 @@ class BrokerController:
         refresh = decisions.partitions_to_refresh(self.context, changes)
         if refresh:
             self.context = decisions.refreshed(self.context, self.zk.get_partition_states(refresh))
-        # Two decisions: the new leaders first, then the failed brokers leave the ISRs.
-        if changes.dead or changes.bounced:
-            leaders = partial(decisions.on_broker_change_leaders, changes=changes)
-            self._apply(leaders, lambda ctx, _stale: leaders(ctx))
-        rest = partial(decisions.on_broker_change_replicas, changes=changes, registered=registered)
-        self._apply(
-            rest, partial(decisions.redo_broker_change, changes=changes, registered=registered)
-        )
+        for step in decisions.broker_change_steps(changes, registered):
+            self._apply(step.decide, step.retry)
         self.plane.check_failed_brokers_left_isr(self, {*changes.dead, *changes.bounced})
 
     def _process_isr_change(self) -> None:

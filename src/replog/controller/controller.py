@@ -53,8 +53,8 @@ log = logging.getLogger("replog.controller")
 NOT_CONTROLLER = 41  # Kafka Errors.NOT_CONTROLLER
 MAX_WRITE_ATTEMPTS = 5  # decision re-runs after partition version conflicts
 
-Decide = Callable[[ControllerContext], ControllerDecision]
-Retry = Callable[[ControllerContext, set[TopicPartition]], ControllerDecision]
+Decide = decisions.Decide
+Retry = decisions.Retry
 
 
 def _now_ms() -> int:
@@ -618,17 +618,15 @@ class KafkaController:
         # Two decisions, as Kafka's onReplicasBecomeOffline: the new leaders are written
         # and told first, then the failed brokers leave the other partitions' ISRs.
         applied = _Applied(DecisionTiming(what=""), q.enqueue_time_s)
-        if changes.dead or changes.bounced:
-            leaders = partial(decisions.on_broker_change_leaders, changes=changes)
-            await self._apply(leaders, _ignore_stale(leaders), q.enqueue_time_s, applied)
-            applied.new_leaders = list(applied.leader_and_isr)
-            applied.timing.new_leaders_zk_writes_s = applied.timing.zk_writes_s
-        told = sorted(applied.update_metadata_sent)
-        rest = partial(
-            decisions.on_broker_change_replicas, changes=changes, registered=registered, told=told
-        )
-        redo = partial(decisions.redo_broker_change, changes=changes, registered=registered)
-        await self._apply(rest, redo, q.enqueue_time_s, applied)
+        steps = decisions.broker_change_steps(changes, registered)
+        for i, step in enumerate(steps):
+            decide = step.decide
+            if step.told:
+                decide = partial(decide, told=sorted(applied.update_metadata_sent))
+            await self._apply(decide, step.retry, q.enqueue_time_s, applied)
+            if i == 0 and len(steps) > 1:  # the new leaders' part, timed on its own
+                applied.new_leaders = list(applied.leader_and_isr)
+                applied.timing.new_leaders_zk_writes_s = applied.timing.zk_writes_s
         self._report(changes.describe(), applied)
 
     async def _process_topic_change(self, _e: ev.TopicChange, q: QueuedEvent) -> None:
@@ -894,11 +892,6 @@ def _rerun_failure(ctx: ControllerContext, stale: set[TopicPartition]) -> Contro
     live and takes offline replicas out of ISRs; it is idempotent for the rest."""
     offline = {r for tp in stale for r in ctx.replicas_for(tp) if r not in ctx.live_brokers}
     return decisions.on_broker_failure(ctx, offline)
-
-
-def _ignore_stale(decide: Decide) -> Retry:
-    """A retry that decides again over the re-read context (idempotent decisions)."""
-    return lambda ctx, _stale: decide(ctx)
 
 
 def _log_leader_and_isr_errors(broker_id: int, future: asyncio.Future[Any]) -> None:

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from kio.schema.errors import ErrorCode
 
@@ -263,6 +264,40 @@ def on_broker_change_leaders(
     if changes.dead or changes.bounced:
         _offline_leaders(d, sorted({*changes.dead, *changes.bounced}))
     return d
+
+
+Decide = Callable[[ControllerContext], ControllerDecision]
+Retry = Callable[[ControllerContext, set[TopicPartition]], ControllerDecision]
+
+
+@dataclass(frozen=True)
+class BrokerChangeStep:
+    """One decision of a broker change, applied in order; ``told`` is whether it takes
+    the partitions earlier steps sent in UpdateMetadata (``on_broker_change_replicas``)."""
+
+    decide: Callable[..., ControllerDecision]
+    retry: Retry
+    told: bool = False
+
+
+def broker_change_steps(
+    changes: BrokerChanges, registered: Mapping[int, BrokerInfo]
+) -> list[BrokerChangeStep]:
+    """The decisions a broker change is applied as, for every driver (the controller and
+    the simulator): with failed brokers, ``on_broker_change_leaders`` first (its own
+    retry), then ``on_broker_change_replicas`` (retried with ``redo_broker_change``)."""
+    steps = []
+    if changes.dead or changes.bounced:
+        leaders = partial(on_broker_change_leaders, changes=changes)
+        steps.append(BrokerChangeStep(leaders, lambda ctx, _stale: leaders(ctx)))
+    steps.append(
+        BrokerChangeStep(
+            partial(on_broker_change_replicas, changes=changes, registered=registered),
+            partial(redo_broker_change, changes=changes, registered=registered),
+            told=True,
+        )
+    )
+    return steps
 
 
 def on_broker_change_replicas(
