@@ -165,7 +165,8 @@ class LocalCluster:
         come in ``overrides``, as does ``inter.broker.listener.name`` (PLAINTEXT unless
         set). ``broker_env``: environment variables the brokers start with (e.g.
         ``KAFKA_OPTS`` naming a JAAS file for their ZooKeeper login). ``broker_overrides``:
-        settings of single brokers, by id (see ``set_broker_overrides``)."""
+        settings of single brokers, by id (e.g. a ``zookeeper.connect`` through a proxy a
+        test cuts)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         if zookeeper is None:
             zk_port = free_port()
@@ -223,12 +224,6 @@ class LocalCluster:
         path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         path.chmod(0o600)  # (it may hold passwords: JAAS entries, key passwords)
         return path
-
-    def set_broker_overrides(self, broker_id: int, overrides: dict[str, str]) -> None:
-        """Settings for one broker only, from its next start (e.g. a ``zookeeper.connect``
-        through a proxy a test cuts)."""
-        self.state["brokers"][str(broker_id)]["overrides"] = dict(overrides)
-        self._save()
 
     def start_broker(self, broker_id: int, *, wait: bool = True, wait_s: float = 60) -> int:
         pid = self.broker_pid(broker_id)

@@ -32,6 +32,7 @@ from replog.security.sasl import AuthenticationFailed
 
 # A session is renewed (by reconnecting) after this share of its lifetime.
 REAUTH_SHARE = 0.85
+NEVER = float("inf")
 
 
 def detect_dead_peer(sock: Any, dead_after_s: float) -> None:
@@ -85,7 +86,7 @@ class KafkaConnection:
         self.port = port
         self.client_id = client_id
         self.security = security
-        self._renew_at = float("inf")  # monotonic time the SASL session should be renewed
+        self._renew_at = NEVER  # monotonic time the SASL session should be renewed
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._pending: dict[int, tuple[int, int, asyncio.Future[Any], bool]] = {}
@@ -151,7 +152,7 @@ class KafkaConnection:
         return (
             self._writer is not None
             and not self._closed
-            and (self._renew_at == float("inf") or time.monotonic() < self._renew_at)
+            and (self._renew_at == NEVER or time.monotonic() < self._renew_at)
         )
 
     async def request(self, body: Any, timeout_s: float = 30) -> Any:

@@ -149,7 +149,7 @@ class ReplicaManager:
             else:
                 log.info("append to %s-%d rejected: %s", topic, partition, exc)
             return ProduceResult(code, error_message=str(exc) or None)
-        if (topic, partition) in self._storage_failing:
+        if self._storage_failing and (topic, partition) in self._storage_failing:
             self._storage_failing.discard((topic, partition))
             log.info("append to %s-%d succeeds again", topic, partition)
         if info is None:
