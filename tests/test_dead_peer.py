@@ -5,6 +5,7 @@ connection, and a follower's connection carries them."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 
 import pytest
@@ -74,9 +75,13 @@ def test_a_request_on_a_transport_closed_underneath_is_a_connection_error() -> N
     from replog.protocol.client import ConnectionClosed
 
     async def scenario() -> BaseException | None:
-        async def serve(_reader, writer) -> None:
-            await asyncio.sleep(5)  # (holds the connection; closed by the test)
+        served = asyncio.get_running_loop().create_future()
+
+        async def serve(reader, writer) -> None:
+            with contextlib.suppress(ConnectionError):
+                await reader.read()  # until the client's connection goes
             writer.close()
+            served.set_result(None)
 
         server = await asyncio.start_server(serve, "127.0.0.1", 0)
         conn = KafkaConnection("127.0.0.1", server.sockets[0].getsockname()[1])
@@ -93,7 +98,9 @@ def test_a_request_on_a_transport_closed_underneath_is_a_connection_error() -> N
         except Exception as exc:  # noqa: BLE001 - which exception is the point
             caught = exc
         await conn.close()
+        await served
         server.close()
+        await server.wait_closed()
         return caught
 
     loop = uvloop.new_event_loop()
