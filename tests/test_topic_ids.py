@@ -115,6 +115,13 @@ def test_topic_id_survives_restart_and_controller_failover(cluster_factory) -> N
         # The controller dies (SIGKILL): the survivor takes over and keeps the id.
         cluster.kill_broker(controller)
         wait_for(lambda: zk.controller()[0] == other, what=f"broker {other} to be controller")
+        # ... and until its failover told it so (before, its metadata still names the dead
+        # broker, and librdkafka may send the describe there and wait out its timeout)
+        survivor = AdminClient({"bootstrap.servers": cluster.bootstrap_servers([other])})
+        wait_for(
+            lambda: survivor.list_topics(timeout=10).controller_id == other,
+            what=f"broker {other}'s metadata naming itself controller",
+        )
         assert znode_topic_id(zk, "ids") == topic_id
         assert described_topic_id(cluster.bootstrap_servers([other]), "ids") == topic_id
         cluster.start_broker(controller)
