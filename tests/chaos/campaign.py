@@ -34,6 +34,7 @@ from chaos.timeline import draw, series
 from chaos.workload import CLIENT_LOGGER, LiveReading, Producing, final_read
 
 TOPIC = "chaos"
+CRASH_SEGMENT_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,9 @@ class CampaignConfig:
     # inter-broker traffic through a proxy per broker; a schedule with slow-leader or
     # lossy-leader gets them
     proxies: bool = False
+    # the topic's segment.bytes (0: the broker's 1 GiB); a schedule with crash-leader gets
+    # CRASH_SEGMENT_BYTES, so that a crash meets several segments past the recovery point
+    segment_bytes: int = 0
 
 
 def run_campaign(
@@ -118,6 +122,9 @@ def run_campaign(
     proxies = config.proxies or any(
         kind in PROXY_FAULTS for f in schedule for kind in f.kind.split("+")
     )
+    segment_bytes = config.segment_bytes
+    if not segment_bytes and any("crash-leader" in f.kind for f in schedule):
+        segment_bytes = CRASH_SEGMENT_BYTES
     cluster = ChaosCluster(
         net,
         directory / "cluster",
@@ -142,7 +149,7 @@ def run_campaign(
             + ", ".join(f"{n}={p.pid}" for n, p in cluster.processes.items())
             + "".join(f", proxy p{b}={p.pid}" for b, p in cluster.proxies.items())
         )
-        _create_topic(cluster.bootstrap_servers(), config.partitions)
+        _create_topic(cluster.bootstrap_servers(), config.partitions, segment_bytes)
         _wait(lambda: cluster.full_isr(TOPIC, config.partitions), 60, "a full ISR for the topic")
         bootstrap = cluster.bootstrap_servers()
         leaders = LeaderWatch(history, cluster.zookeeper_connect, TOPIC, config.partitions)
@@ -167,7 +174,9 @@ def run_campaign(
             detail = fault.start(target)
             history.append("nemesis", phase="start", fault=number, name=fault.name, detail=detail)
             note(f"fault #{number} {fault.name} for {scheduled.hold_s} s: {detail}")
-            _wait_quiet(scheduled.hold_s)
+            held = fault.hold(target, scheduled.hold_s)
+            if held:
+                note(f"fault #{number}: {held}")
             after = fault.stop(target)
             active = None
             healed = history.now()
@@ -185,6 +194,10 @@ def run_campaign(
             else:
                 history.append("info", what="isr not full", fault=number)
                 note(f"fault #{number}: ISRs still short {config.recovery_timeout_s} s after heal")
+            recovered = fault.after_recovery(target)
+            if recovered:
+                history.append("info", what="after recovery", fault=number, detail=recovered)
+                note(f"fault #{number}: {recovered}")
         _wait_quiet(2)
         undelivered = producing.stop()
         producing = None
@@ -256,14 +269,12 @@ def run_campaign(
     return result
 
 
-def _create_topic(bootstrap: str, partitions: int) -> None:
+def _create_topic(bootstrap: str, partitions: int, segment_bytes: int = 0) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    topic = NewTopic(
-        TOPIC,
-        partitions,
-        3,
-        config={"min.insync.replicas": "2", "unclean.leader.election.enable": "false"},
-    )
+    config = {"min.insync.replicas": "2", "unclean.leader.election.enable": "false"}
+    if segment_bytes:
+        config["segment.bytes"] = str(segment_bytes)
+    topic = NewTopic(TOPIC, partitions, 3, config=config)
     admin.create_topics([topic], operation_timeout=30)[TOPIC].result(timeout=60)
 
 

@@ -70,6 +70,12 @@ class FaultWindow:
     recovery: dict[int, float | None] = field(default_factory=dict)
     # the longest ack gap overlapping [start, stop]
     longest_gap: Gap | None = None
+    # seconds from the heal to full ISRs (None: not full within the campaign's timeout, or
+    # not waited for); the campaign's "isr full" / "isr not full" info events
+    isr_full: float | None = None
+    isr_short: bool = False
+    # what the fault's victim did after the recovery ("after recovery" info events)
+    after_recovery: str = ""
 
     @property
     def worst_recovery(self) -> float | None:
@@ -328,6 +334,15 @@ def _fault_windows(
             )
         elif e["phase"] == "stop" and e["fault"] in windows:
             windows[e["fault"]].stop = e["t"]
+    for e in events:
+        if e["type"] != "info" or e.get("fault") not in windows:
+            continue
+        if e["what"] == "isr full":
+            windows[e["fault"]].isr_full = e["seconds"]
+        elif e["what"] == "isr not full":
+            windows[e["fault"]].isr_short = True
+        elif e["what"] == "after recovery":
+            windows[e["fault"]].after_recovery = e["detail"]
     ack_times: dict[int, list[float]] = defaultdict(list)
     for e in events:
         if e["type"] == "ok":
@@ -411,7 +426,37 @@ def report(result: CheckResult, title: str = "chaos campaign") -> str:
         )
         worst = w.worst_recovery
         rec = "no ack after heal" if worst is None else f"{worst:.2f} s"
-        lines.append(f"  #{w.fault} {w.name} [{w.start:.1f}..{stop}] gap {gap}; recovery {rec}")
+        isr = "" if w.isr_full is None else f"; ISRs full {w.isr_full:.2f} s after the heal"
+        isr += "; ISRs still short after the recovery timeout" if w.isr_short else ""
+        lines.append(
+            f"  #{w.fault} {w.name} [{w.start:.1f}..{stop}] gap {gap}; recovery {rec}{isr}"
+        )
         if w.detail:
             lines.append(f"      {w.detail}")
+        if w.after_recovery:
+            lines.append(f"      then: {w.after_recovery}")
+    if result.faults:
+        lines.append("by kind (faults; longest ack gap; worst heal -> ack; worst ISR refill):")
+    for name, windows in sorted(by_kind(result.faults).items()):
+        gaps = [w.longest_gap.seconds for w in windows if w.longest_gap is not None]
+        recoveries = [w.worst_recovery for w in windows]
+        refills = [w.isr_full for w in windows]
+        short = any(w.isr_short for w in windows)
+        lines.append(
+            f"  {name}: {len(windows)}; {_most(gaps)}; "
+            f"{'no ack after a heal' if None in recoveries else _most(recoveries)}; "
+            f"{'an ISR short after a heal' if short else _most(refills)}"
+        )
     return "\n".join(lines)
+
+
+def by_kind(faults: list[FaultWindow]) -> dict[str, list[FaultWindow]]:
+    out: dict[str, list[FaultWindow]] = defaultdict(list)
+    for w in faults:
+        out[w.name].append(w)
+    return dict(out)
+
+
+def _most(values: list[float | None]) -> str:
+    present = [v for v in values if v is not None]
+    return f"{max(present):.2f} s" if present else "-"

@@ -13,10 +13,16 @@ Concurrency: called from the campaign's thread only.
 from __future__ import annotations
 
 import errno
+import json
 import os
-from dataclasses import dataclass, field
+import random
+import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from kazoo.exceptions import NoNodeError
+
+from chaos import unflushed
 from chaos.cluster import FILLER, ChaosCluster
 from chaos.net import Drop, Node
 
@@ -38,8 +44,19 @@ class Fault:
     def start(self, target: Target) -> str:
         raise NotImplementedError
 
+    def hold(self, target: Target, seconds: float) -> str | None:
+        """The fault's time between start and stop: the schedule's ``seconds`` (not a wait on
+        a condition), unless the fault decides its own length; may return a line on it."""
+        time.sleep(seconds)
+        return None
+
     def stop(self, target: Target) -> str | None:
         raise NotImplementedError
+
+    def after_recovery(self, target: Target) -> str | None:
+        """Called once the cluster's ISRs are full again after the heal: a line on what the
+        fault's victim did since (None: nothing to say)."""
+        return None
 
 
 def _leader(target: Target, pick: int) -> tuple[int, int]:
@@ -263,6 +280,147 @@ class SlowLink(Fault):
         )
 
 
+@dataclass
+class CrashLoseTail(Fault):
+    """An operating system crash under the leader of a partition: kill -9, then each of its
+    partitions loses what it had not fsynced (``chaos.unflushed``: from the recovery point
+    on, every segment cut to a length drawn from the pick, often inside a batch; indexes
+    kept, cut, garbled or deleted); restart on stop. The cuts are written to
+    ``broker-<id>/unflushed-cuts.jsonl``."""
+
+    name: str = "crash-leader"
+    victim: str = ""
+
+    def start(self, target: Target) -> str:
+        cluster = target.cluster
+        partition, broker = _leader(target, self.pick)
+        self.victim = f"b{broker}"
+        pid = cluster.pid(self.victim)
+        cluster.kill(self.victim)
+        log_dir = cluster.broker_dir(broker).resolve() / "data"
+        rng = random.Random(self.pick)
+        cuts = unflushed.plan([log_dir], rng)
+        unflushed.apply({c.partition: log_dir for c in cuts}, cuts, rng)
+        with open(cluster.broker_dir(broker) / "unflushed-cuts.jsonl", "a") as f:
+            f.write(json.dumps({"pick": self.pick, "cuts": [asdict(c) for c in cuts]}) + "\n")
+        return (
+            f"kill -9 broker {broker} (leader of partition {partition}, pid {pid}), its "
+            f"unflushed tail lost: {unflushed.describe(cuts)}"
+        )
+
+    def stop(self, target: Target) -> None:
+        target.cluster.restart(self.victim)
+
+
+@dataclass
+class SessionExpiry(Fault):
+    """The ZooKeeper session of the controller (``controller``) or of a partition's leader
+    expired by the ensemble while the broker otherwise stays healthy: the broker cut from
+    every ZooKeeper (both ways; brokers and clients still reach it) until its registration
+    znode is gone or owned by another session, then healed at once. The schedule's hold is
+    not used: the cut lasts the session timeout and the ensemble's expiry tick (bounded by
+    ``limit_s``)."""
+
+    controller: bool = False
+    name: str = "expire-leader"
+    limit_s: float = 30.0
+    broker: int | None = None
+    session: int = 0
+    drops: list[Drop] = field(default_factory=list)
+    cut_at: float = 0.0
+    healed_at: float = 0.0
+
+    def start(self, target: Target) -> str:
+        cluster = target.cluster
+        if self.controller:
+            broker = cluster.controller()
+            what = "the controller"
+            if broker is None:
+                broker = self.pick % cluster.broker_count
+                what = "a broker (no controller known)"
+        else:
+            partition, broker = _leader(target, self.pick)
+            what = f"leader of partition {partition}"
+            if broker == cluster.controller():
+                what += ", also the controller"
+        self.broker = broker
+        self.session = _registration_session(cluster, broker)
+        node = _broker_node(target, broker)
+        for zk in cluster.zk_nodes.values():
+            self.drops.append(cluster.net.drop(node, zk))
+            self.drops.append(cluster.net.drop(zk, node))
+        self.cut_at = time.monotonic()
+        return (
+            f"broker {broker} ({what}) cut from every ZooKeeper until its session "
+            f"0x{self.session:x} expires"
+        )
+
+    def hold(self, target: Target, seconds: float) -> str:
+        del seconds  # the session timeout decides
+        cluster = target.cluster
+        assert self.broker is not None
+        deadline = self.cut_at + self.limit_s
+        expired = False
+        while time.monotonic() < deadline:
+            try:
+                expired = _registration_session(cluster, self.broker) != self.session
+            except Exception:  # the ensemble briefly unreachable: ask again
+                expired = False
+            if expired:
+                break
+            time.sleep(0.05)
+        self._heal(target)
+        waited = self.healed_at - self.cut_at
+        if expired:
+            return f"session 0x{self.session:x} expired on the ensemble; healed {waited:.2f} s after the cut"
+        return f"session 0x{self.session:x} still registered after {waited:.2f} s; healed anyway"
+
+    def _heal(self, target: Target) -> None:
+        for drop in self.drops:
+            target.cluster.net.undrop(drop)
+        self.drops = []
+        self.healed_at = time.monotonic()
+
+    def stop(self, target: Target) -> None:
+        if self.drops:
+            self._heal(target)
+
+    def after_recovery(self, target: Target) -> str:
+        """The broker registered again under a new session (waited for up to ``limit_s``)."""
+        cluster = target.cluster
+        assert self.broker is not None
+        deadline = time.monotonic() + self.limit_s
+        session = 0
+        while time.monotonic() < deadline:
+            try:
+                session = _registration_session(cluster, self.broker)
+            except Exception:
+                session = 0
+            if session not in (0, self.session):
+                break
+            time.sleep(0.05)
+        controller = cluster.controller()
+        if session in (0, self.session):
+            return (
+                f"broker {self.broker} not registered under a new session "
+                f"{time.monotonic() - self.healed_at:.1f} s after the heal; controller {controller}"
+            )
+        return (
+            f"broker {self.broker} registered again under session 0x{session:x} (was "
+            f"0x{self.session:x}) by {time.monotonic() - self.healed_at:.1f} s after the heal; "
+            f"controller now {controller}"
+        )
+
+
+def _registration_session(cluster: ChaosCluster, broker: int) -> int:
+    """The session owning ``/brokers/ids/<broker>`` (0: not registered)."""
+    try:
+        stat = cluster.zk().exists(f"/brokers/ids/{broker}")
+    except NoNodeError:
+        return 0
+    return 0 if stat is None else stat.ephemeralOwner
+
+
 def fill(path: Path) -> int:
     """Write ``path`` until its file system is full; return the bytes written."""
     written = 0
@@ -326,6 +484,10 @@ class Combined(Fault):
             details.append(self.started.pop().stop(target))
         return "; ".join(d for d in details if d) or None
 
+    def after_recovery(self, target: Target) -> str | None:
+        details = [part.after_recovery(target) for part in self.parts]
+        return "; ".join(d for d in details if d) or None
+
 
 def make_fault(kind: str, pick: int) -> Fault:
     """A fault from its schedule name (``FAULT_KINDS``; ``a+b`` for both at once, with the
@@ -348,6 +510,12 @@ def make_fault(kind: str, pick: int) -> Fault:
         return Pause(pick, name=kind, zookeeper=True)
     if kind == "disk-full":
         return DiskFull(pick, name=kind)
+    if kind == "crash-leader":
+        return CrashLoseTail(pick, name=kind)
+    if kind == "expire-leader":
+        return SessionExpiry(pick, name=kind)
+    if kind == "expire-controller":
+        return SessionExpiry(pick, name=kind, controller=True)
     if kind in PARTITION_SHAPES:
         return Partition(pick, name=kind, shape=kind)
     if kind == "slow-leader":
@@ -376,6 +544,9 @@ SINGLE_FAULTS = (
     "pause-follower",
     "pause-zookeeper",
     "disk-full",
+    "crash-leader",
+    "expire-leader",
+    "expire-controller",
     *PARTITION_SHAPES,
 )
 # two at once: each leaves two replicas of some partition that can reach each other
