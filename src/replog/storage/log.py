@@ -357,6 +357,13 @@ class Log:
             return old  # empty active segment: nothing to roll
         old.on_become_inactive()
         self.producer_state.write_snapshot(self.dir)
+        # Every older segment is made durable before the new one exists (Kafka flushes on
+        # roll too, ``flushUptoOffsetExclusive``, but from its scheduler): a crash that loses
+        # what was never fsynced can then cut only the last segment. Without it a closed
+        # segment could lose its tail while the next one kept its batches (the page cache
+        # writes files back in no promised order), and recovery, which cuts a log only at a
+        # bad batch, kept that hole in the middle of the log.
+        self.flush()
         segment = LogSegment(
             self.dir,
             new_base,
