@@ -574,6 +574,32 @@ def test_isr_change_notifications(zk: KafkaZkClient, raw: KazooClient) -> None:
     assert zk.get_isr_change_notifications() == []
 
 
+def test_log_dir_event_notifications(zk: KafkaZkClient, raw: KazooClient) -> None:
+    first = zk.propagate_log_dir_event(2)
+    second = zk.propagate_log_dir_event(5)
+    assert first.startswith("log_dir_event_") and second > first
+    # what Kafka's LogDirEventNotificationSequenceZNode writes, and a future event kind
+    assert json.loads(raw.get(f"/log_dir_event_notification/{first}")[0]) == {
+        "version": 1,
+        "broker": 2,
+        "event": 1,
+    }
+    other = raw.create(
+        "/log_dir_event_notification/log_dir_event_",
+        b'{"version":1,"broker":7,"event":9}',
+        sequence=True,
+    ).rsplit("/", 1)[-1]
+    names = zk.get_log_dir_event_notifications()
+    assert names == [first, second, other]
+    assert zk.read_log_dir_event_notifications([*names, "log_dir_event_9999999999"]) == {2, 5}
+    _, epoch_version = _become_controller(zk)
+    with pytest.raises(ControllerMovedError):  # a deposed controller deletes nothing
+        zk.delete_log_dir_event_notifications(names, epoch_version - 1)
+    assert zk.get_log_dir_event_notifications() == names
+    zk.delete_log_dir_event_notifications(names, epoch_version)
+    assert zk.get_log_dir_event_notifications() == []
+
+
 # --- watches ------------------------------------------------------------------------------
 
 

@@ -108,6 +108,10 @@ class ControllerContext:
     """Partitions being reassigned (KIP-455, Kafka ``partitionsBeingReassigned``): the
     full assignment with adding and removing replicas; ``partition_assignments`` holds
     its ``replicas`` (RS = TRS + ORS). Filled from the topic znodes."""
+    replicas_on_offline_dirs: dict[int, frozenset[TopicPartition]] = field(default_factory=dict)
+    """Per live broker, its replicas in a failed log dir (KIP-112, Kafka
+    ``replicasOnOfflineDirs``), as its LeaderAndIsr answers (KAFKA_STORAGE_ERROR) said;
+    they are offline although the broker is live. Forgotten when the broker restarts."""
 
     def copy(self) -> ControllerContext:
         return ControllerContext(
@@ -130,6 +134,7 @@ class ControllerContext:
             partition_state_mzxid=dict(self.partition_state_mzxid),
             partition_reassignments=dict(self.partition_reassignments),
             inter_broker_listener=self.inter_broker_listener,
+            replicas_on_offline_dirs=dict(self.replicas_on_offline_dirs),
         )
 
     # --- brokers ---------------------------------------------------------------------
@@ -149,11 +154,27 @@ class ControllerContext:
             return UNKNOWN_BROKER_EPOCH
         return info.epoch
 
-    def is_replica_online(self, broker_id: int, include_shutting_down: bool = False) -> bool:
-        """Kafka ``isReplicaOnline`` (no offline log dirs in replog)."""
+    def is_replica_online(
+        self,
+        broker_id: int,
+        tp: TopicPartition | None = None,
+        include_shutting_down: bool = False,
+    ) -> bool:
+        """Kafka ``isReplicaOnline``: the broker is live (and not shutting down unless
+        ``include_shutting_down``) and, for ``tp``, its replica is not in a failed log dir."""
         if broker_id not in self.live_brokers:
             return False
+        if tp is not None and self.replicas_on_offline_dirs:
+            offline = self.replicas_on_offline_dirs.get(broker_id)
+            if offline is not None and tp in offline:
+                return False
         return include_shutting_down or broker_id not in self.shutting_down_broker_ids
+
+    def online_brokers_for(self, tp: TopicPartition, brokers: set[int]) -> set[int]:
+        """``brokers`` without those whose replica of ``tp`` is in a failed log dir."""
+        if not self.replicas_on_offline_dirs:
+            return brokers
+        return {b for b in brokers if tp not in self.replicas_on_offline_dirs.get(b, frozenset())}
 
     # --- topics and partitions --------------------------------------------------------
 
@@ -239,8 +260,13 @@ class ControllerContext:
         """Partitions, of topics not being deleted, whose leader is not online."""
         online = self.live_broker_ids
         deleting = self.topics_to_be_deleted
+        offline_dirs = self.replicas_on_offline_dirs
         return [
             tp
             for tp, state in self.partition_leadership.items()
-            if state.leader_and_isr.leader not in online and tp[0] not in deleting
+            if (
+                state.leader_and_isr.leader not in online
+                or (offline_dirs and tp in offline_dirs.get(state.leader_and_isr.leader, ()))
+            )
+            and tp[0] not in deleting
         ]

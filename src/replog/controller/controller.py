@@ -159,6 +159,8 @@ class KafkaController:
             ev.TopicDeletion: self._process_topic_deletion,
             ev.TopicDeletionStopReplicaResponseReceived: self._process_stop_replica_response,
             ev.IsrChangeNotification: self._process_isr_change,
+            ev.LogDirEventNotification: self._process_log_dir_event,
+            ev.LeaderAndIsrResponseReceived: self._process_leader_and_isr_response,
             ev.ControlledShutdown: self._process_controlled_shutdown,
             ev.ReplicaLeaderElection: self._process_replica_leader_election,
             ev.AutoPreferredReplicaLeaderElection: self._process_auto_preferred_election,
@@ -435,6 +437,7 @@ class KafkaController:
             (zd.TOPICS_PATH, ev.TopicChange),
             (zd.DELETE_TOPICS_PATH, ev.TopicDeletion),
             (zd.ISR_CHANGE_NOTIFICATION_PATH, ev.IsrChangeNotification),
+            (zd.LOG_DIR_EVENT_NOTIFICATION_PATH, ev.LogDirEventNotification),
         ]
         watches = [self.zk.watch_children(p, self._enqueue_on_change(make)) for p, make in paths]
 
@@ -541,8 +544,37 @@ class KafkaController:
                 future = self.channels.send(broker_id, request, callback)
                 if isinstance(request, LeaderAndIsrRequest):
                     future.add_done_callback(partial(_log_leader_and_isr_errors, broker_id))
+                    future.add_done_callback(
+                        partial(self._on_leader_and_isr_response, broker_id, request)
+                    )
                     leader_and_isr.append(future)
         return leader_and_isr
+
+    def _on_leader_and_isr_response(
+        self, broker_id: int, request: LeaderAndIsrRequest, future: asyncio.Future[Any]
+    ) -> None:
+        """On the loop: an answer naming replicas in a failed log dir (KAFKA_STORAGE_ERROR),
+        or from a broker known to have some, becomes an event (Kafka enqueues every
+        answer; the others change nothing)."""
+        if future.cancelled() or future.exception() is not None or self.context is None:
+            return
+        response = future.result()
+        if int(response.error_code) != 0:
+            return
+        offline: set[TopicPartition] = set()
+        online: set[TopicPartition] = set()
+        for topic_state, topic_errors in zip(request.topic_states, response.topics, strict=False):
+            topic = str(topic_state.topic_name)
+            for p in topic_errors.partition_errors:
+                code = int(p.error_code)
+                if code == ErrorCode.kafka_storage_error:
+                    offline.add(TopicPartition(topic, int(p.partition_index)))
+                elif code == 0:
+                    online.add(TopicPartition(topic, int(p.partition_index)))
+        if offline or broker_id in self.context.replicas_on_offline_dirs:
+            self.events.put(
+                ev.LeaderAndIsrResponseReceived(broker_id, frozenset(offline), frozenset(online))
+            )
 
     def _on_stop_replica_response(
         self, broker_id: int, request: StopReplicaRequest, response: Any
@@ -725,6 +757,50 @@ class KafkaController:
                     names,
                     self.context.controller_epoch_zk_version,
                 )
+
+    async def _process_log_dir_event(self, _e: ev.LogDirEventNotification, q: QueuedEvent) -> None:
+        """Kafka ``processLogDirEventNotification``."""
+        if self.context is None:
+            return
+        names = await asyncio.to_thread(self.zk.get_log_dir_event_notifications)
+        if not names:
+            return
+        try:
+            brokers = await asyncio.to_thread(self.zk.read_log_dir_event_notifications, names)
+            log.warning("controller: log dir failure on brokers %s", sorted(brokers))
+            applied = await self._apply(
+                partial(decisions.on_broker_log_dir_failure, broker_ids=brokers),
+                None,
+                q.enqueue_time_s,
+            )
+            self._report(f"log dir failure on brokers {sorted(brokers)}", applied)
+        finally:
+            if self.context is not None:
+                await asyncio.to_thread(
+                    self.zk.delete_log_dir_event_notifications,
+                    names,
+                    self.context.controller_epoch_zk_version,
+                )
+
+    async def _process_leader_and_isr_response(
+        self, e: ev.LeaderAndIsrResponseReceived, q: QueuedEvent
+    ) -> None:
+        if self.context is None:
+            return
+        d, offline = decisions.on_leader_and_isr_response(
+            self.context, e.broker_id, e.offline, e.online
+        )
+        if not offline:
+            self._install(d.context)  # only what is known offline changed
+            return
+        applied = await self._apply(
+            lambda _ctx: d,
+            partial(decisions.redo_replicas_offline, replicas=offline),
+            q.enqueue_time_s,
+        )
+        self._report(
+            f"{len(offline)} replicas of broker {e.broker_id} in a failed log dir", applied
+        )
 
     async def _process_controlled_shutdown(self, e: ev.ControlledShutdown, q: QueuedEvent) -> None:
         answer = decisions.ControlledShutdownResult(NOT_CONTROLLER, ())

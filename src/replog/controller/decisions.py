@@ -38,7 +38,7 @@ from replog.controller.state_machines import (
     replica_state_change,
     trigger_online_partition_state_change,
 )
-from replog.controller.states import PartitionState, ReplicaState
+from replog.controller.states import REPLICA_VALID_PREVIOUS_STATES, PartitionState, ReplicaState
 from replog.zk.fencing import UNKNOWN_BROKER_EPOCH, check_controller_epoch, is_stale_broker_epoch
 
 log = logging.getLogger("replog.controller")
@@ -64,7 +64,7 @@ def on_controller_failover(context: ControllerContext) -> ControllerDecision:
     online_replicas: list[PartitionReplica] = []
     for topic in sorted(ctx.partition_assignments):
         for replica in ctx.replicas_for_topic(topic):
-            if ctx.is_replica_online(replica.replica, include_shutting_down=True):
+            if ctx.is_replica_online(replica.replica, replica[0], include_shutting_down=True):
                 online_replicas.append(replica)
                 ctx.replica_states[replica] = _R.OnlineReplica
             else:
@@ -80,7 +80,7 @@ def on_controller_failover(context: ControllerContext) -> ControllerDecision:
         state = ctx.partition_leadership.get(tp)
         if state is None:
             ctx.partition_states[tp] = _P.NewPartition
-        elif ctx.is_replica_online(state.leader_and_isr.leader):
+        elif ctx.is_replica_online(state.leader_and_isr.leader, tp):
             ctx.partition_states[tp] = _P.OnlinePartition
         else:
             ctx.partition_states[tp] = _P.OfflinePartition
@@ -368,6 +368,8 @@ def _broker_startup(d: ControllerDecision, new_brokers: Sequence[BrokerInfo]) ->
     for info in new_brokers:
         ctx.live_brokers[info.id] = info
         ctx.shutting_down_broker_ids.discard(info.id)
+        # Kafka: a restarted broker's failed dirs are learnt again from its answers.
+        ctx.replicas_on_offline_dirs.pop(info.id, None)
     # Kafka sends everything to everyone here: new brokers need all partitions, the
     # others need the new live broker list.
     d.batch.add_update_metadata_all_partitions(ctx.live_or_shutting_down_broker_ids)
@@ -400,6 +402,7 @@ def _remove_live(d: ControllerDecision, dead: Iterable[int]) -> None:
     for broker in dead:
         ctx.live_brokers.pop(broker, None)
         ctx.shutting_down_broker_ids.discard(broker)
+        ctx.replicas_on_offline_dirs.pop(broker, None)
 
 
 def _offline_leaders(d: ControllerDecision, dead: Sequence[int]) -> None:
@@ -520,6 +523,97 @@ def on_isr_change(
     if changed:
         d.batch.add_update_metadata_to_all_live(changed)
     return d
+
+
+def on_broker_log_dir_failure(
+    context: ControllerContext, broker_ids: Iterable[int]
+) -> ControllerDecision:
+    """Kafka ``onBrokerLogDirFailure``: a log dir of each of ``broker_ids`` failed (their
+    log dir event notifications). Their replicas go OnlineReplica again, which sends each
+    broker LeaderAndIsr for every replica it hosts: it answers KAFKA_STORAGE_ERROR for
+    those in the failed dir, and ``on_leader_and_isr_response`` takes them offline.
+    Replicas already known to be in a failed dir are left as they are."""
+    d = ControllerDecision(context)
+    ctx = d.context
+    live = sorted(b for b in set(broker_ids) if b in ctx.live_brokers)
+    to_online = REPLICA_VALID_PREVIOUS_STATES[_R.OnlineReplica]
+    replicas = [
+        r
+        for r in ctx.replicas_on_brokers(live)
+        if ctx.replica_state(r) in to_online and ctx.is_replica_online(r[1], r[0], True)
+    ]
+    replica_state_change(d, replicas, _R.OnlineReplica)
+    return d
+
+
+def on_leader_and_isr_response(
+    context: ControllerContext,
+    broker_id: int,
+    offline: Iterable[TopicPartition],
+    online: Iterable[TopicPartition],
+) -> tuple[ControllerDecision, list[PartitionReplica]]:
+    """Kafka ``processLeaderAndIsrResponseReceived``: ``broker_id`` answered a
+    LeaderAndIsr, KAFKA_STORAGE_ERROR for the ``offline`` partitions (in a failed log dir)
+    and no error for the ``online`` ones. Replicas newly known to be offline are handled
+    as Kafka's ``onReplicasBecomeOffline``: partitions they led get a leader elected from
+    the rest of the ISR, and they leave their ISRs. Returns the decision and those
+    replicas (a retry after lost version races handles them again)."""
+    d = ControllerDecision(context)
+    ctx = d.context
+    if broker_id not in ctx.live_brokers:
+        return d, []
+    known = ctx.partition_assignments
+    previous = ctx.replicas_on_offline_dirs.get(broker_id, frozenset())
+    current = (previous - set(online)) | {
+        TopicPartition(*tp) for tp in offline if tp[1] in known.get(tp[0], {})
+    }
+    if current:
+        ctx.replicas_on_offline_dirs[broker_id] = frozenset(current)
+    else:
+        ctx.replicas_on_offline_dirs.pop(broker_id, None)
+    new = [PartitionReplica(tp, broker_id) for tp in sorted(current - previous)]
+    if new:
+        log.warning(
+            "broker %d: %d replicas are in a failed log dir: %s",
+            broker_id,
+            len(new),
+            [f"{r[0][0]}-{r[0][1]}" for r in new[:20]],
+        )
+        replicas_become_offline(d, new)
+    return d, new
+
+
+def redo_replicas_offline(
+    context: ControllerContext, stale: set[TopicPartition], replicas: Sequence[PartitionReplica]
+) -> ControllerDecision:
+    """The retry of ``on_leader_and_isr_response`` for partitions whose writes lost a
+    version race (their states re-read into ``context``)."""
+    d = ControllerDecision(context)
+    replicas_become_offline(d, [r for r in replicas if r[0] in stale])
+    return d
+
+
+def replicas_become_offline(d: ControllerDecision, replicas: Sequence[PartitionReplica]) -> None:
+    """Kafka ``onReplicasBecomeOffline`` for replicas of live brokers (in failed log
+    dirs): partitions without an online leader go OfflinePartition and get one elected,
+    then the replicas go OfflineReplica (they leave their ISRs, StopReplica without
+    delete to them); replica deletions waiting on them fail."""
+    ctx = d.context
+    deleting = ctx.topics_to_be_deleted
+    to_offline = REPLICA_VALID_PREVIOUS_STATES[_R.OfflineReplica]
+    for_deletion = [r for r in replicas if r[0][0] in deleting]
+    not_for_deletion = [
+        r
+        for r in replicas
+        if r[0][0] not in deleting
+        and r[0][0] in ctx.all_topics
+        and ctx.replica_state(r) in to_offline
+    ]
+    partition_state_change(d, ctx.partitions_with_offline_leader(), _P.OfflinePartition)
+    trigger_online_partition_state_change(d)
+    replica_state_change(d, not_for_deletion, _R.OfflineReplica)
+    topic_deletion.fail_replica_deletion(d, for_deletion)
+    d.batch.add_update_metadata_to_all_live()
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,6 +83,24 @@ class IsrChangeNotification:
 
 
 @dataclass(frozen=True, slots=True)
+class LogDirEventNotification:
+    """Kafka ``LogDirEventNotification`` -> ``processLogDirEventNotification``: a broker
+    wrote ``/log_dir_event_notification/log_dir_event_N`` (a log dir of it failed).
+    Decision: ``decisions.on_broker_log_dir_failure``."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderAndIsrResponseReceived:
+    """Kafka ``LeaderAndIsrResponseReceived``: ``broker_id`` answered a LeaderAndIsr;
+    ``offline`` are the partitions it answered KAFKA_STORAGE_ERROR for (in a failed log
+    dir), ``online`` those it applied. Decision: ``decisions.on_leader_and_isr_response``."""
+
+    broker_id: int
+    offline: frozenset[TopicPartition]
+    online: frozenset[TopicPartition]
+
+
+@dataclass(frozen=True, slots=True)
 class ControlledShutdown:
     """Kafka ``ControlledShutdown`` -> ``processControlledShutdown``: a broker asked to
     shut down. Decision: ``decisions.on_controlled_shutdown``; its result goes to

@@ -241,6 +241,7 @@ class ControllerBrokerRequestBatch:
     ) -> tuple[UpdateMetadataTopicState, ...]:
         by_topic: dict[str, list[UpdateMetadataPartitionState]] = {}
         live = context.live_broker_ids
+        offline_dirs = context.replicas_on_offline_dirs
         leadership = context.partition_leadership
         assignments = context.partition_assignments
         deleting = context.topics_to_be_deleted
@@ -254,6 +255,10 @@ class ControllerBrokerRequestBatch:
             offline = (
                 () if live.issuperset(replicas) else tuple(r for r in replicas if r not in live)
             )
+            if offline_dirs:  # replicas of live brokers in failed log dirs (KIP-112)
+                offline = tuple(
+                    r for r in replicas if r not in live or tp in offline_dirs.get(r, ())
+                )
             topic_states = by_topic.get(topic)
             if topic_states is None:
                 topic_states = by_topic[topic] = []

@@ -136,6 +136,7 @@ def _initialize_leader_and_isr(d: ControllerDecision, tp: TopicPartition, online
     replicas form the ISR, leader epoch 0."""
     ctx = d.context
     replicas = ctx.replicas_for(tp)
+    online = ctx.online_brokers_for(tp, online)
     live = [r for r in replicas if r in online]
     if not live:
         log.error("%s: no live replica among %s; cannot initialize its leader", tp, list(replicas))
@@ -162,6 +163,7 @@ def _elect_leader(
     check_controller_epoch(ctx.controller_epoch, current.controller_epoch, tp)
     lai = current.leader_and_isr
     assignment = ctx.partition_assignments[tp[0]][tp[1]]
+    online = ctx.online_brokers_for(tp, online)  # replicas in failed log dirs cannot lead
     result: ElectionResult | None
     if isinstance(election, OfflineElection):
         unclean = (
@@ -172,7 +174,10 @@ def _elect_leader(
         result = offline_partition_leader(assignment, lai.isr, online, unclean)
     elif isinstance(election, ControlledShutdownElection):
         result = controlled_shutdown_leader(
-            assignment, lai.isr, ctx.live_or_shutting_down_broker_ids, ctx.shutting_down_broker_ids
+            assignment,
+            lai.isr,
+            ctx.online_brokers_for(tp, ctx.live_or_shutting_down_broker_ids),
+            ctx.shutting_down_broker_ids,
         )
     else:
         result = preferred_replica_leader(assignment, lai.isr, online)

@@ -756,6 +756,56 @@ class KafkaZkClient:
         if any(r.error is ZkWriteError.CONTROLLER_MOVED for r in results.values()):
             raise ControllerMovedError("controller moved while deleting ISR change notifications")
 
+    # --- log dir event notifications (KIP-112) ----------------------------------------
+
+    def propagate_log_dir_event(self, broker_id: int) -> str:
+        """Kafka ``propagateLogDirEvent``: create ``/log_dir_event_notification/
+        log_dir_event_<seq>`` naming ``broker_id``; return the node's name."""
+        path = self._ops.call(
+            self._zk.create,
+            zd.log_dir_event_path(zd.LOG_DIR_EVENT_PREFIX),
+            zd.encode_log_dir_event(broker_id),
+            sequence=True,
+            makepath=True,
+        )
+        return str(path).rsplit("/", 1)[-1]
+
+    def get_log_dir_event_notifications(self) -> list[str]:
+        try:
+            names = self._ops.call(self._zk.get_children, zd.LOG_DIR_EVENT_NOTIFICATION_PATH)
+        except NoNodeError:
+            return []
+        return sorted(names)
+
+    def read_log_dir_event_notifications(self, names: Iterable[str]) -> set[int]:
+        """The brokers the named notifications report (Kafka
+        ``getBrokerIdsFromLogDirEvents``); unreadable or vanished ones are skipped."""
+        paths = [zd.log_dir_event_path(name) for name in names]
+        brokers: set[int] = set()
+        for result in self._ops.read_many(paths, GET_DATA):
+            if isinstance(result, Exception):
+                continue
+            try:
+                broker = zd.decode_log_dir_event(result[0])
+            except zd.ZkDataError as exc:
+                log.warning("ignoring %s", exc)
+                continue
+            if broker is not None:
+                brokers.add(broker)
+        return brokers
+
+    def delete_log_dir_event_notifications(
+        self, names: Iterable[str], expected_controller_epoch_zk_version: int
+    ) -> None:
+        """Delete the named notifications, guarded by the epoch check."""
+        paths = [zd.log_dir_event_path(name) for name in names]
+        results = self._ops.write_batched(
+            [(p, ("delete", p, b"", -1)) for p in paths],
+            _epoch_check(expected_controller_epoch_zk_version),
+        )
+        if any(r.error is ZkWriteError.CONTROLLER_MOVED for r in results.values()):
+            raise ControllerMovedError("controller moved while deleting log dir events")
+
     # --- dynamic configs (Kafka AdminZkClient.changeConfigs, ZkConfigManager) ---------
 
     def get_entity_config(

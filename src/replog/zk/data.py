@@ -23,6 +23,8 @@ path                                       data
 ``/admin/delete_topics/<t>``               empty
 ``/isr_change_notification/isr_change_N``  ``{"version":1,"partitions":[{"topic":..,
                                            "partition":..}]}``
+``/log_dir_event_notification/``           ``{"version":1,"broker":1,"event":1}`` (event 1:
+``log_dir_event_N``                         a log dir of that broker failed)
 ``/admin/preferred_replica_election``       ``{"version":1,"partitions":[{"topic":..,
                                            "partition":..}]}``
 ``/admin/reassign_partitions``              ``{"version":1,"partitions":[{"topic":..,
@@ -145,6 +147,10 @@ def delete_topic_path(topic: str) -> str:
 
 def isr_change_path(name: str) -> str:
     return f"{ISR_CHANGE_NOTIFICATION_PATH}/{name}"
+
+
+def log_dir_event_path(name: str) -> str:
+    return f"{LOG_DIR_EVENT_NOTIFICATION_PATH}/{name}"
 
 
 # --- cluster id --------------------------------------------------------------------------
@@ -522,6 +528,33 @@ def encode_isr_change(partitions: Iterable[TopicPartition]) -> bytes:
 def decode_isr_change(data: bytes) -> set[TopicPartition]:
     js = _loads(data, "isr change notification")
     return {(str(e["topic"]), int(e["partition"])) for e in js.get("partitions", [])}
+
+
+# --- log dir event notifications (KIP-112) --------------------------------------------------
+
+LOG_DIR_EVENT_PREFIX = "log_dir_event_"
+LOG_DIR_EVENT_VERSION = 1
+LOG_DIR_FAILURE_EVENT = 1
+"""Kafka ``LogDirEventNotificationHandler.LogDirFailureEvent``, the only event there is."""
+
+
+def encode_log_dir_event(broker_id: int) -> bytes:
+    """Kafka ``LogDirEventNotificationSequenceZNode.encode``: a log dir of ``broker_id``
+    failed."""
+    return _dumps(
+        {"version": LOG_DIR_EVENT_VERSION, "broker": broker_id, "event": LOG_DIR_FAILURE_EVENT}
+    )
+
+
+def decode_log_dir_event(data: bytes) -> int | None:
+    """The broker a log dir event names, or None for an event other than a failure."""
+    js = _loads(data, "log dir event notification")
+    try:
+        if int(js.get("event", LOG_DIR_FAILURE_EVENT)) != LOG_DIR_FAILURE_EVENT:
+            return None
+        return int(js["broker"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ZkDataError(f"log dir event notification: {data!r}") from exc
 
 
 # --- preferred replica election ------------------------------------------------------------
