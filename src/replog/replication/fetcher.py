@@ -38,6 +38,10 @@ TopicPartition = tuple[str, int]
 FIRST_BACKOFF_S = 0.05
 
 
+StorageErrorHandler = Callable[[Partition, str, OSError], None]
+"""Told of a follower's failed disk write: the partition, what failed, the error."""
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -95,11 +99,13 @@ class ReplicaFetcher:
         endpoint: LeaderEndpoint,
         config: FetcherConfig,
         quota: ReplicationQuota | None = None,
+        on_storage_error: StorageErrorHandler | None = None,
     ) -> None:
         self.source_broker = source_broker
         self.endpoint = endpoint
         self.config = config
         self.quota = quota if quota is not None else ReplicationQuota()
+        self.on_storage_error = on_storage_error
         self.partitions: dict[TopicPartition, FollowedPartition] = {}
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -200,9 +206,21 @@ class ReplicaFetcher:
             followed.succeeded()
             self._truncate(followed.partition, decision)
 
+    def _storage_failed(self, part: Partition, what: str, exc: OSError) -> None:
+        """A follower's write failed for its disk: the replica manager takes the log dir
+        offline (which removes the partition from this fetcher)."""
+        self.partitions.pop((part.topic, part.partition), None)
+        if self.on_storage_error is None:
+            raise exc
+        self.on_storage_error(part, what, exc)
+
     def _truncate(self, part: Partition, decision: TruncationDecision) -> None:
         before = part.log.log_end_offset
-        part.log.truncate_to(decision.offset)
+        try:
+            part.log.truncate_to(decision.offset)
+        except OSError as exc:
+            self._storage_failed(part, f"truncation of {part.topic}-{part.partition}", exc)
+            return
         after = part.log.log_end_offset
         if after < before:
             log.info(
@@ -263,6 +281,9 @@ class ReplicaFetcher:
                         log.warning("%s-%d: %s; truncating again", tp[0], tp[1], exc)
                         machine.on_append_mismatch()
                         continue
+                    except OSError as exc:
+                        self._storage_failed(part, f"follower append to {tp[0]}-{tp[1]}", exc)
+                        continue
                     if self._throttled(followed):
                         self.quota.record(len(result.records), time.monotonic())
                 followed.caught_up = part.log.log_end_offset >= result.high_watermark
@@ -281,7 +302,11 @@ class ReplicaFetcher:
                 if isinstance(effect, TruncationDecision):
                     self._truncate(part, effect)
                 elif isinstance(effect, RestartAt):
-                    part.log.truncate_fully_and_start_at(effect.offset)
+                    try:
+                        part.log.truncate_fully_and_start_at(effect.offset)
+                    except OSError as exc:
+                        self._storage_failed(part, f"restart of {tp[0]}-{tp[1]}", exc)
+                        continue
                 progressed = True
             else:
                 followed.failed(time.monotonic(), self.config.fetch_backoff_ms / 1000)
@@ -313,6 +338,8 @@ class ReplicaFetcherManager:
         )
         self.fetchers: dict[tuple[int, int, str, int], ReplicaFetcher] = {}
         self._where: dict[TopicPartition, tuple[int, int, str, int]] = {}
+        self.on_storage_error: StorageErrorHandler | None = None
+        """The replica manager's ``storage_failed``: a follower's disk failed."""
 
     def _fetcher_id(self, tp: TopicPartition) -> int:
         return zlib.crc32(f"{tp[0]}-{tp[1]}".encode()) % self.config.num_fetchers
@@ -335,11 +362,18 @@ class ReplicaFetcherManager:
                 self._endpoint_factory(leader_id, *leader_address),
                 self.config,
                 self.quota,
+                self._storage_error,
             )
             self.fetchers[key] = fetcher
             fetcher.start()
         fetcher.add(FollowedPartition(part, part.machine.term))
         self._where[tp] = key
+
+    def _storage_error(self, part: Partition, what: str, exc: OSError) -> None:
+        self._where.pop((part.topic, part.partition), None)
+        if self.on_storage_error is None:
+            raise exc
+        self.on_storage_error(part, what, exc)
 
     def remove_partition(self, topic: str, partition: int) -> None:
         key = self._where.pop((topic, partition), None)

@@ -112,8 +112,13 @@ class ReplicaManager:
         self.log_manager = log_manager
         self.topic_config = topic_config
         self.partitions: dict[TopicPartition, Partition] = {}
-        # partitions whose last append failed for the disk (logged once until one succeeds)
-        self._storage_failing: set[TopicPartition] = set()
+        self.offline_partitions: set[TopicPartition] = set()
+        """Partitions whose log dir went offline (Kafka ``HostedPartition.Offline``):
+        requests for them get KAFKA_STORAGE_ERROR until the broker restarts."""
+        self.on_log_dir_offline: Callable[[Path, list[TopicPartition]], None] | None = None
+        """The broker's part of a failed log dir (the ZooKeeper notification, or the halt
+        when no log dir is left), after this manager stopped serving its partitions."""
+        log_manager.on_log_dir_failure = self.handle_log_dir_failure
         self.fetcher_manager: ReplicaFetcherManager | None = None
         self.on_replica_deleted: Callable[[str], None] | None = None  # drops cached topic config
         self.is_live_broker: Callable[[int], bool] = lambda _broker_id: True
@@ -128,6 +133,44 @@ class ReplicaManager:
     def get_partition(self, topic: str, partition: int) -> Partition | None:
         return self.partitions.get((topic, partition))
 
+    def _missing(self, topic: str, partition: int) -> ErrorCode:
+        """The error for a partition not hosted here: offline ones say so."""
+        if self.offline_partitions and (topic, partition) in self.offline_partitions:
+            return ErrorCode.kafka_storage_error
+        return ErrorCode.unknown_topic_or_partition
+
+    # -- failed log dirs (KIP-112) --------------------------------------------
+
+    def storage_failed(self, part: Partition, what: str, exc: OSError) -> None:
+        """A read or write of ``part``'s log failed for its disk: the whole log dir goes
+        offline (Kafka ``LogDirFailureChannel.maybeAddOfflineLogDir``)."""
+        log_dir = part.log.dir.parent
+        if self.log_manager.mark_offline(log_dir, f"{what} failed: {exc}"):
+            self.handle_log_dir_failure(log_dir)
+
+    def handle_log_dir_failure(self, log_dir: Path) -> None:
+        """Kafka ``ReplicaManager.handleLogDirFailure``: stop fetching and serving every
+        partition in the offline ``log_dir`` (their leaders stop leading, waiting
+        requests wake), close their logs, then the broker tells the controller, which
+        moves their leaderships and ISRs elsewhere."""
+        gone = sorted(tp for tp in self.partitions if self.log_manager.log_dir_of(*tp) == log_dir)
+        for tp in gone:
+            part = self.partitions.pop(tp)
+            if self.fetcher_manager is not None:
+                self.fetcher_manager.remove_partition(*tp)
+            self._carry_out(part, part.machine.stop())
+            part.waiters.wake_all()
+        offline = sorted({*gone, *self.log_manager.handle_log_dir_failure(log_dir)})
+        self.offline_partitions.update(offline)
+        log.error(
+            "stopped serving %d replicas in the offline log dir %s: %s",
+            len(offline),
+            log_dir,
+            ", ".join(f"{t}-{p}" for t, p in offline[:20]),
+        )
+        if self.on_log_dir_offline is not None:
+            self.on_log_dir_offline(log_dir, offline)
+
     # -- produce --------------------------------------------------------------
 
     def append_to_leader(
@@ -135,7 +178,7 @@ class ReplicaManager:
     ) -> ProduceResult:
         part = self.partitions.get((topic, partition))
         if part is None:
-            return ProduceResult(ErrorCode.unknown_topic_or_partition)
+            return ProduceResult(self._missing(topic, partition))
         try:
             error, info = part.append_as_leader(bytearray(records), acks=acks, now_ms=now)
         except Exception as exc:
@@ -143,15 +186,10 @@ class ReplicaManager:
             if code == ErrorCode.unknown_server_error:
                 log.exception("append to %s-%d failed", topic, partition)
             elif code == ErrorCode.kafka_storage_error:
-                if (topic, partition) not in self._storage_failing:  # once, not per request
-                    self._storage_failing.add((topic, partition))
-                    log.error("append to %s-%d failed, writes refused: %s", topic, partition, exc)
+                self.storage_failed(part, f"append to {topic}-{partition}", exc)
             else:
                 log.info("append to %s-%d rejected: %s", topic, partition, exc)
             return ProduceResult(code, error_message=str(exc) or None)
-        if self._storage_failing and (topic, partition) in self._storage_failing:
-            self._storage_failing.discard((topic, partition))
-            log.info("append to %s-%d succeeds again", topic, partition)
         if info is None:
             return ProduceResult(error)
         return ProduceResult(
@@ -294,7 +332,7 @@ class ReplicaManager:
     ) -> FetchResult:
         part = self.partitions.get((request.topic, request.partition))
         if part is None:
-            return FetchResult(ErrorCode.unknown_topic_or_partition)
+            return FetchResult(self._missing(request.topic, request.partition))
         is_follower = replica_id >= 0
         decision = part.machine.on_fetch(
             replica_id,
@@ -317,7 +355,11 @@ class ReplicaManager:
                     log_start_offset=part.log.log_start_offset,
                 )
             return FetchResult(decision.error)
-        records = part.read(decision, min(request.max_bytes, budget) if budget > 0 else 0)
+        try:
+            records = part.read(decision, min(request.max_bytes, budget) if budget > 0 else 0)
+        except OSError as exc:
+            self.storage_failed(part, f"read of {part.topic}-{part.partition}", exc)
+            return FetchResult(ErrorCode.kafka_storage_error)
         return FetchResult(
             ErrorCode.none,
             high_watermark=decision.high_watermark,
@@ -444,8 +486,12 @@ class ReplicaManager:
         by_dir: dict[Path, dict[tuple[str, int], int]] = {}
         for (topic, partition), part in self.partitions.items():
             by_dir.setdefault(part.log.dir.parent, {})[(topic, partition)] = part.high_watermark
-        for log_dir in self.log_manager.log_dirs:
-            OffsetCheckpointFile(log_dir / HW_CHECKPOINT).write(by_dir.get(log_dir, {}))
+        for log_dir in self.log_manager.live_log_dirs:
+            try:
+                OffsetCheckpointFile(log_dir / HW_CHECKPOINT).write(by_dir.get(log_dir, {}))
+            except OSError as exc:
+                if self.log_manager.mark_offline(log_dir, f"writing {HW_CHECKPOINT} failed: {exc}"):
+                    self.handle_log_dir_failure(log_dir)
 
     def _restored_high_watermark(self, topic: str, partition: int, log_dir: Path) -> int:
         if log_dir not in self._hw_checkpoints:
@@ -517,11 +563,37 @@ class ReplicaManager:
         state: PartitionLeadership,
         *,
         live_leaders: dict[int, tuple[str, int]],
+        is_new: bool = False,
     ) -> ErrorCode:
-        """Apply one partition of a LeaderAndIsr request (Kafka ``becomeLeaderOrFollower``)."""
+        """Apply one partition of a LeaderAndIsr request (Kafka ``becomeLeaderOrFollower``).
+
+        A partition in an offline log dir answers KAFKA_STORAGE_ERROR (the controller then
+        takes the replica as offline), and so does one with no log here that is not new
+        while some log dir is offline: its log may be on that dir, and an empty log made
+        elsewhere would pass for it (Kafka ``getOrCreateLog`` with ``isNew`` false)."""
         if not state.assigns(self.broker_id):
             return ErrorCode.unknown_topic_or_partition  # before creating a log for it
-        part = self._get_or_create_partition(topic, partition)
+        tp = (topic, partition)
+        if self.offline_partitions and tp in self.offline_partitions:
+            return ErrorCode.kafka_storage_error
+        if (
+            tp not in self.partitions
+            and self.log_manager.offline_log_dirs
+            and not is_new
+            and self.log_manager.get_log(topic, partition) is None
+        ):
+            log.warning(
+                "%s-%d: no log here and log dirs %s are offline: KAFKA_STORAGE_ERROR",
+                topic,
+                partition,
+                sorted(str(d) for d in self.log_manager.offline_log_dirs),
+            )
+            return ErrorCode.kafka_storage_error
+        try:
+            part = self._get_or_create_partition(topic, partition)
+        except OSError as exc:
+            log.error("%s-%d: cannot create its log: %s", topic, partition, exc)
+            return ErrorCode.kafka_storage_error
         code, actions = part.machine.on_leader_and_isr(state, now_ms())
         if code is ErrorCode.stale_controller_epoch:
             log.warning(
@@ -574,6 +646,8 @@ class ReplicaManager:
         return resigned
 
     def stop_replica(self, topic: str, partition: int, delete: bool) -> None:
+        if delete:
+            self.offline_partitions.discard((topic, partition))
         part = self.partitions.pop((topic, partition), None)
         if self.fetcher_manager is not None:
             self.fetcher_manager.remove_partition(topic, partition)

@@ -73,6 +73,7 @@ from replog.zk.data import BrokerInfo, EndPoint
 log = logging.getLogger(__name__)
 
 ISR_PROPAGATION_CHECK_S = 2.5  # Kafka's isr-change-propagation check interval
+HALT_ZK_CLOSE_S = 5.0  # how long a broker without log dirs waits to close its session
 # What a broker fenced from ZooKeeper still answers: the controller, which restores it.
 CONTROLLER_APIS = frozenset(
     {
@@ -127,6 +128,10 @@ class Broker:
             ),
             quota=self.configs.follower_quota,
         )
+        self.replica_manager.fetcher_manager.on_storage_error = self.replica_manager.storage_failed
+        self.halt = os._exit
+        """Ends the process at once (Kafka ``Exit.halt``) when no log dir is left."""
+        self._log_dir_tasks: set[asyncio.Task[None]] = set()
         self.admin = AdminManager(config, self.zk, self.metadata_cache)
         self.producer_ids = ProducerIdManager(config.broker_id, self.zk.client)
         self.group_coordinator = GroupCoordinator(
@@ -297,6 +302,12 @@ class Broker:
 
     async def start(self) -> None:
         self.log_manager.startup(now_ms())
+        if not self.log_manager.live_log_dirs:
+            raise SystemExit(
+                f"broker {self.config.broker_id}: every log dir has failed: "
+                + "; ".join(f"{d}: {why}" for d, why in self.log_manager.offline_log_dirs.items())
+            )
+        self.replica_manager.on_log_dir_offline = self._on_log_dir_offline
         # The log cleaner's threads hand every call on the logs to this loop.
         self.log_manager.start_cleaner(LoopOwner(asyncio.get_running_loop()))
         await asyncio.to_thread(self.zk.start)
@@ -413,6 +424,44 @@ class Broker:
             self.config.broker_id,
             self.broker_epoch,
         )
+
+    def _on_log_dir_offline(self, log_dir: object, partitions: list[tuple[str, int]]) -> None:
+        """A log dir failed and its replicas stopped (``ReplicaManager``). With other log
+        dirs live, tell the controller (a log dir event notification), which moves the
+        leaderships and ISRs of those replicas; with none left, halt as Kafka does, but
+        close the ZooKeeper session first so that the controller sees this broker gone
+        at once rather than after the session timeout."""
+        if self.log_manager.live_log_dirs:
+            task = asyncio.get_running_loop().create_task(self._announce_log_dir_failure())
+        else:
+            log.critical(
+                "broker %d: shutting down: every log dir has failed (last %s, %d replicas)",
+                self.config.broker_id,
+                log_dir,
+                len(partitions),
+            )
+            task = asyncio.get_running_loop().create_task(self._halt_without_log_dirs())
+        self._log_dir_tasks.add(task)
+        task.add_done_callback(self._log_dir_tasks.discard)
+
+    async def _announce_log_dir_failure(self) -> None:
+        while True:
+            try:
+                name = await asyncio.to_thread(
+                    self.zk.propagate_log_dir_event, self.config.broker_id
+                )
+                log.info("broker %d: log dir failure announced (%s)", self.config.broker_id, name)
+                return
+            except Exception as exc:  # ZooKeeper unreachable: the controller must hear of it
+                log.warning("could not announce the log dir failure (%s); retrying", exc)
+                await asyncio.sleep(self.config.zookeeper_connection_timeout_ms / 1000 / 10)
+
+    async def _halt_without_log_dirs(self) -> None:
+        try:
+            await asyncio.wait_for(asyncio.to_thread(self.zk.close), HALT_ZK_CLOSE_S)
+        except Exception as exc:  # the session then expires on its own
+            log.warning("closing the ZooKeeper session before halting failed: %s", exc)
+        self.halt(1)
 
     async def _recover_assignments(self) -> None:
         """Seed 000 question 5: delete local partitions no longer assigned to this broker.

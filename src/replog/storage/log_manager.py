@@ -20,6 +20,15 @@ The log cleaner (``cleaner_threads.LogCleaner``) is the log manager's, as in Kaf
 its calls on the logs' owner; ``stop_cleaner`` stops it (before ``shutdown``). Each log
 dir keeps its ``cleaner-offset-checkpoint``; a deleted log leaves it.
 
+A log dir whose disk fails (an ``OSError`` reading or writing it: full, gone, read-only)
+goes offline, as in Kafka (KIP-112, ``LogDirFailureChannel``): ``mark_offline`` records
+it, and ``handle_log_dir_failure`` closes and forgets its logs, so that nothing touches
+that disk again until a restart. The maintenance calls here (flush, checkpoint,
+retention) mark a dir offline themselves and go on with the other dirs; the replica
+manager is told through ``on_log_dir_failure``, after the call that found the failure.
+A dir that cannot be loaded at ``startup`` is offline from the start. With no live log
+dir left, the broker cannot serve anything: Kafka halts it.
+
 Concurrency: owned by the broker's event loop; not thread-safe. ``flush_dirty_logs``
 and ``checkpoint`` do fsyncs: run them where blocking is acceptable, without other
 calls on the same logs meanwhile. ``stop_cleaner`` waits for the cleaner threads,
@@ -32,7 +41,7 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from replog.storage.checkpoints import (
@@ -56,6 +65,13 @@ from replog.storage.partition_metadata import (
 )
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanShutdown"
+
+
+class LogDirOfflineError(OSError):
+    """No live log dir can take the log (Kafka's ``KafkaStorageException``): the
+    request gets KAFKA_STORAGE_ERROR."""
+
+
 DELETE_DIR_SUFFIX = "-delete"
 
 log = logging.getLogger(__name__)
@@ -83,8 +99,54 @@ class LogManager:
         self._topic_ids: dict[TopicPartition, uuid.UUID] = {}
         self._unflushed_topic_ids: set[TopicPartition] = set()
         self._deleted = 0
+        self.offline_log_dirs: dict[Path, str] = {}
+        """Log dirs taken offline by a disk failure, with the reason (Kafka
+        ``LogDirFailureChannel``); they stay offline until the broker restarts."""
+        self.on_log_dir_failure: Callable[[Path], None] | None = None
+        """Called once per dir newly offline, after the call that found it."""
         for d in self.log_dirs:
-            d.mkdir(parents=True, exist_ok=True)
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                self.mark_offline(d, f"cannot create it: {exc}")
+
+    # -- failed log dirs (KIP-112) ------------------------------------------
+    @property
+    def live_log_dirs(self) -> list[Path]:
+        return [d for d in self.log_dirs if d not in self.offline_log_dirs]
+
+    def is_offline(self, log_dir: Path) -> bool:
+        return bool(self.offline_log_dirs) and log_dir in self.offline_log_dirs
+
+    def mark_offline(self, log_dir: Path, reason: str) -> bool:
+        """Record that ``log_dir``'s disk failed (Kafka ``maybeAddOfflineLogDir``); True
+        if it was live until now. Its logs stay in place until ``handle_log_dir_failure``."""
+        if log_dir in self.offline_log_dirs:
+            return False
+        self.offline_log_dirs[log_dir] = reason
+        log.error("log dir %s is offline: %s", log_dir, reason)
+        return True
+
+    def handle_log_dir_failure(self, log_dir: Path) -> list[TopicPartition]:
+        """Close and forget every log in the offline ``log_dir`` (Kafka
+        ``LogManager.handleLogDirFailure``); returns their partitions. Files stay on disk
+        as they are: a restart with the disk repaired loads them again."""
+        gone = sorted(tp for tp, d in self._dir_of.items() if d == log_dir)
+        for tp in gone:
+            target = self._logs.pop(tp)
+            del self._dir_of[tp]
+            self._unflushed_topic_ids.discard(tp)
+            if self.cleaner is not None:
+                self.cleaner.manager.remove_log(tp, log_dir)
+            try:
+                target.close()
+            except OSError as exc:  # the disk is failing: nothing more to save
+                log.debug("closing %s-%d on the offline dir: %s", tp[0], tp[1], exc)
+        return gone
+
+    def _failed(self, log_dir: Path, what: str, exc: OSError) -> None:
+        if self.mark_offline(log_dir, f"{what} failed: {exc}") and self.on_log_dir_failure:
+            self.on_log_dir_failure(log_dir)
 
     # -- loading ---------------------------------------------------------
     def startup(self, now_ms: int, topic_configs: Mapping[str, LogConfig] | None = None) -> None:
@@ -93,54 +155,63 @@ class LogManager:
         ``topic_configs`` gives per-topic configs; other topics use the default.
         """
         topic_configs = topic_configs or {}
-        for log_dir in self.log_dirs:
-            marker = log_dir / CLEAN_SHUTDOWN_FILE
-            clean = marker.exists()
-            recovery_points = self._read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
-            start_offsets = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
-            for sub in sorted(log_dir.iterdir()):
-                if not sub.is_dir():
-                    continue
-                if sub.name.endswith(DELETE_DIR_SUFFIX):
-                    log.info("removing partially deleted log %s", sub)
-                    shutil.rmtree(sub, ignore_errors=True)
-                    continue
-                try:
-                    tp = parse_topic_partition(sub.name)
-                except ValueError:
-                    log.warning("ignoring %s: not a <topic>-<partition> directory", sub)
-                    continue
-                if tp in self._logs:
-                    raise RuntimeError(
-                        f"duplicate log directories for {tp[0]}-{tp[1]}: {self._dir_of[tp]} and {log_dir}"
-                    )
-                self._logs[tp] = Log.open(
-                    sub,
-                    topic_configs.get(tp[0], self.default_config),
-                    recovery_point=recovery_points.get(tp, 0),
-                    log_start_offset=start_offsets.get(tp, 0),
-                    now_ms=now_ms,
-                    clean_shutdown=clean,
+        for log_dir in self.live_log_dirs:
+            try:
+                self._load_dir(log_dir, now_ms, topic_configs)
+            except OSError as exc:
+                for tp in [tp for tp, d in self._dir_of.items() if d == log_dir]:
+                    self._topic_ids.pop(tp, None)
+                self.handle_log_dir_failure(log_dir)  # the logs it did load
+                self._failed(log_dir, "loading its logs", exc)
+
+    def _load_dir(self, log_dir: Path, now_ms: int, topic_configs: Mapping[str, LogConfig]) -> None:
+        marker = log_dir / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        recovery_points = self._read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
+        start_offsets = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
+        for sub in sorted(log_dir.iterdir()):
+            if not sub.is_dir():
+                continue
+            if sub.name.endswith(DELETE_DIR_SUFFIX):
+                log.info("removing partially deleted log %s", sub)
+                shutil.rmtree(sub, ignore_errors=True)
+                continue
+            try:
+                tp = parse_topic_partition(sub.name)
+            except ValueError:
+                log.warning("ignoring %s: not a <topic>-<partition> directory", sub)
+                continue
+            if tp in self._logs:
+                raise RuntimeError(
+                    f"duplicate log directories for {tp[0]}-{tp[1]}: {self._dir_of[tp]} and {log_dir}"
                 )
-                self._dir_of[tp] = log_dir
-                try:
-                    topic_id = read_partition_metadata(sub)
-                except PartitionMetadataError as exc:
-                    # Written atomically, so damage is not a torn write; the next
-                    # LeaderAndIsr with an id writes the file again.
-                    log.warning("ignoring unreadable partition metadata: %s", exc)
-                    topic_id = None
-                if topic_id is not None:
-                    self._topic_ids[tp] = topic_id
-            if clean:
-                marker.unlink()
-                fsync_dir(log_dir)
-            log.info(
-                "loaded %d log(s) from %s (%s shutdown)",
-                sum(1 for d in self._dir_of.values() if d == log_dir),
-                log_dir,
-                "clean" if clean else "unclean",
+            self._logs[tp] = Log.open(
+                sub,
+                topic_configs.get(tp[0], self.default_config),
+                recovery_point=recovery_points.get(tp, 0),
+                log_start_offset=start_offsets.get(tp, 0),
+                now_ms=now_ms,
+                clean_shutdown=clean,
             )
+            self._dir_of[tp] = log_dir
+            try:
+                topic_id = read_partition_metadata(sub)
+            except PartitionMetadataError as exc:
+                # Written atomically, so damage is not a torn write; the next
+                # LeaderAndIsr with an id writes the file again.
+                log.warning("ignoring unreadable partition metadata: %s", exc)
+                topic_id = None
+            if topic_id is not None:
+                self._topic_ids[tp] = topic_id
+        if clean:
+            marker.unlink()
+            fsync_dir(log_dir)
+        log.info(
+            "loaded %d log(s) from %s (%s shutdown)",
+            sum(1 for d in self._dir_of.values() if d == log_dir),
+            log_dir,
+            "clean" if clean else "unclean",
+        )
 
     @staticmethod
     def _read_checkpoint(path: Path) -> dict[TopicPartition, int]:
@@ -209,22 +280,30 @@ class LogManager:
             return existing
         if not topic or partition < 0 or "/" in topic or " " in topic:
             raise ValueError(f"invalid topic partition {topic!r} {partition}")
-        if len(self.log_dirs) == 1:
-            log_dir = self.log_dirs[0]
+        live = self.live_log_dirs
+        if not live:
+            raise LogDirOfflineError(f"no live log dir for {topic}-{partition}")
+        if len(live) == 1:
+            log_dir = live[0]
         else:
-            counts = dict.fromkeys(self.log_dirs, 0)
+            counts = dict.fromkeys(live, 0)
             for d in self._dir_of.values():
-                counts[d] += 1
-            log_dir = min(self.log_dirs, key=lambda d: counts[d])
-        new_log = Log.open(
-            log_dir / f"{topic}-{partition}",
-            config,
-            recovery_point=0,
-            log_start_offset=0,
-            now_ms=now_ms,
-            clean_shutdown=True,
-        )
-        fsync_dir(log_dir)
+                if d in counts:
+                    counts[d] += 1
+            log_dir = min(live, key=lambda d: counts[d])
+        try:
+            new_log = Log.open(
+                log_dir / f"{topic}-{partition}",
+                config,
+                recovery_point=0,
+                log_start_offset=0,
+                now_ms=now_ms,
+                clean_shutdown=True,
+            )
+            fsync_dir(log_dir)
+        except OSError as exc:
+            self._failed(log_dir, f"creating the log of {topic}-{partition}", exc)
+            raise
         self._logs[tp] = new_log
         self._dir_of[tp] = log_dir
         log.info("created log %s-%d in %s", topic, partition, log_dir)
@@ -241,41 +320,66 @@ class LogManager:
             return
         if self.cleaner is not None:
             self.cleaner.manager.remove_log(tp, log_dir)
-        target.delete_files()
-        self._deleted += 1
-        doomed = log_dir / f"{target.dir.name}.{os.getpid()}-{self._deleted}{DELETE_DIR_SUFFIX}"
-        os.replace(target.dir, doomed)
-        fsync_dir(log_dir)
-        shutil.rmtree(doomed, ignore_errors=True)
-        self._checkpoint_dir(log_dir)
+        try:
+            target.delete_files()
+            self._deleted += 1
+            doomed = log_dir / f"{target.dir.name}.{os.getpid()}-{self._deleted}{DELETE_DIR_SUFFIX}"
+            os.replace(target.dir, doomed)
+            fsync_dir(log_dir)
+            shutil.rmtree(doomed, ignore_errors=True)
+            self._checkpoint_dir(log_dir)
+        except OSError as exc:
+            self._failed(log_dir, f"deleting the log of {topic}-{partition}", exc)
+            return
         log.info("deleted log %s-%d", topic, partition)
 
     # -- maintenance -----------------------------------------------------
     def cleanup_logs(self, now_ms: int) -> int:
         """Retention across all logs; returns the number of segments deleted."""
-        return sum(each.delete_old_segments(now_ms) for each in list(self._logs.values()))
+        deleted = 0
+        for tp, each in list(self._logs.items()):
+            log_dir = self._dir_of.get(tp)  # None: its dir went offline meanwhile
+            if log_dir is None or self.is_offline(log_dir):
+                continue
+            try:
+                deleted += each.delete_old_segments(now_ms)
+            except OSError as exc:
+                self._failed(log_dir, f"retention of {tp[0]}-{tp[1]}", exc)
+        return deleted
 
     def flush_dirty_logs(self) -> None:
         """fsync every log with data past its recovery point, changed epoch caches and
         newly written ``partition.metadata`` files."""
-        for each in self._logs.values():
-            if each.recovery_point < each.log_end_offset:
-                each.flush()
-            else:
-                each.leader_epoch_cache.flush()
+        for tp, each in list(self._logs.items()):
+            log_dir = self._dir_of.get(tp)  # None: its dir went offline meanwhile
+            if log_dir is None or self.is_offline(log_dir):
+                continue
+            try:
+                if each.recovery_point < each.log_end_offset:
+                    each.flush()
+                else:
+                    each.leader_epoch_cache.flush()
+            except OSError as exc:
+                self._failed(log_dir, f"flushing {tp[0]}-{tp[1]}", exc)
         self._flush_partition_metadata()
 
     def _flush_partition_metadata(self) -> None:
         for tp in sorted(self._unflushed_topic_ids):
-            target = self._logs.get(tp)
-            if target is not None:
-                flush_partition_metadata(target.dir)
+            target, log_dir = self._logs.get(tp), self._dir_of.get(tp)
+            if target is not None and log_dir is not None and not self.is_offline(log_dir):
+                try:
+                    flush_partition_metadata(target.dir)
+                except OSError as exc:
+                    self._failed(log_dir, f"flushing {target.dir.name}'s metadata", exc)
         self._unflushed_topic_ids.clear()
 
     def checkpoint(self) -> None:
-        """Write the recovery point and log start offset checkpoints of every log dir."""
-        for log_dir in self.log_dirs:
-            self._checkpoint_dir(log_dir)
+        """Write the recovery point and log start offset checkpoints of every live log dir."""
+        for log_dir in self.live_log_dirs:
+            try:
+                self._checkpoint_dir(log_dir)
+            except OSError as exc:
+                self._failed(log_dir, "writing its checkpoints", exc)
 
     def _checkpoint_dir(self, log_dir: Path) -> None:
         logs = {tp: lg for tp, lg in self._logs.items() if self._dir_of[tp] == log_dir}
@@ -287,12 +391,20 @@ class LogManager:
         )
 
     def shutdown(self) -> None:
-        """Flush and close every log, checkpoint, and mark each log dir cleanly shut down."""
-        for each in self._logs.values():
-            each.flush()
-            each.close()
+        """Flush and close every log, checkpoint, and mark each live log dir cleanly shut
+        down (an offline dir, or one failing now, gets no marker: recovery at the next
+        start)."""
+        for tp, each in list(self._logs.items()):
+            try:
+                each.flush()
+                each.close()
+            except OSError as exc:
+                self.mark_offline(self._dir_of[tp], f"flushing {tp[0]}-{tp[1]} failed: {exc}")
         self._flush_partition_metadata()
         self.checkpoint()
-        for log_dir in self.log_dirs:
-            atomic_write(log_dir / CLEAN_SHUTDOWN_FILE, b"")
+        for log_dir in self.live_log_dirs:
+            try:
+                atomic_write(log_dir / CLEAN_SHUTDOWN_FILE, b"")
+            except OSError as exc:
+                self.mark_offline(log_dir, f"writing the clean shutdown marker failed: {exc}")
         log.info("log manager shut down cleanly (%d logs)", len(self._logs))

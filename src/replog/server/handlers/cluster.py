@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
@@ -106,6 +107,15 @@ async def handle_describe_cluster(services: BrokerServices, ctx: RequestContext,
     )
 
 
+def _disk_usage(log_dir: Path) -> tuple[int, int] | None:
+    """(total, usable) bytes of the file system holding ``log_dir``; None if unreadable."""
+    try:
+        usage = shutil.disk_usage(log_dir)
+    except OSError:
+        return None
+    return usage.total, usage.free
+
+
 async def handle_describe_log_dirs(
     services: BrokerServices, ctx: RequestContext, request
 ) -> object:
@@ -131,9 +141,9 @@ async def handle_describe_log_dirs(
     results = []
     for log_dir in dict.fromkeys(log_manager.log_dirs):
         path = os.path.abspath(log_dir)
-        try:
-            usage = shutil.disk_usage(log_dir)
-        except OSError:
+        # A failed log dir (KIP-112) serves no partitions: KAFKA_STORAGE_ERROR, as in Kafka.
+        usage = None if log_manager.is_offline(log_dir) else _disk_usage(log_dir)
+        if usage is None:
             results.append(
                 make(result_cls, error_code=ErrorCode.kafka_storage_error, log_dir=path, topics=())
             )
@@ -167,8 +177,8 @@ async def handle_describe_log_dirs(
                     make(topic_cls, name=topic, partitions=tuple(parts))
                     for topic, parts in by_topic.items()
                 ),
-                total_bytes=usage.total,
-                usable_bytes=usage.free,
+                total_bytes=usage[0],
+                usable_bytes=usage[1],
             )
         )
     return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, results=tuple(results))

@@ -150,6 +150,7 @@ class ControllerCommands:
                             controller_epoch=int(p.controller_epoch),
                         ),
                         live_leaders=live_leaders,
+                        is_new=bool(p.is_new),
                     )
                     if (
                         topic_id is not None

@@ -164,7 +164,7 @@ async def handle_metadata(services: BrokerServices, ctx: RequestContext, request
         live = cache.brokers
         for index in sorted(partitions):
             info = partitions[index]
-            offline = tuple(r for r in info.replicas if r not in live)
+            offline = tuple(r for r in info.replicas if r not in live or r in info.offline_replicas)
             leader_ok = info.leader >= 0 and info.leader in live
             parts.append(
                 make(
