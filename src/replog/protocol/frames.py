@@ -18,6 +18,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32
 
 from replog.protocol import apis, schema_reader
+from replog.protocol.controller_codec import REQUEST_ENCODERS, RESPONSE_ENCODERS
 
 _PREFIX = struct.Struct(">hhi")
 SIZE = struct.Struct(">i")
@@ -97,6 +98,10 @@ def encode_response(api_key: int, correlation_id: int, body: Any) -> bytes:
         if body.flexible:
             return _RESPONSE_V0_PREFIX.pack(len(body.data) + 5, correlation_id) + b"\0" + body.data
         return _RESPONSE_V0_PREFIX.pack(len(body.data) + 4, correlation_id) + body.data
+    hand = RESPONSE_ENCODERS.get(type(body))
+    if hand is not None:  # a flexible body: response header v1
+        data = hand(body)
+        return _RESPONSE_V0_PREFIX.pack(len(data) + 5, correlation_id) + b"\0" + data
     buf = io.BytesIO()
     buf.write(b"\0\0\0\0")
     flexible = type(body).__flexible__
@@ -117,6 +122,18 @@ def encode_request(
     api_key: int, api_version: int, correlation_id: int, client_id: str | None, body: Any
 ) -> bytes:
     """Size-prefixed request frame (inter-broker client side)."""
+    hand = REQUEST_ENCODERS.get(type(body))
+    if hand is not None:  # a flexible body (controller_codec): request header v2
+        data = hand(body)
+        client = b"" if client_id is None else client_id.encode()
+        head = _REQUEST_V1_PREFIX.pack(
+            _REQUEST_V1_PREFIX.size - 4 + len(client) + 1 + len(data),
+            api_key,
+            api_version,
+            correlation_id,
+            -1 if client_id is None else len(client),
+        )
+        return head + client + b"\0" + data
     buf = io.BytesIO()
     buf.write(b"\0\0\0\0")
     header_cls = RequestHeaderV2 if type(body).__flexible__ else RequestHeaderV1
