@@ -659,6 +659,10 @@ class KafkaController:
             if i == 0 and len(steps) > 1:  # the new leaders' part, timed on its own
                 applied.new_leaders = list(applied.leader_and_isr)
                 applied.timing.new_leaders_zk_writes_s = applied.timing.zk_writes_s
+                # Let the channels' sender tasks take the new leaders' requests now:
+                # otherwise they wait until the next decision is made and awaits its
+                # writes (about 0.05 s at 10,000 partitions).
+                await asyncio.sleep(0)
         self._report(changes.describe(), applied)
 
     async def _process_topic_change(self, _e: ev.TopicChange, q: QueuedEvent) -> None:
