@@ -40,6 +40,7 @@ from kazoo.exceptions import (
     SessionExpiredError,
     UnimplementedError,
 )
+from kazoo.protocol.serialization import Transaction as KazooTransaction
 from kazoo.protocol.serialization import (
     ZnodeStat,
     int_struct,
@@ -56,6 +57,7 @@ __all__ = [
     "BATCH_BYTES",
     "BATCH_OPS",
     "MultiRead",
+    "MultiWrite",
     "Op",
     "SessionTracker",
     "WatchHandle",
@@ -205,6 +207,69 @@ class MultiRead(namedtuple("MultiRead", "paths kind")):
                 results.append(EXCEPTIONS[code]())
 
 
+class MultiWrite(namedtuple("MultiWrite", "payload")):
+    """ZooKeeper ``multi`` request of version checks, sets and deletes, serialized once.
+
+    kazoo's ``TransactionRequest`` builds a request object per op, validates and
+    prefixes each path, and parses every answer into a ``ZnodeStat``: about 0.1 s of
+    Python per 10,000 writes, on the caller's and the connection's threads, both
+    holding the GIL the controller's event loop needs. This writes the same wire bytes
+    (``MultiHeader``, then the op) in one pass with ``struct`` and reads back only
+    what the caller uses: a set's new data version, True for a check or a delete, or
+    the kazoo exception of an op that failed (``RolledBackError`` for the others of a
+    failed transaction). Creates are not covered (ACLs); they go through kazoo.
+
+    ``type`` is kazoo's ``Transaction.type`` (14), so kazoo's connection treats the
+    answer as a transaction's (its ``unchroot`` passes these results through).
+    """
+
+    type = KazooTransaction.type
+
+    CHECK, SET, DELETE = 13, 5, 2
+    _OP_CODES = {"check": CHECK, "set": SET, "delete": DELETE}
+
+    @classmethod
+    def build(cls, ops: Sequence[Op], chroot: str = "") -> MultiWrite:
+        """``ops`` as ``(kind, path, data, version)``; kind "check", "set" or "delete"."""
+        header, i32 = multiheader_struct.pack, int_struct.pack
+        out: list[bytes] = []
+        append = out.append
+        for kind, path, data, version in ops:
+            code = cls._OP_CODES[kind]  # KeyError for a create: not this request's
+            raw_path = (chroot + path).encode()
+            append(header(code, False, -1))
+            append(i32(len(raw_path)))
+            append(raw_path)
+            if code == cls.SET:
+                append(i32(len(data)))
+                append(data)
+            append(i32(version))
+        append(header(-1, True, -1))
+        return cls(b"".join(out))
+
+    def serialize(self) -> bytes:
+        return self.payload
+
+    @classmethod
+    def deserialize(cls, buf: bytes, offset: int) -> list[Any]:
+        results: list[Any] = []
+        unpack_header, unpack_int = multiheader_struct.unpack_from, int_struct.unpack_from
+        header_size, version_at = multiheader_struct.size, 32  # the stat's data version
+        while True:
+            op_type, done, _err = unpack_header(buf, offset)
+            offset += header_size
+            if done:
+                return results
+            if op_type == cls.SET:
+                results.append(unpack_int(buf, offset + version_at)[0])
+                offset += stat_struct.size
+            elif op_type == -1:
+                results.append(EXCEPTIONS[unpack_int(buf, offset)[0]]())
+                offset += 4
+            else:  # check, delete: no body
+                results.append(True)
+
+
 def batches(items: Sequence[K], sizes: Sequence[int] | None = None) -> list[Sequence[K]]:
     """Split into runs of at most BATCH_OPS items and (with ``sizes``) BATCH_BYTES bytes."""
     out: list[Sequence[K]] = []
@@ -232,8 +297,8 @@ def apply_ops(ops: Sequence[Op], txn: TransactionRequest) -> None:
 
 
 def _success(op: Op, result: Any) -> ZkWriteResult:
-    if op[0] == "set":
-        return ZkWriteResult(zk_version=int(result.version))
+    if op[0] == "set":  # the version from MultiWrite, a ZnodeStat from kazoo
+        return ZkWriteResult(zk_version=result if isinstance(result, int) else result.version)
     if op[0] == "create":
         return ZkWriteResult(zk_version=0)
     return ZkWriteResult()
@@ -324,12 +389,23 @@ class ZkOps:
         deadline = time.monotonic() + self.timeout_s
 
         def sender(ops: Sequence[Op]) -> Callable[[], Any]:
+            if any(op[0] == "create" for op in ops):
+
+                def send_through_kazoo() -> Any:
+                    txn = self.zk.transaction()
+                    if check is not None:
+                        txn.check(*check)
+                    apply_ops(ops, txn)
+                    return txn.commit_async()
+
+                return send_through_kazoo
+            guard: list[Op] = [] if check is None else [("check", check[0], b"", check[1])]
+            request = MultiWrite.build([*guard, *ops], self.zk.chroot)  # serialized once
+
             def send() -> Any:
-                txn = self.zk.transaction()
-                if check is not None:
-                    txn.check(*check)
-                apply_ops(ops, txn)
-                return txn.commit_async()
+                pending = self.zk.handler.async_result()
+                self.zk._call(request, pending)  # as MultiRead: kazoo's own entry point
+                return pending
 
             return send
 
