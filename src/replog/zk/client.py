@@ -274,6 +274,23 @@ class KafkaZkClient:
             return None
         return ControllerEpoch(zd.decode_controller_epoch(data), stat.version)
 
+    def get_controller_and_epoch(self) -> tuple[int | None, ControllerEpoch | None]:
+        """``/controller``'s broker id and ``/controller_epoch`` in one batched read (one
+        round trip: a broker checks both before it obeys a controller's command); None
+        for a znode that does not exist."""
+        controller, epoch = self._ops.read_many(
+            [zd.CONTROLLER_PATH, zd.CONTROLLER_EPOCH_PATH], GET_DATA
+        )
+        for result in (controller, epoch):
+            if isinstance(result, Exception) and not isinstance(result, NoNodeError):
+                raise result
+        return (
+            None if isinstance(controller, Exception) else zd.decode_controller(controller[0]),
+            None
+            if isinstance(epoch, Exception)
+            else ControllerEpoch(zd.decode_controller_epoch(epoch[0]), epoch[1].version),
+        )
+
     def _get_or_create_controller_epoch(self) -> ControllerEpoch:
         current = self.get_controller_epoch()
         if current is not None:

@@ -80,10 +80,9 @@ class ControllerCommands:
         # Every command is checked against ZooKeeper, not only those at a new epoch: a
         # broker that has not yet heard from a new controller must still refuse a
         # resumed zombie at the epoch it last saw. Commands are rare (one per broker
-        # per controller event), so two reads each are cheap.
+        # per controller event), so the batched read of both znodes each is cheap.
         async with self._check_lock:
-            current_id = await asyncio.to_thread(self.zk.get_controller_id)
-            epoch = await asyncio.to_thread(self.zk.get_controller_epoch)
+            current_id, epoch = await asyncio.to_thread(self.zk.get_controller_and_epoch)
         zk_epoch = epoch[0] if epoch else -1
         if current_id != controller_id or zk_epoch != controller_epoch:
             log.warning(
