@@ -604,8 +604,9 @@ def test_a_short_campaign_loses_no_acknowledged_write(tmp_path):
     """One of each: the leader cut from its followers (ZooKeeper still reaches it), a kill -9
     of a leader, a SIGSTOP of a leader, a leader's log dir full (every broker's log dir is a
     small tmpfs), the followers' traffic to a leader delayed by its proxy (so every
-    inter-broker connection crosses a proxy, and the drops must still cut them); then a
-    full read of every partition. A consumer group and the admin workload run beside the
+    inter-broker connection crosses a proxy, and the drops must still cut them), an OS crash
+    under a leader (its unflushed tail cut before the restart), the controller's ZooKeeper
+    session expired; then a full read of every partition. A consumer group and the admin workload run beside the
     producer."""
     schedule = [
         ScheduledFault("leader-followers", pick=0, hold_s=8, quiet_s=1),
@@ -613,6 +614,8 @@ def test_a_short_campaign_loses_no_acknowledged_write(tmp_path):
         ScheduledFault("pause-leader", pick=2, hold_s=5, quiet_s=1),
         ScheduledFault("disk-full", pick=0, hold_s=5, quiet_s=1),
         ScheduledFault("slow-leader", pick=1, hold_s=4, quiet_s=1),
+        ScheduledFault("crash-leader", pick=2, hold_s=2, quiet_s=1),
+        ScheduledFault("expire-controller", pick=0, hold_s=0, quiet_s=1),
     ]
     lines: list[str] = []
     result = run_campaign(
@@ -645,6 +648,8 @@ def test_a_short_campaign_loses_no_acknowledged_write(tmp_path):
         ("pause-leader", True),
         ("disk-full", True),
         ("slow-leader", True),
+        ("crash-leader", True),
+        ("expire-controller", True),
     ]
     log = (tmp_path / "nemesis.log").read_text()
     assert "cut from" in log and "kill -9 broker" in log and "SIGSTOP broker" in log
@@ -664,6 +669,20 @@ def test_a_short_campaign_loses_no_acknowledged_write(tmp_path):
     # (its partitions took no acks=all write once their ISRs were the leader alone)
     cut = result.faults[0]
     assert cut.longest_gap is not None and cut.longest_gap.seconds > 3, text
+    # an OS crash under a leader: its unflushed tail cut (nothing was checkpointed yet, so
+    # the cuts start anywhere), recovered on restart, back in every ISR
+    crash = re.search(
+        r"fault #5 crash-leader .*kill -9 broker (\d) .*tail lost: (\d+) segment", log
+    )
+    assert crash is not None and int(crash.group(2)) > 0, log
+    crashed_log = (tmp_path / "cluster" / f"broker-{crash.group(1)}" / "broker.log").read_text()
+    assert "past the recovery point" in crashed_log
+    # the controller's session expired on the ensemble, the cut healed at once, and the
+    # broker registered again under a new session
+    assert re.search(r"fault #6: session 0x[0-9a-f]+ expired on the ensemble; healed", log), log
+    assert re.search(r"fault #6: broker \d registered again under session", log), log
+    for window in result.faults[5:]:
+        assert window.isr_full is not None, text  # full ISRs after the heal
     assert (tmp_path / "history.jsonl").stat().st_size > 0
     assert (tmp_path / "timeline.png").stat().st_size > 0
     # nothing left behind: processes are stopped by the campaign, the network removed
