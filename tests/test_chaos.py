@@ -654,10 +654,13 @@ def test_a_short_campaign_loses_no_acknowledged_write(tmp_path):
     log = (tmp_path / "nemesis.log").read_text()
     assert "cut from" in log and "kill -9 broker" in log and "SIGSTOP broker" in log
     assert re.search(r"log dir of broker \d \(leader of partition 0\) filled: \d+ MB", log)
-    # the full broker refused writes with KAFKA_STORAGE_ERROR and lived on
+    # the full broker took its only log dir offline and halted (Kafka's KIP-112), and was
+    # started again once the disk was emptied
     broker = re.search(r"log dir of broker (\d)", log).group(1)
     broker_log = (tmp_path / "cluster" / f"broker-{broker}" / "broker.log").read_text()
-    assert "writes refused: [Errno 28] No space left on device" in broker_log
+    assert re.search(r"is offline: .*No space left on device", broker_log), broker_log[-3000:]
+    assert "every log dir has failed" in broker_log
+    assert f"broker {broker} had halted (status 1): disk emptied, restarted" in log, log
     # the proxy delayed the followers' fetches to the leader, then forwarded plainly again
     slow = re.search(r"delayed (\d+) ms each way", log)
     assert slow is not None and int(slow.group(1)) == 200 + 1 % 301, log
@@ -681,6 +684,11 @@ def test_a_short_campaign_loses_no_acknowledged_write(tmp_path):
     # broker registered again under a new session
     assert re.search(r"fault #6: session 0x[0-9a-f]+ expired on the ensemble; healed", log), log
     assert re.search(r"fault #6: broker \d registered again under session", log), log
+    expired = re.search(r"fault #6 expire-controller .*: broker (\d) \(the controller\)", log)
+    assert expired is not None, log
+    expired_log = (tmp_path / "cluster" / f"broker-{expired.group(1)}" / "broker.log").read_text()
+    assert "resigned as controller" in expired_log
+    assert "registered again after a new ZooKeeper session" in expired_log
     for window in result.faults[5:]:
         assert window.isr_full is not None, text  # full ISRs after the heal
     assert (tmp_path / "history.jsonl").stat().st_size > 0
