@@ -440,16 +440,22 @@ def fill(path: Path) -> int:
 @dataclass
 class DiskFull(Fault):
     """The log dir of a partition's leader filled (its brokers' ``log.dirs`` are small
-    tmpfs mounts, ``ChaosCluster(small_disk_mb=...)``); the filler deleted on stop."""
+    tmpfs mounts, ``ChaosCluster(small_disk_mb=...)``); the filler deleted on stop.
+
+    A broker whose only log dir fails halts, as Kafka does (KIP-112; its leaderships move
+    at once, since it closes its ZooKeeper session first): on stop, with the disk emptied,
+    a halted broker is started again, as an operator would after repairing the disk."""
 
     name: str = "disk-full"
     filler: Path | None = None
+    broker: int = -1
 
     def start(self, target: Target) -> str:
         cluster = target.cluster
         if not cluster.small_disk_mb:
             raise ValueError("disk-full needs the brokers' log dirs on small disks")
         partition, broker = _leader(target, self.pick)
+        self.broker = broker
         self.filler = cluster.broker_dir(broker).resolve() / "data" / FILLER
         written = fill(self.filler)
         free = os.statvfs(self.filler.parent)
@@ -458,10 +464,17 @@ class DiskFull(Fault):
             f"{written >> 20} MB filler, {free.f_bavail * free.f_frsize} bytes left"
         )
 
-    def stop(self, target: Target) -> None:
+    def stop(self, target: Target) -> str | None:
         if self.filler is not None:
             self.filler.unlink(missing_ok=True)
             self.filler = None
+        name = f"b{self.broker}"
+        process = target.cluster.processes.get(name)
+        if process is None or process.poll() is None:
+            return f"broker {self.broker} still running"
+        status = process.returncode
+        target.cluster.restart(name)
+        return f"broker {self.broker} had halted (status {status}): disk emptied, restarted"
 
 
 @dataclass
