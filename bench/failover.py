@@ -168,6 +168,9 @@ def broker_failure(
     led = sorted(tp for tp, leader in leaders.items() if leader == victim)
     say(f"broker failure: SIGKILL broker {victim} (leads {len(led)}; controller is {controller})")
     tail = LogTail(cluster.broker_dir(controller) / "broker.log")
+    survivors = {
+        b: LogTail(cluster.broker_dir(b) / "broker.log") for b in cluster.broker_ids if b != victim
+    }
     gone = ZnodeGone(zk, f"/brokers/ids/{victim}")
     killed_at = time.time()
     cluster.kill_broker(victim)
@@ -217,7 +220,29 @@ def broker_failure(
         # before the rest (None from a controller deciding everything at once).
         "new_leaders_zk_writes_s": None if m[8] is None else float(m[8]),
         "new_leaders_acked_s": None if m[9] is None else float(m[9]),
+        "applied": applied_lines(survivors, gone_at, line_at),
     }
+
+
+def applied_lines(
+    tails: dict[int, LogTail], since: float, until: float
+) -> list[tuple[int, float, int, float]]:
+    """Each surviving broker's LeaderAndIsr handling between ``since`` and ``until``
+    (its log lines): (broker, done at, partitions, handling took), times from ``since``."""
+    out = []
+    for broker, tail in tails.items():
+        while True:
+            try:
+                at, m = tail.wait_for(
+                    r"LeaderAndIsr from controller \d+ \(epoch \d+\): (\d+) partitions "
+                    r"applied in ([\d.]+) s",
+                    0,
+                )
+            except TimeoutError:
+                break
+            if since <= at <= until + 0.01:
+                out.append((broker, at - since, int(m[1]), float(m[2])))
+    return sorted(out, key=lambda line: line[1])
 
 
 def controlled_shutdown(
@@ -417,6 +442,11 @@ def report(
             f"  the new leaders first, from the controller's watch event: their states written "
             f"{one['new_leaders_zk_writes_s']:.2f} s, their LeaderAndIsr acked "
             f"{one['new_leaders_acked_s']:.2f} s"
+        )
+    for broker, at, count, took in one["applied"]:
+        print(
+            f"    broker {broker} applied a LeaderAndIsr of {count:,} partitions at "
+            f"{at:.2f} s (handling took {took:.3f} s)"
         )
     print(
         f"  the controller's own figures from its watch event: states written "
