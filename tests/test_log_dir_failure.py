@@ -35,6 +35,8 @@ from kio.schema.errors import ErrorCode
 
 from cluster_util import ZkView, consume_all, producer, wait_for
 from replog.cluster.launcher import LocalCluster, pid_alive
+from replog.storage.log_config import LogConfig
+from replog.storage.log_manager import LogManager
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -245,3 +247,34 @@ def test_a_broker_whose_only_log_dir_fails_halts_and_its_leaderships_move(
         if zk is not None:
             zk.close()
         cluster.down()
+
+
+def test_any_failed_write_takes_the_log_dir_offline_once(tmp_path: Path, small_disk: Path) -> None:
+    """The log manager's own writes (a topic id, checkpoints, flushes) find a full disk
+    too: the dir goes offline once, its logs are closed and forgotten, the other dir's
+    stay, and new logs go to the live dir."""
+    healthy = tmp_path / "healthy"
+    manager = LogManager([healthy, small_disk], LogConfig(segment_bytes=1 << 20))
+    failed: list[Path] = []
+    manager.on_log_dir_failure = lambda d: failed.append(d) or manager.handle_log_dir_failure(d)
+    manager.startup(0)
+    for p in range(4):
+        manager.get_or_create_log("t", p, manager.default_config, 0)
+    on_small = sorted(
+        tp for tp in manager.local_partitions_on_disk() if manager.log_dir_of(*tp) == small_disk
+    )
+    assert on_small == [("t", 1), ("t", 3)]
+    filler = fill(small_disk)
+    assert manager.assign_topic_id("t", 1, uuid.uuid4()) is False
+    assert failed == [small_disk] and manager.is_offline(small_disk)
+    assert manager.live_log_dirs == [healthy]
+    assert sorted(manager.local_partitions_on_disk()) == [("t", 0), ("t", 2)]
+    manager.flush_dirty_logs()
+    manager.checkpoint()  # nothing touches the offline dir any more
+    assert failed == [small_disk]
+    created = manager.get_or_create_log("t", 9, manager.default_config, 0)
+    assert created.dir.parent == healthy
+    filler.unlink()
+    manager.shutdown()
+    assert not (small_disk / ".kafka_cleanShutdown").exists()
+    assert (healthy / ".kafka_cleanShutdown").exists()

@@ -254,23 +254,28 @@ class LogManager:
         """The topic id recorded in the partition's ``partition.metadata``, if any."""
         return self._topic_ids.get((topic, partition))
 
-    def assign_topic_id(self, topic: str, partition: int, topic_id: uuid.UUID) -> None:
+    def assign_topic_id(self, topic: str, partition: int, topic_id: uuid.UUID) -> bool:
         """Record the partition's topic id in ``partition.metadata`` (Kafka
         ``UnifiedLog.assignTopicId``): written once, when the log has none. Raises
         ``InconsistentTopicId`` if the log already belongs to another id, KeyError if
-        there is no such log."""
+        there is no such log. False if the write failed, which took the log dir offline."""
         tp = (topic, partition)
         target = self._logs[tp]
         current = self._topic_ids.get(tp)
         if current == topic_id:
-            return
+            return True
         if current is not None:
             raise InconsistentTopicId(
                 f"{topic}-{partition} belongs to topic id {current}, not {topic_id}"
             )
-        write_partition_metadata(target.dir, topic_id, durable=False)
+        try:
+            write_partition_metadata(target.dir, topic_id, durable=False)
+        except OSError as exc:
+            self._failed(self._dir_of[tp], f"writing {target.dir.name}'s metadata", exc)
+            return False
         self._topic_ids[tp] = topic_id
         self._unflushed_topic_ids.add(tp)
+        return True
 
     def get_or_create_log(self, topic: str, partition: int, config: LogConfig, now_ms: int) -> Log:
         """The existing log, or a new empty one in the log dir holding fewest partitions."""

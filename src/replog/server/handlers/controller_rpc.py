@@ -156,7 +156,8 @@ class ControllerCommands:
                         and on_disk is None
                         and log_manager.get_log(topic, partition) is not None
                     ):
-                        log_manager.assign_topic_id(topic, partition, topic_id)
+                        if not log_manager.assign_topic_id(topic, partition, topic_id):
+                            code = ErrorCode.kafka_storage_error  # its log dir just failed
                 errors.append(
                     cs.LeaderAndIsrPartitionError(
                         partition_index=p.partition_index, error_code=code
