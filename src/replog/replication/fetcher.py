@@ -46,6 +46,16 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+MAX_INT32 = 2**31 - 1
+
+
+def fetch_response_max_bytes(partition_max_bytes: int, partitions: int) -> int:
+    """The whole fetch's byte limit: every partition's, within the int32 the field is
+    (1 MiB x 2,048 partitions already overflows it: the request could not be encoded,
+    and a follower of that many partitions of one leader never fetched)."""
+    return min(partition_max_bytes * max(1, partitions), MAX_INT32)
+
+
 @dataclass
 class FetcherConfig:
     broker_id: int
@@ -260,7 +270,7 @@ class ReplicaFetcher:
             requests,
             max_wait_ms=self.config.fetch_wait_max_ms,
             min_bytes=self.config.fetch_min_bytes,
-            max_bytes=self.config.fetch_max_bytes * max(1, len(requests)),
+            max_bytes=fetch_response_max_bytes(self.config.fetch_max_bytes, len(requests)),
         )
         progressed = False
         for tp, followed in ready.items():
