@@ -253,8 +253,14 @@ class ReplicaManager:
         """Move a leader's log start offset up (Kafka ``deleteRecordsOnLocalLog``)."""
         part = self.partitions.get((topic, partition))
         if part is None:
+            if self.offline_partitions and (topic, partition) in self.offline_partitions:
+                return DeleteRecordsResult(ErrorCode.kafka_storage_error)
             return DeleteRecordsResult(ErrorCode.not_leader_or_follower)
-        decision = part.delete_records(offset, self.is_live_broker)
+        try:
+            decision = part.delete_records(offset, self.is_live_broker)
+        except OSError as exc:
+            self.storage_failed(part, f"DeleteRecords on {topic}-{partition}", exc)
+            return DeleteRecordsResult(ErrorCode.kafka_storage_error)
         if decision.error is not ErrorCode.none:
             return DeleteRecordsResult(decision.error)
         log.info(
@@ -603,7 +609,13 @@ class ReplicaManager:
                 state.leader_epoch,
                 part.leader_epoch,
             )
-        self._carry_out(part, actions, live_leaders)
+        try:
+            self._carry_out(part, actions, live_leaders)  # may write the leader epoch file
+        except OSError as exc:
+            self.storage_failed(
+                part, f"becoming {state.leader}'s replica of {topic}-{partition}", exc
+            )
+            return ErrorCode.kafka_storage_error
         if actions:
             log.debug(
                 "%s-%d: %s at epoch %d (leader %d, ISR %s, LEO %d)",
