@@ -48,7 +48,7 @@ def test_log_dir_event_asks_the_broker_about_every_replica_it_hosts() -> None:
 def test_storage_errors_take_the_replicas_offline_and_move_their_leaderships() -> None:
     ctx = three_brokers()
     # broker 1's failed dir held t-0 (it led) and t-2 (it followed); t-1 and t-3 are fine
-    d, offline = decisions.on_leader_and_isr_response(ctx, 1, {T0, T2}, {T1, T3})
+    d, offline = decisions.on_leader_and_isr_response(ctx, 1, 100, {T0, T2}, {T1, T3})
     new = apply(d)
     assert offline == [PartitionReplica(T0, 1), PartitionReplica(T2, 1)]
     assert new.replicas_on_offline_dirs == {1: frozenset({T0, T2})}
@@ -71,13 +71,13 @@ def test_storage_errors_take_the_replicas_offline_and_move_their_leaderships() -
     check_cluster_invariants(new)
 
     # A second answer naming the same replicas changes nothing.
-    again, more = decisions.on_leader_and_isr_response(new, 1, {T0, T2}, {T1, T3})
+    again, more = decisions.on_leader_and_isr_response(new, 1, 100, {T0, T2}, {T1, T3})
     assert more == [] and not again.zk_writes and not again.requests()
 
 
 def test_a_replica_in_a_failed_dir_cannot_be_elected() -> None:
     ctx = three_brokers()
-    ctx = apply(decisions.on_leader_and_isr_response(ctx, 1, {T2}, set())[0])
+    ctx = apply(decisions.on_leader_and_isr_response(ctx, 1, 100, {T2}, set())[0])
     # t-2's ISR is now (2, 3); broker 3 dies, then broker 2: t-2 must go offline rather
     # than be led by broker 1, whose replica is in the failed dir (clean election only).
     ctx = apply(decisions.on_broker_failure(ctx, [3]))
@@ -88,7 +88,7 @@ def test_a_replica_in_a_failed_dir_cannot_be_elected() -> None:
     assert ctx.partition_leadership[T0].leader_and_isr.leader == 1
     # Preferred election does not pick the failed replica either.
     ctx2 = three_brokers()
-    ctx2 = apply(decisions.on_leader_and_isr_response(ctx2, 1, {T0}, set())[0])
+    ctx2 = apply(decisions.on_leader_and_isr_response(ctx2, 1, 100, {T0}, set())[0])
     assert ctx2.partition_leadership[T0].leader_and_isr.leader == 2
     d, outcomes = decisions.on_replica_election(ctx2, [T0], decisions.PREFERRED_ELECTION)
     assert outcomes[T0].error_code == ErrorCode.preferred_leader_not_available
@@ -97,12 +97,22 @@ def test_a_replica_in_a_failed_dir_cannot_be_elected() -> None:
 
 def test_the_broker_restarting_forgets_its_failed_dirs() -> None:
     ctx = three_brokers()
-    ctx = apply(decisions.on_leader_and_isr_response(ctx, 1, {T0}, set())[0])
+    ctx = apply(decisions.on_leader_and_isr_response(ctx, 1, 100, {T0}, set())[0])
     restarted = {b: ctx.live_brokers[b] for b in (2, 3)} | {1: broker(1, epoch=200)}
     ctx = apply(decisions.on_broker_change(ctx, restarted))
     assert ctx.replicas_on_offline_dirs == {}
     assert ctx.replica_state(PartitionReplica(T0, 1)) is ReplicaState.OnlineReplica
     # and a broker that dies takes its entry with it
-    ctx = apply(decisions.on_leader_and_isr_response(ctx, 2, {T3}, set())[0])
+    ctx = apply(decisions.on_leader_and_isr_response(ctx, 2, 100, {T3}, set())[0])
     ctx = apply(decisions.on_broker_failure(ctx, [2]))
     assert 2 not in ctx.replicas_on_offline_dirs
+
+
+def test_an_answer_from_an_earlier_incarnation_is_ignored() -> None:
+    ctx = three_brokers()
+    restarted = {b: ctx.live_brokers[b] for b in (2, 3)} | {1: broker(1, epoch=200)}
+    ctx = apply(decisions.on_broker_change(ctx, restarted))
+    d, offline = decisions.on_leader_and_isr_response(ctx, 1, 100, {T0}, set())
+    assert offline == [] and not d.zk_writes and d.context.replicas_on_offline_dirs == {}
+    d, offline = decisions.on_leader_and_isr_response(ctx, 1, 200, {T0}, set())
+    assert offline == [PartitionReplica(T0, 1)]

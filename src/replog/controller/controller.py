@@ -573,7 +573,9 @@ class KafkaController:
                     online.add(TopicPartition(topic, int(p.partition_index)))
         if offline or broker_id in self.context.replicas_on_offline_dirs:
             self.events.put(
-                ev.LeaderAndIsrResponseReceived(broker_id, frozenset(offline), frozenset(online))
+                ev.LeaderAndIsrResponseReceived(
+                    broker_id, int(request.broker_epoch), frozenset(offline), frozenset(online)
+                )
             )
 
     def _on_stop_replica_response(
@@ -792,7 +794,7 @@ class KafkaController:
         if self.context is None:
             return
         d, offline = decisions.on_leader_and_isr_response(
-            self.context, e.broker_id, e.offline, e.online
+            self.context, e.broker_id, e.broker_epoch, e.offline, e.online
         )
         if not offline:
             self._install(d.context)  # only what is known offline changed

@@ -549,6 +549,7 @@ def on_broker_log_dir_failure(
 def on_leader_and_isr_response(
     context: ControllerContext,
     broker_id: int,
+    broker_epoch: int,
     offline: Iterable[TopicPartition],
     online: Iterable[TopicPartition],
 ) -> tuple[ControllerDecision, list[PartitionReplica]]:
@@ -557,10 +558,12 @@ def on_leader_and_isr_response(
     and no error for the ``online`` ones. Replicas newly known to be offline are handled
     as Kafka's ``onReplicasBecomeOffline``: partitions they led get a leader elected from
     the rest of the ISR, and they leave their ISRs. Returns the decision and those
-    replicas (a retry after lost version races handles them again)."""
+    replicas (a retry after lost version races handles them again). An answer from an
+    earlier incarnation of the broker (``broker_epoch``, KIP-380) says nothing about the
+    current one and is ignored."""
     d = ControllerDecision(context)
     ctx = d.context
-    if broker_id not in ctx.live_brokers:
+    if broker_id not in ctx.live_brokers or ctx.broker_epoch(broker_id) != broker_epoch:
         return d, []
     known = ctx.partition_assignments
     previous = ctx.replicas_on_offline_dirs.get(broker_id, frozenset())

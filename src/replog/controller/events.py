@@ -93,9 +93,11 @@ class LogDirEventNotification:
 class LeaderAndIsrResponseReceived:
     """Kafka ``LeaderAndIsrResponseReceived``: ``broker_id`` answered a LeaderAndIsr;
     ``offline`` are the partitions it answered KAFKA_STORAGE_ERROR for (in a failed log
-    dir), ``online`` those it applied. Decision: ``decisions.on_leader_and_isr_response``."""
+    dir), ``online`` those it applied; ``broker_epoch`` is the incarnation the request was
+    sent to. Decision: ``decisions.on_leader_and_isr_response``."""
 
     broker_id: int
+    broker_epoch: int
     offline: frozenset[TopicPartition]
     online: frozenset[TopicPartition]
 
