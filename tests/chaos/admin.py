@@ -46,6 +46,9 @@ RETRIABLE = frozenset(
         "UNKNOWN_TOPIC_ID",
         "THROTTLING_QUOTA_EXCEEDED",
         "_TIMED_OUT",
+        # timed out before it could be sent: the controller was fenced or moving (seen under
+        # two controller session expiries in a row, seed 104 --dense)
+        "_TIMED_OUT_QUEUE",
         "_TRANSPORT",
         "_ALL_BROKERS_DOWN",
         "_MSG_TIMED_OUT",
