@@ -19,8 +19,9 @@ venv: $(STAMP)
 
 # Debian packages the tests use, as package:command: kcat drives the broker; chromium is
 # the headless browser the console's test runs (through Playwright, pointed at it); nftables
-# (nft) cuts the network in the fault campaign's namespaces.
-SYSTEM_PACKAGES := kcat:kcat chromium:chromium nftables:nft
+# (nft) cuts the network in the fault campaign's namespaces; strace watches a broker's
+# fsyncs (tests/test_roll_fsync.py).
+SYSTEM_PACKAGES := kcat:kcat chromium:chromium nftables:nft strace:strace
 system-deps:
 	@missing=; for pc in $(SYSTEM_PACKAGES); do command -v $${pc#*:} >/dev/null 2>&1 || missing="$$missing $${pc%%:*}"; done; \
 	if [ -n "$$missing" ]; then \
