@@ -12,6 +12,8 @@ Kafka's paths or formats.
   ``/controller_epoch``): a stale controller's transaction fails as a whole, nothing of it
   is written. The check is a required argument; ``None`` says explicitly that a write is
   unguarded, which no controller write is (``KafkaZkClient`` always passes the epoch).
+  The batches are pipelined (sent at once, answered in order) and, without creates,
+  serialized by hand (:class:`MultiWrite`) rather than op by op through kazoo.
 
 Concurrency: blocking; call from worker threads (kazoo is thread-safe), never from the
 event loop and never from a kazoo callback. Watch and session callbacks run on kazoo's
