@@ -88,7 +88,7 @@ class CampaignConfig:
     # inter-broker traffic through a proxy per broker; a schedule with slow-leader or
     # lossy-leader gets them
     proxies: bool = False
-    # the topic's segment.bytes (0: the broker's 1 GiB); a schedule with crash-leader gets
+    # the topic's segment.bytes (0: the broker's 1 GiB); a schedule with an OS crash gets
     # CRASH_SEGMENT_BYTES, so that a crash meets several segments past the recovery point
     segment_bytes: int = 0
 
@@ -123,7 +123,7 @@ def run_campaign(
         kind in PROXY_FAULTS for f in schedule for kind in f.kind.split("+")
     )
     segment_bytes = config.segment_bytes
-    if not segment_bytes and any("crash-leader" in f.kind for f in schedule):
+    if not segment_bytes and any("crash-" in f.kind for f in schedule):
         segment_bytes = CRASH_SEGMENT_BYTES
     cluster = ChaosCluster(
         net,

@@ -290,10 +290,22 @@ class CrashLoseTail(Fault):
 
     name: str = "crash-leader"
     victim: str = ""
+    role: str = "leader"
+    """Whose crash: ``leader`` (of partition ``pick``), ``follower`` (of it) or
+    ``controller``."""
 
     def start(self, target: Target) -> str:
         cluster = target.cluster
         partition, broker = _leader(target, self.pick)
+        what = f"leader of partition {partition}"
+        if self.role == "follower":
+            followers = [b for b in sorted(cluster.broker_nodes) if b != broker]
+            leader, broker = broker, followers[(self.pick // target.partitions) % len(followers)]
+            what = f"a follower of partition {partition} (leader {leader})"
+        elif self.role == "controller":
+            controller = cluster.controller()
+            if controller is not None:
+                broker, what = controller, "the controller"
         self.victim = f"b{broker}"
         pid = cluster.pid(self.victim)
         cluster.kill(self.victim)
@@ -304,7 +316,7 @@ class CrashLoseTail(Fault):
         with open(cluster.broker_dir(broker) / "unflushed-cuts.jsonl", "a") as f:
             f.write(json.dumps({"pick": self.pick, "cuts": [asdict(c) for c in cuts]}) + "\n")
         return (
-            f"kill -9 broker {broker} (leader of partition {partition}, pid {pid}), its "
+            f"kill -9 broker {broker} ({what}, pid {pid}), its "
             f"unflushed tail lost: {unflushed.describe(cuts)}"
         )
 
@@ -525,6 +537,10 @@ def make_fault(kind: str, pick: int) -> Fault:
         return DiskFull(pick, name=kind)
     if kind == "crash-leader":
         return CrashLoseTail(pick, name=kind)
+    if kind == "crash-follower":
+        return CrashLoseTail(pick, name=kind, role="follower")
+    if kind == "crash-controller":
+        return CrashLoseTail(pick, name=kind, role="controller")
     if kind == "expire-leader":
         return SessionExpiry(pick, name=kind)
     if kind == "expire-controller":
@@ -573,6 +589,8 @@ FAULT_KINDS = SINGLE_FAULTS + COMBINED_FAULTS
 # faults carried out by the brokers' proxies (``ChaosCluster(proxies=True)``); drawn only
 # when named (``--faults``), so that the schedules of recorded seeds stay as they were
 PROXY_FAULTS = ("slow-leader", "lossy-leader")
-KNOWN_FAULTS = FAULT_KINDS + PROXY_FAULTS
+# OS crashes of others than a leader; drawn only when named, for the same reason
+NAMED_ONLY_CRASHES = ("crash-follower", "crash-controller")
+KNOWN_FAULTS = FAULT_KINDS + PROXY_FAULTS + NAMED_ONLY_CRASHES
 # faults that need a ZooKeeper ensemble
 ENSEMBLE_ONLY = ("zookeeper-minority", "zookeeper-leader", "minority-zookeeper-leader")

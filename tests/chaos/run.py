@@ -23,7 +23,13 @@ from pathlib import Path
 from chaos.campaign import CampaignConfig, make_schedule, run_campaign
 from chaos.checker import check, report
 from chaos.history import load
-from chaos.nemesis import ENSEMBLE_ONLY, FAULT_KINDS, KNOWN_FAULTS, PROXY_FAULTS
+from chaos.nemesis import (
+    ENSEMBLE_ONLY,
+    FAULT_KINDS,
+    KNOWN_FAULTS,
+    NAMED_ONLY_CRASHES,
+    PROXY_FAULTS,
+)
 from chaos.net import unavailable_reason
 from chaos.timeline import draw, series
 
@@ -38,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help=f"comma-separated fault kinds to draw (default: all of {', '.join(FAULT_KINDS)}; "
         f"{', '.join(ENSEMBLE_ONLY)} only with --zookeepers 3; "
-        f"{', '.join(PROXY_FAULTS)} only when named)",
+        f"{', '.join(PROXY_FAULTS + NAMED_ONLY_CRASHES)} only when named)",
     )
     parser.add_argument("--zookeepers", type=int, choices=(1, 3), default=3)
     parser.add_argument(
