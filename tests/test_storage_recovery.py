@@ -179,9 +179,10 @@ def test_leader_epochs_recovered_from_batches(tmp_path: Path) -> None:
     assert reopened.leader_epoch_cache.entries() == [(2, 0), (5, 2)]
 
 
-def test_log_manager_round_trip(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shutdown_threads", [1, 4])  # num.recovery.threads.per.data.dir
+def test_log_manager_round_trip(tmp_path: Path, shutdown_threads: int) -> None:
     dirs = [tmp_path / "d1", tmp_path / "d2"]
-    manager = LogManager(dirs, CONFIG)
+    manager = LogManager(dirs, CONFIG, shutdown_threads_per_dir=shutdown_threads)
     manager.startup(NOW)
     names = [("my.topic", 0), ("my.topic", 1), ("a-b_c", 12), ("x", 3)]
     for topic, partition in names:

@@ -136,6 +136,9 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any], str]] = {
         "60000",
     ),
     "log.index.interval.bytes": ("log_index_interval_bytes", _int, "4096"),
+    # Kafka's: threads per log dir that flush and close the logs at shutdown (Kafka also
+    # loads them with it at startup; replog loads them one by one)
+    "num.recovery.threads.per.data.dir": ("num_recovery_threads_per_data_dir", _int, "1"),
     "log.cleanup.policy": ("log_cleanup_policy", _str, "delete"),
     # The log cleaner (Kafka CleanerConfig), with Kafka's defaults; the last four are the
     # broker defaults of the topic keys min.cleanable.dirty.ratio ... delete.retention.ms.
@@ -329,6 +332,7 @@ class KafkaConfig:
     log_retention_check_interval_ms: int
     log_flush_offset_checkpoint_interval_ms: int
     log_index_interval_bytes: int
+    num_recovery_threads_per_data_dir: int
     log_message_timestamp_type: str
     log_cleanup_policy: str
     log_cleaner_enable: bool
@@ -494,6 +498,11 @@ class KafkaConfig:
         need(self.default_replication_factor >= 1, "default.replication.factor", "must be >= 1")
         need(self.log_segment_bytes >= 14, "log.segment.bytes", "must be >= 14")
         need(self.log_roll_ms >= 1, "log.roll.ms", "must be >= 1")
+        need(
+            self.num_recovery_threads_per_data_dir >= 1,
+            "num.recovery.threads.per.data.dir",
+            "must be >= 1",
+        )
         need(self.message_max_bytes >= 0, "message.max.bytes", "must be >= 0")
         need(self.socket_request_max_bytes >= 1, "socket.request.max.bytes", "must be >= 1")
         need(self.min_insync_replicas >= 1, "min.insync.replicas", "must be >= 1")

@@ -94,7 +94,10 @@ class Broker:
     def __init__(self, config: KafkaConfig) -> None:
         self.config = config
         self.log_manager = LogManager(
-            list(config.log_dirs), self._default_log_config(), self._cleaner_config()
+            list(config.log_dirs),
+            self._default_log_config(),
+            self._cleaner_config(),
+            shutdown_threads_per_dir=config.num_recovery_threads_per_data_dir,
         )
         self.metadata_cache = MetadataCache()
         self.zk = KafkaZkClient(
