@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -34,6 +33,7 @@ from kafka import KafkaAdminClient
 from kio.schema.errors import ErrorCode
 
 from cluster_util import ZkView, consume_all, producer, wait_for
+from disk_util import small_tmpfs
 from replog.cluster.launcher import LocalCluster, pid_alive
 from replog.storage.log_config import LogConfig
 from replog.storage.log_manager import LogManager
@@ -46,21 +46,8 @@ PER_ROUND = 150  # records per partition per round
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mount = tmp_path / f"disk-{uuid.uuid4().hex[:6]}"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path, "4m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def fill(disk: Path) -> Path:

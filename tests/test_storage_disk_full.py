@@ -8,14 +8,13 @@ test is skipped with the reason) and unmounted in a ``finally``."""
 from __future__ import annotations
 
 import os
-import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kio.schema.errors import ErrorCode
 
+from disk_util import small_tmpfs
 from replog.protocol.errors import error_code_for
 from replog.protocol.records import iter_batches, simple_batch
 from replog.storage.log import Log
@@ -27,21 +26,8 @@ SIZE_KB = 512
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mount = tmp_path / f"disk-{uuid.uuid4().hex[:6]}"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={SIZE_KB}k", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path, f"{SIZE_KB}k") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def open_log(directory: Path) -> Log:
