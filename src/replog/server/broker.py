@@ -16,6 +16,7 @@ import os
 import signal
 import time
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from replog.config import KafkaConfig
@@ -74,6 +75,7 @@ log = logging.getLogger(__name__)
 
 ISR_PROPAGATION_CHECK_S = 2.5  # Kafka's isr-change-propagation check interval
 HALT_ZK_CLOSE_S = 5.0  # how long a broker without log dirs waits to close its session
+LOG_DIR_EVENT_RETRY_S = 1.0  # between attempts to write a log dir event notification
 # What a broker fenced from ZooKeeper still answers: the controller, which restores it.
 CONTROLLER_APIS = frozenset(
     {
@@ -428,7 +430,7 @@ class Broker:
             self.broker_epoch,
         )
 
-    def _on_log_dir_offline(self, log_dir: object, partitions: list[tuple[str, int]]) -> None:
+    def _on_log_dir_offline(self, log_dir: Path, partitions: list[tuple[str, int]]) -> None:
         """A log dir failed and its replicas stopped (``ReplicaManager``). With other log
         dirs live, tell the controller (a log dir event notification), which moves the
         leaderships and ISRs of those replicas; with none left, halt as Kafka does, but
@@ -457,7 +459,7 @@ class Broker:
                 return
             except Exception as exc:  # ZooKeeper unreachable: the controller must hear of it
                 log.warning("could not announce the log dir failure (%s); retrying", exc)
-                await asyncio.sleep(self.config.zookeeper_connection_timeout_ms / 1000 / 10)
+                await asyncio.sleep(LOG_DIR_EVENT_RETRY_S)
 
     async def _halt_without_log_dirs(self) -> None:
         try:
