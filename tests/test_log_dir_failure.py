@@ -129,6 +129,19 @@ def all_in_sync(zk: ZkView, topic: str) -> bool:
     )
 
 
+def rejoin_after_repair(
+    cluster: LocalCluster, zk: ZkView, writer: Writer, filler: Path, bootstrap: str
+) -> None:
+    """The disk emptied, broker 0 (stopped) starts again, rejoins every ISR, and takes
+    writes; nothing acknowledged before or after is lost."""
+    filler.unlink()
+    cluster.start_broker(0)
+    wait_for(lambda: all_in_sync(zk, writer.topic), 60, "broker 0 back in every ISR")
+    writer.round()
+    assert writer.errors == []
+    writer.check_read_back(bootstrap)
+
+
 def test_a_failed_log_dir_moves_its_leaderships_and_the_broker_serves_the_rest(
     tmp_path: Path, small_disk: Path
 ) -> None:
@@ -181,13 +194,8 @@ def test_a_failed_log_dir_moves_its_leaderships_and_the_broker_serves_the_rest(
 
         # The disk is repaired; after a restart broker 0 serves the dir again and catches
         # up on what it missed.
-        filler.unlink()
         assert cluster.stop_broker(0)
-        cluster.start_broker(0)
-        wait_for(lambda: all_in_sync(zk, topic), 60, "broker 0 back in every ISR")
-        writer.round()
-        assert writer.errors == []
-        writer.check_read_back(bootstrap)
+        rejoin_after_repair(cluster, zk, writer, filler, bootstrap)
     finally:
         if zk is not None:
             zk.close()
@@ -224,12 +232,7 @@ def test_a_broker_whose_only_log_dir_fails_halts_and_its_leaderships_move(
         assert writer.errors == []
         writer.check_read_back(bootstrap)
 
-        filler.unlink()
-        cluster.start_broker(0)
-        wait_for(lambda: all_in_sync(zk, topic), 60, "broker 0 back in every ISR")
-        writer.round()
-        assert writer.errors == []
-        writer.check_read_back(bootstrap)
+        rejoin_after_repair(cluster, zk, writer, filler, bootstrap)
     finally:
         if zk is not None:
             zk.close()

@@ -543,7 +543,6 @@ class KafkaController:
                     callback = partial(self._on_stop_replica_response, broker_id, request)
                 future = self.channels.send(broker_id, request, callback)
                 if isinstance(request, LeaderAndIsrRequest):
-                    future.add_done_callback(partial(_log_leader_and_isr_errors, broker_id))
                     future.add_done_callback(
                         partial(self._on_leader_and_isr_response, broker_id, request)
                     )
@@ -553,25 +552,38 @@ class KafkaController:
     def _on_leader_and_isr_response(
         self, broker_id: int, request: LeaderAndIsrRequest, future: asyncio.Future[Any]
     ) -> None:
-        """On the loop: an answer naming replicas in a failed log dir (KAFKA_STORAGE_ERROR),
-        or from a broker known to have some, becomes an event (Kafka enqueues every
-        answer; the others change nothing)."""
-        if future.cancelled() or future.exception() is not None or self.context is None:
+        """On the loop, one pass over the answer: its errors are logged, and one naming
+        replicas in a failed log dir (KAFKA_STORAGE_ERROR), or from a broker known to have
+        some, becomes an event (Kafka enqueues every answer; the others change nothing)."""
+        if future.cancelled() or future.exception() is not None:
             return
         response = future.result()
-        if int(response.error_code) != 0:
-            return
+        top = int(response.error_code)
+        errors: list[tuple[int, int]] = []
         offline: set[TopicPartition] = set()
         online: set[TopicPartition] = set()
+        known_offline = self.context is not None and (
+            broker_id in self.context.replicas_on_offline_dirs
+        )
         for topic_state, topic_errors in zip(request.topic_states, response.topics, strict=False):
             topic = str(topic_state.topic_name)
             for p in topic_errors.partition_errors:
                 code = int(p.error_code)
+                if code == 0:
+                    if known_offline:
+                        online.add(TopicPartition(topic, int(p.partition_index)))
+                    continue
+                errors.append((int(p.partition_index), code))
                 if code == ErrorCode.kafka_storage_error:
                     offline.add(TopicPartition(topic, int(p.partition_index)))
-                elif code == 0:
-                    online.add(TopicPartition(topic, int(p.partition_index)))
-        if offline or broker_id in self.context.replicas_on_offline_dirs:
+        if top != 0 or errors:
+            log.warning(
+                "controller: LeaderAndIsr to broker %d: error %d, partition errors %s",
+                broker_id,
+                top,
+                errors[:20],
+            )
+        if top == 0 and self.context is not None and (offline or known_offline):
             self.events.put(
                 ev.LeaderAndIsrResponseReceived(
                     broker_id, int(request.broker_epoch), frozenset(offline), frozenset(online)
@@ -974,25 +986,6 @@ def _rerun_failure(ctx: ControllerContext, stale: set[TopicPartition]) -> Contro
     live and takes offline replicas out of ISRs; it is idempotent for the rest."""
     offline = {r for tp in stale for r in ctx.replicas_for(tp) if r not in ctx.live_brokers}
     return decisions.on_broker_failure(ctx, offline)
-
-
-def _log_leader_and_isr_errors(broker_id: int, future: asyncio.Future[Any]) -> None:
-    if future.cancelled() or future.exception() is not None:
-        return
-    response = future.result()
-    errors = [
-        (p.partition_index, int(p.error_code))
-        for t in response.topics
-        for p in t.partition_errors
-        if int(p.error_code) != 0
-    ]
-    if int(response.error_code) != 0 or errors:
-        log.warning(
-            "controller: LeaderAndIsr to broker %d: error %d, partition errors %s",
-            broker_id,
-            int(response.error_code),
-            errors[:20],
-        )
 
 
 def _resolver(future: asyncio.Future[Any]) -> Callable[[Any], None]:

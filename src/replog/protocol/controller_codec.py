@@ -64,6 +64,16 @@ def _uuid(value: uuid.UUID | None) -> bytes:
     return _ZERO_UUID if value is None else value.bytes
 
 
+def _topic_head(topic: Any) -> bytes:
+    """A topic state's name, id and partition count, as LeaderAndIsr v6 and UpdateMetadata
+    v7 both start it."""
+    return (
+        _compact_string(topic.topic_name)
+        + _uuid(topic.topic_id)
+        + uvarint(len(topic.partition_states) + 1)
+    )
+
+
 def encode_leader_and_isr_request(body: LeaderAndIsrRequest) -> bytes:
     """The body of a LeaderAndIsr v6 request (after the request header)."""
     array, i32, head = _int32_array, I32.pack, _PARTITION_HEAD.pack
@@ -74,9 +84,7 @@ def encode_leader_and_isr_request(body: LeaderAndIsrRequest) -> bytes:
     ]
     append = out.append
     for topic in body.topic_states:
-        append(_compact_string(topic.topic_name))
-        append(_uuid(topic.topic_id))
-        append(uvarint(len(topic.partition_states) + 1))
+        append(_topic_head(topic))
         for p in topic.partition_states:
             append(head(p.partition_index, p.controller_epoch, p.leader, p.leader_epoch))
             append(array(p.isr))
@@ -105,9 +113,7 @@ def encode_update_metadata_request(body: UpdateMetadataRequest) -> bytes:
     ]
     append = out.append
     for topic in body.topic_states:
-        append(_compact_string(topic.topic_name))
-        append(_uuid(topic.topic_id))
-        append(uvarint(len(topic.partition_states) + 1))
+        append(_topic_head(topic))
         for p in topic.partition_states:
             append(head(p.partition_index, p.controller_epoch, p.leader, p.leader_epoch))
             append(array(p.isr))

@@ -133,20 +133,23 @@ class ReplicaManager:
     def get_partition(self, topic: str, partition: int) -> Partition | None:
         return self.partitions.get((topic, partition))
 
-    def _missing(self, topic: str, partition: int) -> ErrorCode:
+    def _missing(
+        self,
+        topic: str,
+        partition: int,
+        otherwise: ErrorCode = ErrorCode.unknown_topic_or_partition,
+    ) -> ErrorCode:
         """The error for a partition not hosted here: offline ones say so."""
         if self.offline_partitions and (topic, partition) in self.offline_partitions:
             return ErrorCode.kafka_storage_error
-        return ErrorCode.unknown_topic_or_partition
+        return otherwise
 
     # -- failed log dirs (KIP-112) --------------------------------------------
 
     def storage_failed(self, part: Partition, what: str, exc: OSError) -> None:
         """A read or write of ``part``'s log failed for its disk: the whole log dir goes
         offline (Kafka ``LogDirFailureChannel.maybeAddOfflineLogDir``)."""
-        log_dir = part.log.dir.parent
-        if self.log_manager.mark_offline(log_dir, f"{what} failed: {exc}"):
-            self.handle_log_dir_failure(log_dir)
+        self.log_manager.fail_log_dir(part.log.dir.parent, what, exc)
 
     def handle_log_dir_failure(self, log_dir: Path) -> None:
         """Kafka ``ReplicaManager.handleLogDirFailure``: stop fetching and serving every
@@ -253,9 +256,9 @@ class ReplicaManager:
         """Move a leader's log start offset up (Kafka ``deleteRecordsOnLocalLog``)."""
         part = self.partitions.get((topic, partition))
         if part is None:
-            if self.offline_partitions and (topic, partition) in self.offline_partitions:
-                return DeleteRecordsResult(ErrorCode.kafka_storage_error)
-            return DeleteRecordsResult(ErrorCode.not_leader_or_follower)
+            return DeleteRecordsResult(
+                self._missing(topic, partition, ErrorCode.not_leader_or_follower)
+            )
         try:
             decision = part.delete_records(offset, self.is_live_broker)
         except OSError as exc:
@@ -496,8 +499,7 @@ class ReplicaManager:
             try:
                 OffsetCheckpointFile(log_dir / HW_CHECKPOINT).write(by_dir.get(log_dir, {}))
             except OSError as exc:
-                if self.log_manager.mark_offline(log_dir, f"writing {HW_CHECKPOINT} failed: {exc}"):
-                    self.handle_log_dir_failure(log_dir)
+                self.log_manager.fail_log_dir(log_dir, f"writing {HW_CHECKPOINT}", exc)
 
     def _restored_high_watermark(self, topic: str, partition: int, log_dir: Path) -> int:
         if log_dir not in self._hw_checkpoints:

@@ -149,7 +149,9 @@ class LogManager:
                 log.debug("closing %s-%d on the offline dir: %s", tp[0], tp[1], exc)
         return gone
 
-    def _failed(self, log_dir: Path, what: str, exc: OSError) -> None:
+    def fail_log_dir(self, log_dir: Path, what: str, exc: OSError) -> None:
+        """``what`` on ``log_dir`` failed with ``exc``: the dir goes offline and, the first
+        time, ``on_log_dir_failure`` is told (every failed disk access comes here)."""
         if self.mark_offline(log_dir, f"{what} failed: {exc}") and self.on_log_dir_failure:
             self.on_log_dir_failure(log_dir)
 
@@ -167,7 +169,7 @@ class LogManager:
                 for tp in [tp for tp, d in self._dir_of.items() if d == log_dir]:
                     self._topic_ids.pop(tp, None)
                 self.handle_log_dir_failure(log_dir)  # the logs it did load
-                self._failed(log_dir, "loading its logs", exc)
+                self.fail_log_dir(log_dir, "loading its logs", exc)
 
     def _load_dir(self, log_dir: Path, now_ms: int, topic_configs: Mapping[str, LogConfig]) -> None:
         marker = log_dir / CLEAN_SHUTDOWN_FILE
@@ -276,7 +278,7 @@ class LogManager:
         try:
             write_partition_metadata(target.dir, topic_id, durable=False)
         except OSError as exc:
-            self._failed(self._dir_of[tp], f"writing {target.dir.name}'s metadata", exc)
+            self.fail_log_dir(self._dir_of[tp], f"writing {target.dir.name}'s metadata", exc)
             return False
         self._topic_ids[tp] = topic_id
         self._unflushed_topic_ids.add(tp)
@@ -312,7 +314,7 @@ class LogManager:
             )
             fsync_dir(log_dir)
         except OSError as exc:
-            self._failed(log_dir, f"creating the log of {topic}-{partition}", exc)
+            self.fail_log_dir(log_dir, f"creating the log of {topic}-{partition}", exc)
             raise
         self._logs[tp] = new_log
         self._dir_of[tp] = log_dir
@@ -339,7 +341,7 @@ class LogManager:
             shutil.rmtree(doomed, ignore_errors=True)
             self._checkpoint_dir(log_dir)
         except OSError as exc:
-            self._failed(log_dir, f"deleting the log of {topic}-{partition}", exc)
+            self.fail_log_dir(log_dir, f"deleting the log of {topic}-{partition}", exc)
             return
         log.info("deleted log %s-%d", topic, partition)
 
@@ -354,7 +356,7 @@ class LogManager:
             try:
                 deleted += each.delete_old_segments(now_ms)
             except OSError as exc:
-                self._failed(log_dir, f"retention of {tp[0]}-{tp[1]}", exc)
+                self.fail_log_dir(log_dir, f"retention of {tp[0]}-{tp[1]}", exc)
         return deleted
 
     def flush_dirty_logs(self) -> None:
@@ -370,7 +372,7 @@ class LogManager:
                 else:
                     each.leader_epoch_cache.flush()
             except OSError as exc:
-                self._failed(log_dir, f"flushing {tp[0]}-{tp[1]}", exc)
+                self.fail_log_dir(log_dir, f"flushing {tp[0]}-{tp[1]}", exc)
         self._flush_partition_metadata()
 
     def _flush_partition_metadata(self) -> None:
@@ -380,7 +382,7 @@ class LogManager:
                 try:
                     flush_partition_metadata(target.dir)
                 except OSError as exc:
-                    self._failed(log_dir, f"flushing {target.dir.name}'s metadata", exc)
+                    self.fail_log_dir(log_dir, f"flushing {target.dir.name}'s metadata", exc)
         self._unflushed_topic_ids.clear()
 
     def checkpoint(self) -> None:
@@ -389,7 +391,7 @@ class LogManager:
             try:
                 self._checkpoint_dir(log_dir)
             except OSError as exc:
-                self._failed(log_dir, "writing its checkpoints", exc)
+                self.fail_log_dir(log_dir, "writing its checkpoints", exc)
 
     def _checkpoint_dir(self, log_dir: Path) -> None:
         logs = {tp: lg for tp, lg in self._logs.items() if self._dir_of[tp] == log_dir}
