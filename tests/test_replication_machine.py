@@ -260,19 +260,80 @@ def test_newer_epoch_ends_following_and_the_leader_keeps_the_followers_hw() -> N
     assert m.follower_state is None and m.high_watermark == 7
 
 
-def test_leader_kept_at_a_newer_epoch_gets_new_leader_state_in_the_same_term() -> None:
+def test_leader_kept_at_a_newer_epoch_moves_its_leader_state_in_place() -> None:
     m, log = leading(leo=10, hw=4, epoch=5)
     first = m.leader_state
     log.log_end_offset = 12
     m.on_local_append()
-    # the controller shrank the ISR, say: still leading, the log was not truncated
-    _, actions = m.on_leader_and_isr(lai(1, 6, isr=(1, 2)), 0)
-    assert actions == [AssignLeaderEpoch(6, 12), RoleChange(Role.LEADER, 6, 1)]
-    assert m.term == 1
-    assert first is not None and not first.is_leading
-    assert m.leader_state is not first and m.leader_state.leader_epoch == 6
-    assert m.leader_state.leader_epoch_start_offset == 12 and m.high_watermark == 4
-    assert m.in_sync_replicas == (1, 2)
+    m.on_fetch(2, 12, 5, 1)
+    m.on_fetch(3, 10, 5, 1)
+    assert m.high_watermark == 10
+    # the controller dropped 3 from the ISR: still leading, the log was not truncated
+    _, actions = m.on_leader_and_isr(lai(1, 6, isr=(1, 2), zk_version=11), 2)
+    # Kafka's makeLeader for a leader that was leading: the followers' fetches still
+    # count, so the HW reaches what the smaller ISR holds at once
+    assert actions == [
+        AssignLeaderEpoch(6, 12),
+        RoleChange(Role.LEADER, 6, 1),
+        HwChange(10, 12),
+    ]
+    assert m.term == 1 and m.leader_state is first and first.is_leading
+    assert first.leader_epoch == 6 and first.leader_epoch_start_offset == 12
+    assert first.partition_zk_version == 11
+    assert m.in_sync_replicas == (1, 2) and m.high_watermark == 12
+    # a fetch carrying the old epoch is fenced, the new one is served
+    assert m.on_fetch(2, 12, 5, 3).error is ErrorCode.fenced_leader_epoch
+    assert m.on_fetch(2, 12, 6, 3).error is ErrorCode.none
+
+
+def test_leader_kept_at_a_newer_epoch_drops_a_pending_isr_change() -> None:
+    m, log = leading(leo=10, hw=4, epoch=5)
+    m.on_fetch(2, 10, 5, 0)
+    proposal = m.maybe_shrink_isr(60_000)  # 3 never fetched
+    assert proposal is not None and proposal.new_isr == (1, 2)
+    _, _ = m.on_leader_and_isr(lai(1, 6, isr=(1, 2, 3), zk_version=11), 60_000)
+    assert m.leader_state is not None and m.leader_state.pending_isr_change is None
+    # the answer to the old proposal (its write failed on the new version) changes nothing
+    assert m.on_isr_update_result(proposal, None) == []
+    assert m.is_leader and m.in_sync_replicas == (1, 2, 3)
+    # 3 counts as caught up as of the new epoch: not out of sync before the lag time
+    assert m.maybe_shrink_isr(60_000 + 1) is None
+
+
+def test_leader_kept_at_a_newer_epoch_forgets_an_isr_member_below_the_hw() -> None:
+    m, log = leading(leo=10, hw=4, isr=(1, 2), epoch=5)
+    m.on_fetch(2, 10, 5, 0)
+    m.on_fetch(3, 2, 5, 0)  # not in the ISR, far behind
+    assert m.high_watermark == 10
+    # an ISR given with 3 in it: its offset from before cannot hold the HW back, and
+    # the HW does not move back either; it waits for 3's next fetch
+    _, actions = m.on_leader_and_isr(lai(1, 6, isr=(1, 2, 3)), 0)
+    assert m.leader_state is not None and m.leader_state.follower_log_end_offset(3) is None
+    assert m.high_watermark == 10
+    log.log_end_offset = 14
+    assert m.on_local_append() is None  # 3's offset is unknown
+    m.on_fetch(2, 14, 6, 1)
+    m.on_fetch(3, 14, 6, 1)
+    assert m.high_watermark == 14
+
+
+def test_follower_of_the_same_leader_at_the_next_epoch_keeps_fetching() -> None:
+    m, log = fetching(leo=10, hw=4, epoch=5, leader=2)
+    before = m.follower_state
+    term = m.term
+    error, actions = m.on_leader_and_isr(lai(2, 6, isr=(2, 3)), 0)
+    # no truncation round: the leader led throughout, so the logs still agree
+    assert error is ErrorCode.none and actions == []
+    assert m.follower_state is before and m.is_fetching and m.term == term
+    assert m.leader_epoch == 6 and m.follower_state.leader_epoch == 6
+
+
+def test_follower_of_the_same_leader_after_a_missed_epoch_truncates_again() -> None:
+    m, log = fetching(leo=10, hw=4, epoch=5, leader=2)
+    # epoch 6 (someone else led, perhaps) never reached this broker
+    _, actions = m.on_leader_and_isr(lai(2, 7), 0)
+    assert actions == [StopFetching(), RoleChange(Role.FOLLOWER, 7, m.term), StartFetching(2, 7)]
+    assert m.is_truncating
 
 
 def test_leading_again_after_another_role_is_a_new_term() -> None:

@@ -286,6 +286,62 @@ class LeaderState:
         self.check_invariants()
         return FetchOutcome(hw_change, isr_change, follower_lost_records=lost)
 
+    def on_new_leader_epoch(
+        self,
+        *,
+        leader_epoch: int,
+        assigned_replicas: Iterable[int],
+        in_sync_replicas: Iterable[int],
+        partition_zk_version: int,
+        now_ms: int,
+    ) -> HwChange | None:
+        """This broker stays leader at a newer ``leader_epoch`` (the controller shrank the
+        ISR, or a reassignment changed the replicas): Kafka ``makeLeader`` for a leader
+        that was leading. The epoch starts at the log end; the ISR and replicas are the
+        controller's; a pending ISR change is dropped (its conditional write fails on the
+        new znode version and the answer is ignored). Followers keep what their fetches
+        told (the high watermark keeps moving without waiting for each to fetch again);
+        an ISR member is caught up as of now. One the new ISR holds below the high
+        watermark (never one this leader put there) counts as unknown until it fetches.
+        """
+        self._require_leading()
+        assigned = tuple(dict.fromkeys(assigned_replicas))
+        isr = tuple(dict.fromkeys(in_sync_replicas))
+        if leader_epoch <= self.leader_epoch:
+            raise ValueError(f"leader epoch {leader_epoch} is not after {self.leader_epoch}")
+        if self.broker_id not in isr or not set(isr) <= set(assigned):
+            raise ValueError(f"ISR {isr} must hold the leader and be within {assigned}")
+        self.leader_epoch = leader_epoch
+        self.assigned_replicas = assigned
+        self.partition_zk_version = partition_zk_version
+        self.leader_epoch_start_offset = self._log_end_offset
+        self._isr = PartitionIsrState(isr=isr)
+        followers: dict[int, FollowerReplicaState] = {}
+        for r in assigned:
+            if r == self.broker_id:
+                continue
+            follower = self._followers.get(r)
+            if follower is None:
+                follower = FollowerReplicaState.for_new_leader(
+                    r,
+                    in_sync=r in isr,
+                    leader_epoch_start_offset=self.leader_epoch_start_offset,
+                    now_ms=now_ms,
+                )
+            else:
+                follower.reset_for_new_epoch(
+                    in_sync=r in isr, leader_log_end_offset=self._log_end_offset, now_ms=now_ms
+                )
+                leo = follower.log_end_offset
+                if r in isr and leo is not None and leo < self._high_watermark:
+                    follower.log_end_offset = None
+            followers[r] = follower
+        self._followers = followers
+        self._lost_records &= set(followers)
+        change = self._maybe_increment_high_watermark()
+        self.check_invariants()
+        return change
+
     def maybe_shrink_isr(self, now_ms: int) -> IsrChangeProposal | None:
         """Propose dropping followers not caught up for ``replica.lag.time.max.ms``."""
         self._require_leading()

@@ -64,6 +64,17 @@ class FollowerReplicaState:
             last_fetch_time_ms=now_ms,
         )
 
+    def reset_for_new_epoch(
+        self, *, in_sync: bool, leader_log_end_offset: int, now_ms: int
+    ) -> None:
+        """The leader stays leader at a newer epoch (Kafka ``resetReplicaState`` of a
+        leader that was leading): what the follower's fetches told is kept; an ISR member
+        counts as caught up now, others never, and the last fetch as now at the leader's
+        log end."""
+        self.last_caught_up_time_ms = now_ms if in_sync else 0
+        self.last_fetch_leader_log_end_offset = leader_log_end_offset
+        self.last_fetch_time_ms = now_ms
+
     def update_fetch_state(
         self, fetch_offset: int, fetch_time_ms: int, leader_log_end_offset: int
     ) -> None:

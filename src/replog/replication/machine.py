@@ -303,13 +303,22 @@ class PartitionMachine:
                 return ErrorCode.stale_controller_epoch, []  # Kafka's answer to an old epoch
             if state.leader_epoch == self.state.leader_epoch:
                 return ErrorCode.none, []  # a resend (controller failover): already applied
-        # Still the leader at a newer epoch (the controller shrank the ISR, say): the log
-        # was not truncated in between, so produces waiting on acks=all keep their term.
-        continuing = self.is_leader and state.leader == self.broker_id
+        if self.is_leader and state.leader == self.broker_id:
+            return ErrorCode.none, self._continue_leading(state, now_ms)
+        if self._continues_following(state):
+            # The same leader, at the very next epoch: nobody else led in between, so
+            # its log was not truncated and ours still agrees with it (no truncation
+            # round). The fetcher reads the new epoch from ``state`` for its next fetch.
+            self.state = state
+            fs = self.follower_state
+            assert fs is not None
+            fs.leader_epoch = state.leader_epoch
+            self.check_invariants()
+            return ErrorCode.none, []
         actions = self._end_role()
         self.state = state
         if state.leader == self.broker_id:
-            actions += self._become_leader(state, now_ms, continuing=continuing)
+            actions += self._become_leader(state, now_ms)
         elif state.leader == NO_LEADER:
             self.term += 1
             actions.append(RoleChange(Role.NONE, state.leader_epoch, self.term))
@@ -355,9 +364,43 @@ class PartitionMachine:
         self.role = Role.NONE
         return actions
 
-    def _become_leader(
-        self, state: PartitionLeadership, now_ms: int, *, continuing: bool
-    ) -> list[Action]:
+    def _continues_following(self, state: PartitionLeadership) -> bool:
+        """Following ``state.leader`` already, and ``state`` is the next epoch after ours
+        (the controller bumps a leader epoch by one at each change, so there was none
+        in between: the leader led throughout, as when the controller shrinks the ISR)."""
+        return (
+            self.role is Role.FOLLOWER
+            and self.state is not None
+            and state.leader == self.state.leader
+            and state.leader_epoch == self.state.leader_epoch + 1
+        )
+
+    def _continue_leading(self, state: PartitionLeadership, now_ms: int) -> list[Action]:
+        """Still the leader at a newer epoch (the controller shrank the ISR, say): the
+        ``LeaderState`` moves to it in place, as Kafka's ``makeLeader`` does for a leader
+        that was leading. The log was not truncated in between, so produces waiting on
+        acks=all keep their term."""
+        ls = self.leader_state
+        assert ls is not None
+        self.state = state
+        leo = self.log.log_end_offset
+        change = ls.on_new_leader_epoch(
+            leader_epoch=state.leader_epoch,
+            assigned_replicas=state.replicas,
+            in_sync_replicas=state.isr,
+            partition_zk_version=state.zk_version,
+            now_ms=now_ms,
+        )
+        actions: list[Action] = [
+            AssignLeaderEpoch(state.leader_epoch, leo),
+            RoleChange(Role.LEADER, state.leader_epoch, self.term),
+        ]
+        if change is not None:
+            actions.append(change)
+        self.check_invariants()
+        return actions
+
+    def _become_leader(self, state: PartitionLeadership, now_ms: int) -> list[Action]:
         leo = self.log.log_end_offset
         before = self._high_watermark
         self.leader_state = LeaderState(
@@ -373,8 +416,7 @@ class PartitionMachine:
             partition_zk_version=state.zk_version,
         )
         self.role = Role.LEADER
-        if not continuing:
-            self.term += 1
+        self.term += 1
         actions: list[Action] = [
             AssignLeaderEpoch(state.leader_epoch, leo),
             RoleChange(Role.LEADER, state.leader_epoch, self.term),
