@@ -41,6 +41,8 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -158,8 +160,48 @@ def wait_creation_acked(cluster: LocalCluster, topics: list[str], timeout_s: flo
     return last
 
 
+def start_profiles(
+    cluster: LocalCluster, broker_ids: list[int], out: Path | None, seconds: float
+) -> list[subprocess.Popen[bytes]]:
+    """``py-spy record`` of each broker's process for ``seconds`` (collapsed stacks in
+    ``out/profile-broker-<id>.txt``); none without ``out``."""
+    if out is None:
+        return []
+    out.mkdir(parents=True, exist_ok=True)
+    procs = []
+    for b in broker_ids:
+        pid = cluster.broker_pid(b)
+        assert pid is not None
+        procs.append(
+            subprocess.Popen(
+                [
+                    str(Path(sys.executable).parent / "py-spy"),
+                    "record",
+                    "--pid",
+                    str(pid),
+                    "--duration",
+                    str(int(seconds)),
+                    "--rate",
+                    "250",
+                    "--nonblocking",
+                    "--format",
+                    "raw",
+                    "--output",
+                    str(out / f"profile-broker-{b}.txt"),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+    return procs
+
+
 def broker_failure(
-    cluster: LocalCluster, zk: Any, leaders: dict[tuple[str, int], int], poll: bool
+    cluster: LocalCluster,
+    zk: Any,
+    leaders: dict[tuple[str, int], int],
+    poll: bool,
+    profile: Path | None = None,
 ) -> dict[str, Any]:
     controller = cluster.controller_id()
     assert controller is not None
@@ -175,6 +217,9 @@ def broker_failure(
     killed_at = time.time()
     cluster.kill_broker(victim)
     gone_at = gone.wait(120)
+    profiles = start_profiles(
+        cluster, [b for b in cluster.broker_ids if b != victim], profile, seconds=2
+    )
     polls = 0
     poll_s = 0.0
     moved_at = None
@@ -195,6 +240,8 @@ def broker_failure(
         r"(?:; new leaders' writes ([\d.]+) s, acked ([\d.]+) s)?",
         300,
     )
+    for p in profiles:
+        p.wait()
     if not poll:  # checked once, after the fact
         now = read_leaders(zk, led)
         stuck = sum(1 for leader in now.values() if leader in (victim, -1))
@@ -357,6 +404,13 @@ def main() -> None:
         "CPU, taken from the brokers on a small machine); by default the controller's log "
         "gives the times and the states are checked once afterwards",
     )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="record the surviving brokers with py-spy for 2 s from the znode's deletion (collapsed "
+        "stacks in DIR/profile-broker-<id>.txt); sampling costs CPU, so not for figures",
+    )
     args = parser.parse_args()
     print(
         f"command: .venv/bin/python bench/failover.py --partitions {args.partitions} "
@@ -397,7 +451,7 @@ def main() -> None:
                 row("  SIGTERM -> process exited", cs["exited_s"])
                 print(f"  partitions it led still without another leader: {cs['still_led']}")
                 return
-            one = broker_failure(cluster, zk, leaders, args.poll_leaders)
+            one = broker_failure(cluster, zk, leaders, args.poll_leaders, args.profile)
             say(f"restarting broker {one['victim']} ...")
             tail = LogTail(cluster.broker_dir(one["controller"]) / "broker.log")
             restarted = time.time()
