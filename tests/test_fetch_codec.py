@@ -201,6 +201,62 @@ def test_request_decodes_with_kio(
         assert decoded.rack_id == "r1"
 
 
+forgotten_lists = st.lists(
+    st.tuples(topics, st.lists(st.integers(0, 1000), max_size=5)).map(
+        lambda t: fetch_codec.ForgottenTopic(t[0], tuple(t[1]), topic_id_of(t[0]))
+    ),
+    max_size=4,
+)
+
+
+@pytest.mark.parametrize("version", range(7, fetch_codec.MAX_VERSION + 1))
+@settings(max_examples=30, deadline=None)
+@given(parts=request_partitions, forgotten=forgotten_lists, session=i32, epoch=i32)
+def test_session_fields_and_forgotten_topics_decode_with_kio(
+    version, parts, forgotten, session, epoch
+) -> None:
+    """KIP-227: a request's session id and epoch, and the partitions it forgets (by name,
+    by id from v13), read back by kio as written."""
+    body = fetch_codec.encode_fetch_request(
+        version,
+        replica_id=1,
+        max_wait_ms=500,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        partitions=parts,
+        session_id=session,
+        session_epoch=epoch,
+        forgotten=forgotten,
+    )
+    decoded, used = entity_reader(request_schema(ApiKey.FETCH, version))(body, 0)
+    assert used == len(body)
+    assert (int(decoded.session_id), int(decoded.session_epoch)) == (session, epoch)
+    by_id = version >= fetch_codec.FIRST_TOPIC_ID
+    assert [
+        (f.topic_id if by_id else str(f.topic), tuple(int(p) for p in f.partitions))
+        for f in decoded.forgotten_topics_data
+    ] == [(f.topic_id if by_id else f.topic, f.partitions) for f in forgotten]
+    assert len([p for t in decoded.topics for p in t.partitions]) == len(parts)
+
+
+def test_forgotten_topics_group_by_topic_and_old_versions_refuse_sessions() -> None:
+    grouped = fetch_codec.forgotten_topics([("a", 1), ("b", 0), ("a", 3)])
+    assert [(f.topic, f.partitions) for f in grouped] == [("a", (1, 3)), ("b", (0,))]
+    with pytest.raises(ValueError, match="no sessions"):
+        fetch_codec.encode_fetch_request(
+            6,
+            replica_id=1,
+            max_wait_ms=0,
+            min_bytes=1,
+            max_bytes=1,
+            isolation_level=0,
+            partitions=[],
+            session_id=5,
+            session_epoch=1,
+        )
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 @settings(max_examples=40, deadline=None)
 @given(parts=response_partitions, nodes=endpoints, throttle=i32, session=i32)

@@ -105,6 +105,30 @@ class FetchRequestPartitionData:
 
 
 @dataclass(frozen=True, slots=True)
+class ForgottenTopic:
+    """Partitions an incremental fetch drops from its session (KIP-227); from v13 on the
+    topic is named by ``topic_id``."""
+
+    topic: str
+    partitions: tuple[int, ...]
+    topic_id: uuid.UUID | None = None
+
+
+def forgotten_topics(
+    partitions: Iterable[tuple[str, int]], topic_ids: dict[str, uuid.UUID] | None = None
+) -> list[ForgottenTopic]:
+    """``(topic, partition)`` pairs grouped by topic, first appearance first; with
+    ``topic_ids``, each topic also named by its id (for v13+)."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    return [
+        ForgottenTopic(topic, tuple(parts), None if topic_ids is None else topic_ids[topic])
+        for topic, parts in by_topic.items()
+    ]
+
+
+@dataclass(frozen=True, slots=True)
 class FetchResponsePartitionData:
     """One partition of a Fetch response; from v13 on the topic is named by ``topic_id``."""
 
@@ -176,12 +200,16 @@ def encode_fetch_request(
     partitions: Sequence[FetchRequestPartitionData],
     session_id: int = 0,
     session_epoch: int = -1,
+    forgotten: Sequence[ForgottenTopic] = (),
     rack_id: str = "",
     replica_epoch: int = -1,
     cluster_id: str | None = None,
 ) -> bytes:
-    """The request body (no header) of a sessionless Fetch."""
+    """The request body (no header) of a Fetch: sessionless by default; v7+ carries a
+    session's id and epoch and the partitions it ``forgot`` (see ``fetch_metadata``)."""
     _check_version(version)
+    if version < 7 and (forgotten or (session_id, session_epoch) != (0, -1)):
+        raise ValueError(f"Fetch v{version} has no sessions (v7+)")
     if version >= FIRST_FLEXIBLE:
         return _encode_request_flexible(
             version,
@@ -189,6 +217,7 @@ def encode_fetch_request(
             head=(max_wait_ms, min_bytes, max_bytes, isolation_level),
             session=(session_id, session_epoch),
             partitions=partitions,
+            forgotten=forgotten,
             rack_id=rack_id,
             replica_epoch=replica_epoch,
             cluster_id=cluster_id,
@@ -210,7 +239,11 @@ def encode_fetch_request(
                 out.append(_I64.pack(p.log_start_offset))
             out.append(_I32.pack(p.partition_max_bytes))
     if version >= 7:
-        out.append(_I32.pack(0))  # no forgotten topics: sessionless
+        out.append(_I32.pack(len(forgotten)))
+        for f in forgotten:
+            _string(out, f.topic)
+            out.append(_I32.pack(len(f.partitions)))
+            out.append(struct.pack(f">{len(f.partitions)}i", *f.partitions))
     if version >= 11:
         _string(out, rack_id)
     return b"".join(out)
@@ -223,6 +256,7 @@ def _encode_request_flexible(
     head: tuple[int, int, int, int],
     session: tuple[int, int],
     partitions: Sequence[FetchRequestPartitionData],
+    forgotten: Sequence[ForgottenTopic],
     rack_id: str,
     replica_epoch: int,
     cluster_id: str | None,
@@ -251,7 +285,17 @@ def _encode_request_flexible(
             )
             out.append(_EMPTY_TAGS)
         out.append(_EMPTY_TAGS)
-    out.append(b"\x01")  # no forgotten topics: sessionless
+    out.append(wire.uvarint(len(forgotten) + 1))
+    for f in forgotten:
+        if by_id:
+            if f.topic_id is None:
+                raise ValueError(f"forgotten topic {f.topic} has no topic id")
+            out.append(f.topic_id.bytes)
+        else:
+            out.append(wire.compact_string(f.topic))
+        out.append(wire.uvarint(len(f.partitions) + 1))
+        out.append(struct.pack(f">{len(f.partitions)}i", *f.partitions))
+        out.append(_EMPTY_TAGS)
     out.append(wire.compact_string(rack_id))
     tags = []
     if cluster_id is not None:
