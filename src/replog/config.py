@@ -175,6 +175,18 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any], str]] = {
         "5000",
     ),
     "num.replica.fetchers": ("num_replica_fetchers", _int, "1"),
+    # Incremental fetch sessions (KIP-227). Kafka has the first key; the second is
+    # KIP-227's name for the eviction time Kafka fixes at its default (120 s).
+    "max.incremental.fetch.session.cache.slots": (
+        "max_incremental_fetch_session_cache_slots",
+        _int,
+        "1000",
+    ),
+    "min.incremental.fetch.session.eviction.ms": (
+        "min_incremental_fetch_session_eviction_ms",
+        _int,
+        "120000",
+    ),
     # Replication throttling (KIP-73): dynamic per broker; Long.MAX_VALUE is unthrottled.
     "leader.replication.throttled.rate": (
         "leader_replication_throttled_rate",
@@ -271,6 +283,7 @@ _LONG_KEYS = frozenset(
         "replica.lag.time.max.ms",
         "replica.high.watermark.checkpoint.interval.ms",
         "replica.fetch.backoff.ms",
+        "min.incremental.fetch.session.eviction.ms",
         "controlled.shutdown.retry.backoff.ms",
         "leader.imbalance.check.interval.seconds",
         "leader.replication.throttled.rate",
@@ -355,6 +368,8 @@ class KafkaConfig:
     replica_fetch_backoff_ms: int
     replica_high_watermark_checkpoint_interval_ms: int
     num_replica_fetchers: int
+    max_incremental_fetch_session_cache_slots: int
+    min_incremental_fetch_session_eviction_ms: int
     leader_replication_throttled_rate: int
     follower_replication_throttled_rate: int
     replication_quota_window_num: int
@@ -508,6 +523,16 @@ class KafkaConfig:
         need(self.min_insync_replicas >= 1, "min.insync.replicas", "must be >= 1")
         need(self.replica_lag_time_max_ms >= 1, "replica.lag.time.max.ms", "must be >= 1")
         need(self.num_replica_fetchers >= 1, "num.replica.fetchers", "must be >= 1")
+        need(
+            self.max_incremental_fetch_session_cache_slots >= 0,
+            "max.incremental.fetch.session.cache.slots",
+            "must be >= 0",
+        )
+        need(
+            self.min_incremental_fetch_session_eviction_ms >= 0,
+            "min.incremental.fetch.session.eviction.ms",
+            "must be >= 0",
+        )
         need(-1 <= self.metrics_port <= 65535, "metrics.port", "must be -1 (off) or a port")
         for key, rate in (
             ("leader.replication.throttled.rate", self.leader_replication_throttled_rate),

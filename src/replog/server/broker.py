@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import signal
 import time
 from functools import partial
@@ -47,6 +48,7 @@ from replog.server.controlled_shutdown import (
     controlled_shutdown,
     send_controlled_shutdown,
 )
+from replog.server.fetch_session import FetchManager, FetchSessionCache
 from replog.server.handlers import admin as admin_handlers
 from replog.server.handlers import cluster, fetch, metadata, offsets, produce, producers, records
 from replog.server.handlers import configs as config_handlers
@@ -152,6 +154,13 @@ class Broker:
             producer_ids=self.producer_ids,
             configs=self.configs,
             group_coordinator=self.group_coordinator,
+            fetch_manager=FetchManager(
+                FetchSessionCache(
+                    config.max_incremental_fetch_session_cache_slots,
+                    config.min_incremental_fetch_session_eviction_ms,
+                    random.Random(),
+                )
+            ),
             authorizer=Authorizer.from_config(config, self.zk),
         )
         self.controller_commands = ControllerCommands(
@@ -167,6 +176,7 @@ class Broker:
                     self.services.topic_stats,
                     self.group_coordinator,
                     lambda: self.controller,
+                    self.services.fetch_manager,
                 )
             )
             if config.metrics_port >= 0

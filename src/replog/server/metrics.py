@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from replog.controller.controller import KafkaController
     from replog.coordinator.group.coordinator import GroupCoordinator
     from replog.replication.replica_manager import ReplicaManager
+    from replog.server.fetch_session import FetchManager
     from replog.server.topic_stats import BrokerTopicStats
 
 log = logging.getLogger(__name__)
@@ -126,14 +127,17 @@ class BrokerStateCollector(Collector):
         topic_stats: BrokerTopicStats,
         group_coordinator: GroupCoordinator,
         controller: Callable[[], KafkaController | None],
+        fetch_manager: FetchManager | None = None,
     ) -> None:
         self.replica_manager = replica_manager
         self.topic_stats = topic_stats
         self.group_coordinator = group_coordinator
         self.controller = controller
+        self.fetch_manager = fetch_manager
 
     def collect(self) -> Iterator[Any]:
         yield from self._replica_manager()
+        yield from self._fetch_sessions()
         yield from self._logs()
         yield from self._topics()
         yield from self._controller()
@@ -165,6 +169,35 @@ class BrokerStateCollector(Collector):
         )
         yield CounterMetricFamily(
             prefix + "isrexpands", "ISR expansions written as leader", value=rm.isr_expands
+        )
+
+    def _fetch_sessions(self) -> Iterator[Any]:
+        """Kafka's FetchSessionCache metrics (KIP-227), and replog's count of requests
+        answered within a session."""
+        manager = self.fetch_manager
+        if manager is None:
+            return
+        cache = manager.cache
+        prefix = "kafka_server_fetchsessioncache_"
+        yield GaugeMetricFamily(
+            prefix + "numincrementalfetchsessions",
+            "Incremental fetch sessions in the cache",
+            value=len(cache),
+        )
+        yield GaugeMetricFamily(
+            prefix + "numincrementalfetchpartitionscached",
+            "Partitions held by the cache's sessions",
+            value=cache.total_partitions,
+        )
+        yield CounterMetricFamily(
+            prefix + "incrementalfetchsessionevictions",
+            "Sessions evicted to make room for new ones",
+            value=cache.evictions,
+        )
+        yield CounterMetricFamily(
+            prefix + "incrementalfetches",
+            "Fetch requests answered within a session (replog's own)",
+            value=manager.incremental_fetches,
         )
 
     def _logs(self) -> Iterator[Any]:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from replog.server.admin import AdminManager
     from replog.server.authorizer import Authorizer
     from replog.server.config_manager import ConfigManager
+    from replog.server.fetch_session import FetchManager
     from replog.server.metadata_cache import MetadataCache
     from replog.server.network import RequestContext
     from replog.server.producer_ids import ProducerIdManager
@@ -37,6 +38,7 @@ class BrokerServices:
     producer_ids: ProducerIdManager
     configs: ConfigManager
     group_coordinator: GroupCoordinator
+    fetch_manager: FetchManager  # incremental fetch sessions (KIP-227)
     topic_stats: BrokerTopicStats = field(default_factory=BrokerTopicStats)
     authorizer: Authorizer | None = None  # None: no authorizer.class.name, all allowed
 

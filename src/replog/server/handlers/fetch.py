@@ -6,6 +6,12 @@ not know is UNKNOWN_TOPIC_ID, echoing the id), the KIP-595 check of a
 ``last_fetched_epoch`` (v12+; a diverging fetcher gets ``diverging_epoch`` and
 no records, and the response goes out at once, as Kafka's
 ``Partition.readRecords``), and KIP-951 leader discovery (v16+).
+
+From v7 a fetcher may keep an incremental fetch session (KIP-227): the session
+rules are ``replog.server.fetch_session``'s, whose context says which partitions
+to read (all of the session's, every time, so the long poll waits on all of
+them and a follower's fetch state moves as with full fetches) and which answers
+go out (in an incremental answer, only the partitions with news).
 """
 
 from __future__ import annotations
@@ -19,11 +25,13 @@ from kio.schema.errors import ErrorCode
 
 from replog.protocol import fetch_codec, frames
 from replog.protocol.fetch_codec import FetchResponsePartitionData
+from replog.protocol.fetch_metadata import FIRST_SESSION_VERSION, LEGACY, FetchMetadata
 from replog.protocol.wire import NodeEndpoint
 from replog.replication.fetch_rules import FetchPartitionRequest, check_last_fetched_epoch
 from replog.replication.quota import is_throttled, leader_should_throttle
 from replog.replication.replica_manager import FetchWait, ReplicaManager
 from replog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from replog.server.fetch_session import CachedPartition, FetchContext, PartitionKey
 from replog.server.handlers.context import BrokerServices
 from replog.server.handlers.leader_discovery import (
     NOT_LEADER_OR_FENCED_ERRORS,
@@ -38,80 +46,90 @@ ZERO_UUID = uuid.UUID(int=0)  # Kafka's Uuid.ZERO_UUID: no topic has it
 async def handle_fetch(services: BrokerServices, ctx: RequestContext, request) -> object:
     version = ctx.api_version
     by_id = version >= fetch_codec.FIRST_TOPIC_ID
-    # One answer per requested partition, in request order: made here or by the read.
-    answers: list[FetchResponsePartitionData | None] = []
-    reads: list[FetchPartitionRequest] = []
-    read_slots: list[tuple[int, uuid.UUID | None]] = []
-    answer_now = False
     replica_id = int(
         request.replica_state.replica_id
         if version >= fetch_codec.FIRST_REPLICA_STATE
         else request.replica_id
     )
     ctx.request_name = "FetchFollower" if replica_id >= 0 else "FetchConsumer"  # Kafka's
+    if version >= FIRST_SESSION_VERSION:
+        metadata = FetchMetadata(int(request.session_id), int(request.session_epoch))
+        to_forget = _forgotten(request.forgotten_topics_data, by_id)
+    else:
+        metadata, to_forget = LEGACY, []
+    context = services.fetch_manager.new_context(
+        version,
+        metadata,
+        replica_id >= 0,
+        _requested(services, request.topics, by_id),
+        to_forget,
+        _now_ms(),
+    )
+    if context.error is not ErrorCode.none:
+        return _encoded(version, [], error_code=context.error)
     # Kafka: a follower fetch needs ClusterAction, a consumer's Read on each topic.
     follower_refused = replica_id >= 0 and not services.allowed(
         ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME
     )
     readable: dict[str, bool] = {}
+    names: dict[uuid.UUID, str | None] = {}
+    # One answer per partition of the context, in its order: made here, or None for a read.
+    answers: list[tuple[CachedPartition, FetchResponsePartitionData | None]] = []
+    reads: list[FetchPartitionRequest] = []
+    answer_now = False
     # Follower partitions answered empty: the leader is over its replication quota.
     leader_throttled = 0
-    for topic_request in request.topics:
-        topic_id = None
+    for cached in context.partitions():
+        topic_id = cached.topic_id
         if by_id:
-            # kio reads the all-zero id, which no topic has, as None.
-            topic_id = topic_request.topic_id or ZERO_UUID
-            topic = services.metadata_cache.topic_name(topic_id)
-        else:
-            topic = str(topic_request.topic)
-        if topic is not None and topic not in readable:
-            readable[topic] = not follower_refused and (
+            # A name is resolved on each request: an id learnt since, or one deleted since.
+            if topic_id not in names:
+                names[topic_id] = services.metadata_cache.topic_name(topic_id)
+            cached.resolve_topic(names[topic_id])
+        topic = cached.topic
+        if topic is None:
+            answers.append(
+                (cached, _error_answer("", cached.partition, topic_id, ErrorCode.unknown_topic_id))
+            )
+            continue
+        allowed = readable.get(topic)
+        if allowed is None:
+            allowed = readable[topic] = not follower_refused and (
                 replica_id >= 0
                 or services.allowed(ctx, AclOperation.READ, ResourceType.TOPIC, topic)
             )
-        for part in topic_request.partitions:
-            if topic is None:
-                answers.append(
-                    _error_answer("", int(part.partition), topic_id, ErrorCode.unknown_topic_id)
-                )
-                continue
-            if not readable[topic]:
-                answers.append(
+        if not allowed:
+            answers.append(
+                (
+                    cached,
                     _error_answer(
-                        topic, int(part.partition), topic_id, ErrorCode.topic_authorization_failed
-                    )
+                        topic, cached.partition, topic_id, ErrorCode.topic_authorization_failed
+                    ),
                 )
-                continue
-            fetch = FetchPartitionRequest(
-                topic=topic,
-                partition=int(part.partition),
-                fetch_offset=int(part.fetch_offset),
-                max_bytes=int(part.partition_max_bytes),
-                current_leader_epoch=int(getattr(part, "current_leader_epoch", -1)),
-                log_start_offset=int(getattr(part, "log_start_offset", -1)),
             )
-            last_fetched_epoch = int(getattr(part, "last_fetched_epoch", -1))
-            if last_fetched_epoch >= 0:
-                early = _check_last_fetched_epoch(
-                    services.replica_manager, fetch, last_fetched_epoch, topic_id
-                )
-                if early is not None:
-                    answers.append(early)
-                    answer_now = True
-                    continue
-            if replica_id >= 0:
-                throttled = _leader_throttled(services, fetch, replica_id, topic_id)
-                if throttled is not None:
-                    answers.append(throttled)
-                    leader_throttled += 1
-                    continue
-            read_slots.append((len(answers), topic_id))
-            answers.append(None)
-            reads.append(fetch)
+            continue
+        fetch = cached.read_request()
+        if cached.last_fetched_epoch >= 0:
+            early = _check_last_fetched_epoch(
+                services.replica_manager, fetch, cached.last_fetched_epoch, topic_id
+            )
+            if early is not None:
+                answers.append((cached, early))
+                answer_now = True
+                continue
+        if replica_id >= 0:
+            throttled = _leader_throttled(services, fetch, replica_id, topic_id)
+            if throttled is not None:
+                answers.append((cached, throttled))
+                leader_throttled += 1
+                continue
+        answers.append((cached, None))
+        reads.append(fetch)
     if not reads and leader_throttled and not answer_now:
         # Kafka's DelayedFetch counts no throttled bytes: the follower waits max_wait.
         await asyncio.sleep(request.max_wait.total_seconds())
         ctx.remote_s += request.max_wait.total_seconds()
+    results = ()
     if reads:
         wait = FetchWait()
         results = await services.replica_manager.fetch(
@@ -124,33 +142,141 @@ async def handle_fetch(services: BrokerServices, ctx: RequestContext, request) -
             wait=wait,
         )
         ctx.remote_s += wait.waited_s
-        stats = services.topic_stats
-        for (slot, topic_id), req, result in zip(read_slots, reads, results, strict=True):
-            if result.records:
-                stats.record_fetch(req.topic, len(result.records), follower=replica_id >= 0)
-            if replica_id >= 0 and result.records:
-                _record_leader_bytes(services, req, replica_id, len(result.records))
-            error = result.error
-            if error == ErrorCode.unknown_topic_or_partition:
-                error = not_hosted_error(services, req.topic, req.partition)
-            answers[slot] = FetchResponsePartitionData(
-                topic=req.topic,
-                partition=req.partition,
-                error_code=error,
-                high_watermark=result.high_watermark,
-                last_stable_offset=result.last_stable_offset,
-                log_start_offset=result.log_start_offset,
-                records=result.records,
-                topic_id=topic_id,
-            )
+    error = context.response_error()
+    if error is not ErrorCode.none:
+        return _encoded(version, [], error_code=error, session_id=metadata.session_id)
+    out = _answers(services, context, replica_id, answers, reads, results)
     node_endpoints: list[NodeEndpoint] = []
     if version >= fetch_codec.FIRST_NODE_ENDPOINTS:
-        answers, node_endpoints = _with_current_leaders(services, ctx.listener, answers)
+        out, node_endpoints = _with_current_leaders(services, ctx.listener, out)
+    return _encoded(
+        version,
+        out,
+        session_id=context.response_session_id(_now_ms()),
+        node_endpoints=node_endpoints,
+    )
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+def _encoded(
+    version: int,
+    answers: list[FetchResponsePartitionData],
+    *,
+    error_code: int = 0,
+    session_id: int = 0,
+    node_endpoints: list[NodeEndpoint] | None = None,
+) -> frames.EncodedBody:
     # The hand codec covers every version served (apis: Fetch 4-17).
     return frames.EncodedBody(
-        fetch_codec.encode_fetch_response(version, answers, node_endpoints=node_endpoints),
+        fetch_codec.encode_fetch_response(
+            version,
+            answers,
+            error_code=error_code,
+            session_id=session_id,
+            node_endpoints=node_endpoints or (),
+        ),
         flexible=version >= fetch_codec.FIRST_FLEXIBLE,
     )
+
+
+def _requested(services: BrokerServices, topics, by_id: bool) -> list[CachedPartition]:
+    """The request's partitions, in order; from v13 named by id (a name resolved here,
+    None for an id this broker does not know)."""
+    out: list[CachedPartition] = []
+    for topic_request in topics:
+        if by_id:
+            # kio reads the all-zero id, which no topic has, as None.
+            topic_id = topic_request.topic_id or ZERO_UUID
+            topic = services.metadata_cache.topic_name(topic_id)
+        else:
+            topic_id = None
+            topic = str(topic_request.topic)
+        for part in topic_request.partitions:
+            out.append(
+                CachedPartition(
+                    topic=topic,
+                    partition=int(part.partition),
+                    topic_id=topic_id,
+                    fetch_offset=int(part.fetch_offset),
+                    max_bytes=int(part.partition_max_bytes),
+                    current_leader_epoch=int(getattr(part, "current_leader_epoch", -1)),
+                    log_start_offset=int(getattr(part, "log_start_offset", -1)),
+                    last_fetched_epoch=int(getattr(part, "last_fetched_epoch", -1)),
+                )
+            )
+    return out
+
+
+def _forgotten(forgotten_topics, by_id: bool) -> list[PartitionKey]:
+    """The keys of ``forgotten_topics_data``: by name, or by id from v13."""
+    keys: list[PartitionKey] = []
+    for f in forgotten_topics:
+        topic = (f.topic_id or ZERO_UUID) if by_id else str(f.topic)
+        keys.extend((topic, int(p)) for p in f.partitions)
+    return keys
+
+
+def _answers(
+    services: BrokerServices,
+    context: FetchContext,
+    replica_id: int,
+    answers: list[tuple[CachedPartition, FetchResponsePartitionData | None]],
+    reads: list[FetchPartitionRequest],
+    results,
+) -> list[FetchResponsePartitionData]:
+    """The partitions that go out (all of them, but in a session's incremental answer):
+    the answers made before the read, and the read's results, in the context's order."""
+    out: list[FetchResponsePartitionData] = []
+    must_respond = context.must_respond
+    stats = services.topic_stats
+    read = iter(zip(reads, results, strict=True))
+    for cached, answer in answers:
+        if answer is not None:
+            if must_respond(
+                cached,
+                answer.error_code,
+                answer.high_watermark,
+                answer.last_stable_offset,
+                answer.log_start_offset,
+                bool(answer.records),
+                answer.diverging_epoch is not None,
+            ):
+                out.append(answer)
+            continue
+        req, result = next(read)
+        records = result.records
+        if records:
+            stats.record_fetch(req.topic, len(records), follower=replica_id >= 0)
+            if replica_id >= 0:
+                _record_leader_bytes(services, req, replica_id, len(records))
+        error = result.error
+        if error == ErrorCode.unknown_topic_or_partition:
+            error = not_hosted_error(services, req.topic, req.partition)
+        if must_respond(
+            cached,
+            error,
+            result.high_watermark,
+            result.last_stable_offset,
+            result.log_start_offset,
+            bool(records),
+            False,
+        ):
+            out.append(
+                FetchResponsePartitionData(
+                    topic=req.topic,
+                    partition=req.partition,
+                    error_code=error,
+                    high_watermark=result.high_watermark,
+                    last_stable_offset=result.last_stable_offset,
+                    log_start_offset=result.log_start_offset,
+                    records=records,
+                    topic_id=cached.topic_id,
+                )
+            )
+    return out
 
 
 def _leader_throttled(
