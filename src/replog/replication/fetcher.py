@@ -3,8 +3,11 @@
 One fetcher task per (source broker, fetcher id); ``num.replica.fetchers``
 spreads a leader's partitions over that many fetchers. Each fetcher first
 truncates its partitions where their logs diverge from the leader's
-(OffsetsForLeaderEpoch, KIP-101/279), then carries all of them in each Fetch
-request. The rules live in ``FollowerState``; this module does the IO.
+(OffsetsForLeaderEpoch, KIP-101/279), then fetches all of them in each round.
+The endpoint keeps an incremental fetch session with the leader (KIP-227): a
+request names only the partitions whose fetch changed, and an answer only those
+with news; a partition left out of an answer has nothing new. The rules live in
+``FollowerState``; this module does the IO.
 
 Concurrency: a fetcher's partition map is changed by the manager on the event
 loop; the fetcher re-reads it at the top of every round and never holds a
@@ -277,8 +280,7 @@ class ReplicaFetcher:
             if not self._still_followed(tp, followed) or not followed.partition.machine.is_fetching:
                 continue
             result = results.get(tp)
-            if result is None:  # the leader left it out of its answer
-                followed.failed(time.monotonic(), self.config.fetch_backoff_ms / 1000)
+            if result is None:  # left out of an incremental answer: nothing new
                 continue
             part = followed.partition
             machine = part.machine
@@ -343,7 +345,12 @@ class ReplicaFetcherManager:
         self.quota = quota if quota is not None else ReplicationQuota()
         self._endpoint_factory = endpoint_factory or (
             lambda broker_id, host, port: RemoteLeaderEndpoint(
-                config.broker_id, host, port, config.request_timeout_ms, config.security
+                config.broker_id,
+                host,
+                port,
+                config.request_timeout_ms,
+                config.security,
+                leader_id=broker_id,
             )
         )
         self.fetchers: dict[tuple[int, int, str, int], ReplicaFetcher] = {}

@@ -1,7 +1,9 @@
 """How a follower talks to its leader: a small seam (Kafka ``LeaderEndPoint``).
 
 ``RemoteLeaderEndpoint`` speaks Fetch and OffsetForLeaderEpoch over the Kafka
-protocol; tests may put an in-memory endpoint in its place.
+protocol, its fetches in an incremental fetch session (KIP-227, as Kafka's
+``RemoteLeaderEndPoint``: ``fetch_session_handler`` decides what each request
+carries); tests may put an in-memory endpoint in its place.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from replog.protocol import fetch_codec
 from replog.protocol.apis import ApiKey
 from replog.protocol.client import KafkaConnection
 from replog.replication.fetch_rules import FetchPartitionRequest
+from replog.replication.fetch_session_handler import FetchSessionHandler
 from replog.security.client_security import PLAINTEXT, ClientSecurity
 
 TopicPartition = tuple[str, int]
@@ -48,7 +51,11 @@ class LeaderEndpoint(Protocol):
         max_wait_ms: int,
         min_bytes: int,
         max_bytes: int,
-    ) -> dict[TopicPartition, FetchPartitionResult]: ...
+    ) -> dict[TopicPartition, FetchPartitionResult]:
+        """Fetch ``partitions`` (all those to fetch now): the answers the leader sends.
+        A partition it leaves out has nothing new (an incremental fetch session's
+        answer), or the answer was of no use (a session error): no error either way."""
+        ...
 
     async def offsets_for_leader_epoch(
         self, requests: dict[TopicPartition, tuple[int, int]]
@@ -75,6 +82,7 @@ class RemoteLeaderEndpoint:
         port: int,
         timeout_ms: int,
         security: ClientSecurity = PLAINTEXT,
+        leader_id: int = -1,
     ) -> None:
         self.replica_id = replica_id
         self.host = host
@@ -82,6 +90,7 @@ class RemoteLeaderEndpoint:
         self.security = security
         self.timeout_s = timeout_ms / 1000
         self._conn: KafkaConnection | None = None
+        self.session = FetchSessionHandler(leader_id)
 
     async def _connection(self) -> KafkaConnection:
         if self._conn is None or not self._conn.connected:
@@ -94,6 +103,8 @@ class RemoteLeaderEndpoint:
                 security=self.security,
                 dead_peer_s=DEAD_PEER_S,
             )
+            # A new connection starts with a full fetch (closing the session, if any).
+            self.session.handle_error()
             # A connection attempt into a partition waits for no reply: retry soon instead,
             # so that the first attempt after a heal comes within seconds.
             await self._conn.connect(min(self.timeout_s, CONNECT_TIMEOUT_S))
@@ -107,6 +118,9 @@ class RemoteLeaderEndpoint:
         min_bytes: int,
         max_bytes: int,
     ) -> dict[TopicPartition, FetchPartitionResult]:
+        conn = await self._connection()
+        session = self.session
+        data = session.build(partitions)
         body = fetch_codec.encode_fetch_request(
             FETCH_VERSION,
             replica_id=self.replica_id,
@@ -123,21 +137,32 @@ class RemoteLeaderEndpoint:
                     log_start_offset=p.log_start_offset,
                     partition_max_bytes=p.max_bytes,
                 )
-                for p in partitions
+                for p in data.to_send
             ],
-        )
-        conn = await self._connection()
-        frame = await conn.request_encoded(
-            ApiKey.FETCH, FETCH_VERSION, body, timeout_s=self.timeout_s + max_wait_ms / 1000
+            session_id=data.metadata.session_id,
+            session_epoch=data.metadata.epoch,
+            forgotten=fetch_codec.forgotten_topics(data.to_forget),
         )
         try:
-            answers = fetch_codec.decode_fetch_response(FETCH_VERSION, frame, 4).partitions
+            frame = await conn.request_encoded(
+                ApiKey.FETCH, FETCH_VERSION, body, timeout_s=self.timeout_s + max_wait_ms / 1000
+            )
+            response = fetch_codec.decode_fetch_response(FETCH_VERSION, frame, 4)
         except fetch_codec.FetchCodecError as exc:
             # A leader that answers garbage: drop this connection, the fetcher backs off.
+            session.handle_error()
             await self.close()
             raise ConnectionError(
                 f"malformed Fetch response from {self.host}:{self.port}: {exc}"
             ) from exc
+        except BaseException:  # failed, timed out or cancelled: the next fetch is full
+            session.handle_error()
+            raise
+        answers = response.partitions
+        if not session.handle_response(
+            response.error_code, response.session_id, [(a.topic, a.partition) for a in answers]
+        ):
+            return {}
         return {
             (a.topic, a.partition): FetchPartitionResult(
                 error=ErrorCode(a.error_code),

@@ -1,0 +1,153 @@
+"""A follower's incremental fetch session with one leader (KIP-227; Kafka
+``FetchSessionHandler``).
+
+The first request is a full fetch at epoch 0 (INITIAL) naming every partition; a leader
+with room answers it with a session id. From then on each request names only the
+partitions added since the last one or asked differently (fetch offset, log start
+offset, max bytes, current leader epoch), lists those dropped as forgotten, and carries
+the next epoch (``fetch_metadata.next_epoch``). A partition the leader leaves out of an
+incremental answer has nothing new.
+
+Back to a full fetch: after a top-level error (FETCH_SESSION_ID_NOT_FOUND: with no
+session; any other, INVALID_FETCH_SESSION_EPOCH among them: closing the old session and
+asking for a new one), after a request that failed or timed out, and after a
+reconnection (``handle_error``); after an answer that does not fit the request (a full
+answer missing a partition or naming an extra one, an incremental answer naming a
+partition outside the session); and when the leader answers with no session.
+
+Concurrency: sans-IO; owned by one fetcher's endpoint, used by one task.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from replog.protocol.fetch_metadata import INITIAL, INVALID_SESSION_ID, FetchMetadata
+from replog.replication.fetch_rules import FetchPartitionRequest
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRequestData:
+    """What the next request carries: ``to_send`` (every partition in a full fetch, the
+    added and changed ones in an incremental one), ``to_forget``, and its session id
+    and epoch; ``session_size``: partitions in the session once it is sent."""
+
+    to_send: list[FetchPartitionRequest]
+    to_forget: list[TopicPartition]
+    metadata: FetchMetadata
+    session_size: int
+
+
+class FetchSessionHandler:
+    def __init__(self, node: int) -> None:
+        self.node = node
+        self.next_metadata: FetchMetadata = INITIAL
+        self.session_partitions: dict[TopicPartition, FetchPartitionRequest] = {}
+        """Every partition in the session, as it was last sent."""
+
+    @property
+    def session_id(self) -> int:
+        return self.next_metadata.session_id
+
+    def build(self, partitions: Iterable[FetchPartitionRequest]) -> FetchRequestData:
+        """The next request, for ``partitions`` (all those to fetch now, in order)."""
+        wanted = {(p.topic, p.partition): p for p in partitions}
+        metadata = self.next_metadata
+        if metadata.is_full:
+            self.session_partitions = wanted
+            return FetchRequestData(list(wanted.values()), [], metadata, len(wanted))
+        session = self.session_partitions
+        to_send: list[FetchPartitionRequest] = []
+        to_forget: list[TopicPartition] = []
+        for tp, sent in list(session.items()):
+            now = wanted.get(tp)
+            if now is None:
+                del session[tp]
+                to_forget.append(tp)
+            elif now != sent:
+                session[tp] = now
+                to_send.append(now)
+        for tp, now in wanted.items():
+            if tp not in session:
+                session[tp] = now
+                to_send.append(now)
+        return FetchRequestData(to_send, to_forget, metadata, len(session))
+
+    def handle_response(
+        self, error: int, session_id: int, partitions: Collection[TopicPartition]
+    ) -> bool:
+        """Whether the answer to the last ``build``'s request can be used; ``partitions``:
+        the ones it names. Sets up the next request's session id and epoch."""
+        metadata = self.next_metadata
+        if error != ErrorCode.none:
+            log.info(
+                "broker %d could not answer fetch %s: %s",
+                self.node,
+                metadata,
+                _error_name(error),
+            )
+            if error == ErrorCode.fetch_session_id_not_found:
+                self.next_metadata = INITIAL
+            else:
+                self.next_metadata = metadata.next_close_existing_attempt_new()
+            return False
+        session = self.session_partitions
+        extra = [tp for tp in partitions if tp not in session]
+        if metadata.is_full:
+            omitted = len(session) - (len(partitions) - len(extra))
+            if extra or omitted:
+                log.info(
+                    "broker %d sent an invalid full fetch response: %d partitions omitted, "
+                    "extra %s",
+                    self.node,
+                    omitted,
+                    extra[:10],
+                )
+                self.next_metadata = INITIAL
+                return False
+            if session_id == INVALID_SESSION_ID:
+                self.next_metadata = INITIAL
+            else:
+                if session_id != metadata.session_id:
+                    log.info(
+                        "broker %d created fetch session %d of %d partitions",
+                        self.node,
+                        session_id,
+                        len(session),
+                    )
+                self.next_metadata = FetchMetadata.new_incremental(session_id)
+            return True
+        if extra:
+            log.info(
+                "broker %d sent an invalid incremental fetch response: extra %s",
+                self.node,
+                extra[:10],
+            )
+            self.next_metadata = metadata.next_close_existing_attempt_new()
+            return False
+        if session_id == INVALID_SESSION_ID:
+            log.info("broker %d closed fetch session %d", self.node, metadata.session_id)
+            self.next_metadata = INITIAL
+        else:
+            self.next_metadata = metadata.next_incremental()
+        return True
+
+    def handle_error(self) -> None:
+        """The request failed, timed out or its connection was replaced: the next one is
+        a full fetch that closes this session and asks for a new one."""
+        self.next_metadata = self.next_metadata.next_close_existing_attempt_new()
+
+
+def _error_name(error: int) -> str:
+    try:
+        return ErrorCode(error).name
+    except ValueError:
+        return str(error)
