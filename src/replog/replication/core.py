@@ -84,6 +84,9 @@ class FetchOutcome:
     follower_lost_records: bool = False
 
 
+NOTHING_CHANGED = FetchOutcome()
+
+
 @dataclass(frozen=True, slots=True)
 class IsrUpdateOutcome:
     """Result of applying ZooKeeper's answer to an ``IsrChangeProposal``."""
@@ -284,6 +287,8 @@ class LeaderState:
             isr_change = self._propose(IsrState.PENDING_EXPAND_ISR, self._isr.isr + (replica_id,))
         hw_change = self._maybe_increment_high_watermark()
         self.check_invariants()
+        if hw_change is None and isr_change is None and not lost:
+            return NOTHING_CHANGED  # the usual answer: spares an object per partition fetched
         return FetchOutcome(hw_change, isr_change, follower_lost_records=lost)
 
     def on_new_leader_epoch(
