@@ -90,6 +90,10 @@ CONTROLLER_APIS = frozenset(
 )
 
 
+FLUSH_SLICE_S = 0.01
+"""The longest the minute's flush holds the event loop before letting requests in."""
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -544,8 +548,18 @@ class Broker:
         interval = self.config.log_flush_offset_checkpoint_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
-            self.log_manager.flush_dirty_logs()
+            await self._flush_dirty_logs()
             self.log_manager.checkpoint()
+
+    async def _flush_dirty_logs(self) -> None:
+        """The minute's fsyncs, giving the event loop back every ``FLUSH_SLICE_S``: after
+        a leader change of thousands of partitions they take seconds, which the broker
+        (and the controller, if it is here) spent unable to answer anything."""
+        slice_end = time.monotonic() + FLUSH_SLICE_S
+        for _ in self.log_manager.flush_dirty_log_steps():
+            if time.monotonic() >= slice_end:
+                await asyncio.sleep(0)
+                slice_end = time.monotonic() + FLUSH_SLICE_S
 
     async def _controlled_shutdown(self) -> None:
         """Kafka ``controlledShutdown``: leaderships move away while the listeners

@@ -153,6 +153,11 @@ class LeaderEpochFileCache:
             durable=durable,
         )
 
+    @property
+    def dirty(self) -> bool:
+        """Changed since the checkpoint was last written durably."""
+        return self._dirty
+
     def flush(self) -> None:
         """Write the checkpoint durably if it changed (called by ``Log.flush``)."""
         if self._dirty:

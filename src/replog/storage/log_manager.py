@@ -29,9 +29,9 @@ manager is told through ``on_log_dir_failure``, after the call that found the fa
 A dir that cannot be loaded at ``startup`` is offline from the start. With no live log
 dir left, the broker cannot serve anything: Kafka halts it.
 
-Concurrency: owned by the broker's event loop; not thread-safe. ``flush_dirty_logs``
-and ``checkpoint`` do fsyncs: run them where blocking is acceptable, without other
-calls on the same logs meanwhile. ``stop_cleaner`` waits for the cleaner threads,
+Concurrency: owned by the broker's event loop; not thread-safe. ``flush_dirty_logs`` and
+``checkpoint`` do fsyncs: run them where blocking is acceptable, without other calls on
+the same logs meanwhile; ``flush_dirty_log_steps`` allows other calls between its steps. ``stop_cleaner`` waits for the cleaner threads,
 which may be waiting for the owner: call it off the owner's thread.
 """
 
@@ -41,7 +41,7 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -362,9 +362,21 @@ class LogManager:
     def flush_dirty_logs(self) -> None:
         """fsync every log with data past its recovery point, changed epoch caches and
         newly written ``partition.metadata`` files."""
+        for _ in self.flush_dirty_log_steps():
+            pass
+
+    def flush_dirty_log_steps(self) -> Iterator[None]:
+        """``flush_dirty_logs`` one log at a time: yields after each log it flushed, so
+        the owner can serve requests in between (``Broker`` yields its event loop every
+        few milliseconds). After a LeaderAndIsr of 10,000 partitions, each has an epoch
+        checkpoint to write durably: two fsyncs each, seconds in all, which held the
+        broker's event loop in one piece. Logs created, deleted or failed between steps
+        are taken as they are at their step."""
         for tp, each in list(self._logs.items()):
             log_dir = self._dir_of.get(tp)  # None: its dir went offline meanwhile
-            if log_dir is None or self.is_offline(log_dir):
+            if log_dir is None or self.is_offline(log_dir) or self._logs.get(tp) is not each:
+                continue
+            if each.recovery_point >= each.log_end_offset and not each.leader_epoch_cache.dirty:
                 continue
             try:
                 if each.recovery_point < each.log_end_offset:
@@ -373,17 +385,23 @@ class LogManager:
                     each.leader_epoch_cache.flush()
             except OSError as exc:
                 self.fail_log_dir(log_dir, f"flushing {tp[0]}-{tp[1]}", exc)
-        self._flush_partition_metadata()
+            yield
+        yield from self._flush_partition_metadata()
 
-    def _flush_partition_metadata(self) -> None:
+    def _flush_partition_metadata(self) -> Iterator[None]:
+        """fsync the ``partition.metadata`` files written since the last time, yielding
+        after each; one left when the steps stop early stays for the next call."""
         for tp in sorted(self._unflushed_topic_ids):
+            if tp not in self._unflushed_topic_ids:
+                continue  # its log was deleted or its dir failed between steps
+            self._unflushed_topic_ids.discard(tp)
             target, log_dir = self._logs.get(tp), self._dir_of.get(tp)
             if target is not None and log_dir is not None and not self.is_offline(log_dir):
                 try:
                     flush_partition_metadata(target.dir)
                 except OSError as exc:
                     self.fail_log_dir(log_dir, f"flushing {target.dir.name}'s metadata", exc)
-        self._unflushed_topic_ids.clear()
+                yield
 
     def checkpoint(self) -> None:
         """Write the recovery point and log start offset checkpoints of every live log dir."""
@@ -421,7 +439,8 @@ class LogManager:
         else:
             for tp in list(self._logs):
                 flush_and_close(tp)
-        self._flush_partition_metadata()
+        for _ in self._flush_partition_metadata():
+            pass
         self.checkpoint()
         for log_dir in self.live_log_dirs:
             try:
