@@ -72,7 +72,7 @@ class FetchSessionHandler:
             if now is None:
                 del session[tp]
                 to_forget.append(tp)
-            elif now != sent:
+            elif now is not sent and now != sent:
                 session[tp] = now
                 to_send.append(now)
         for tp, now in wanted.items():

@@ -22,7 +22,7 @@ import logging
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
@@ -80,6 +80,7 @@ class FollowedPartition:
     retry_at: float = 0.0  # monotonic time before which an answer with an error is not retried
     backoff_s: float = 0.0
     caught_up: bool = False  # fetched up to the leader's HW last time (Kafka isReplicaInSync)
+    _request: FetchPartitionRequest | None = field(default=None, repr=False)
 
     @property
     def current(self) -> bool:
@@ -101,6 +102,31 @@ class FollowedPartition:
     def succeeded(self) -> None:
         self.backoff_s = 0.0
         self.retry_at = 0.0
+
+    def fetch_request(self, max_bytes: int) -> FetchPartitionRequest:
+        """What to fetch now; the same object as last time while nothing changed, which
+        the fetch session compares first (most partitions of an idle leader)."""
+        part = self.partition
+        offset = part.machine.fetch_offset
+        epoch = part.leader_epoch
+        log_start = part.log.log_start_offset
+        last = self._request
+        if (
+            last is None
+            or last.fetch_offset != offset
+            or last.current_leader_epoch != epoch
+            or last.log_start_offset != log_start
+            or last.max_bytes != max_bytes
+        ):
+            last = self._request = FetchPartitionRequest(
+                topic=part.topic,
+                partition=part.partition,
+                fetch_offset=offset,
+                current_leader_epoch=epoch,
+                log_start_offset=log_start,
+                max_bytes=max_bytes,
+            )
+        return last
 
 
 class ReplicaFetcher:
@@ -248,39 +274,36 @@ class ReplicaFetcher:
 
     async def _fetch_round(self) -> bool:
         now = time.monotonic()
-        ready = {
-            tp: f
-            for tp, f in self.partitions.items()
-            if f.current
-            and f.partition.machine.is_fetching
-            and f.due(now)
-            and not follower_should_throttle(self.quota, self._throttled(f), f.caught_up, now)
-        }
+        # No partition can be over the follower quota while it is unlimited (the usual
+        # case): then its per-partition check is skipped.
+        throttling = not self.quota.unthrottled
+        max_bytes = self.config.fetch_max_bytes
+        ready: dict[TopicPartition, FollowedPartition] = {}
+        requests: list[FetchPartitionRequest] = []
+        for tp, f in self.partitions.items():
+            if not (f.current and f.partition.machine.is_fetching and f.due(now)):
+                continue
+            if throttling and follower_should_throttle(
+                self.quota, self._throttled(f), f.caught_up, now
+            ):
+                continue
+            ready[tp] = f
+            requests.append(f.fetch_request(max_bytes))
         if not ready:
             return False
-        requests = [
-            FetchPartitionRequest(
-                topic=tp[0],
-                partition=tp[1],
-                fetch_offset=f.partition.machine.fetch_offset,
-                current_leader_epoch=f.partition.leader_epoch,
-                log_start_offset=f.partition.log.log_start_offset,
-                max_bytes=self.config.fetch_max_bytes,
-            )
-            for tp, f in ready.items()
-        ]
         results = await self.endpoint.fetch(
             requests,
             max_wait_ms=self.config.fetch_wait_max_ms,
             min_bytes=self.config.fetch_min_bytes,
-            max_bytes=fetch_response_max_bytes(self.config.fetch_max_bytes, len(requests)),
+            max_bytes=fetch_response_max_bytes(max_bytes, len(requests)),
         )
         progressed = False
-        for tp, followed in ready.items():
+        # A partition left out of an (incremental) answer has nothing new.
+        for tp, result in results.items():
+            followed = ready.get(tp)
+            if followed is None:
+                continue  # not asked for: the session handler refuses such answers
             if not self._still_followed(tp, followed) or not followed.partition.machine.is_fetching:
-                continue
-            result = results.get(tp)
-            if result is None:  # left out of an incremental answer: nothing new
                 continue
             part = followed.partition
             machine = part.machine

@@ -77,8 +77,10 @@ async def handle_fetch(services: BrokerServices, ctx: RequestContext, request) -
     answers: list[tuple[CachedPartition, FetchResponsePartitionData | None]] = []
     reads: list[FetchPartitionRequest] = []
     answer_now = False
-    # Follower partitions answered empty: the leader is over its replication quota.
+    # Follower partitions answered empty: the leader is over its replication quota (none
+    # can be while the quota is unlimited, the usual case: no per-partition check then).
     leader_throttled = 0
+    check_throttle = replica_id >= 0 and not services.configs.leader_quota.unthrottled
     for cached in context.partitions():
         topic_id = cached.topic_id
         if by_id:
@@ -117,7 +119,7 @@ async def handle_fetch(services: BrokerServices, ctx: RequestContext, request) -
                 answers.append((cached, early))
                 answer_now = True
                 continue
-        if replica_id >= 0:
+        if check_throttle:
             throttled = _leader_throttled(services, fetch, replica_id, topic_id)
             if throttled is not None:
                 answers.append((cached, throttled))
