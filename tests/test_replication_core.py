@@ -92,6 +92,36 @@ def test_constructor_rejects_inconsistent_state():
         leader(min_isr=0)
 
 
+def test_new_leader_epoch_in_place_rejects_inconsistent_state():
+    ls = leader(leo=10, hw=4)
+
+    def bump(**kw):
+        args = dict(
+            leader_epoch=6,
+            assigned_replicas=(1, 2, 3),
+            in_sync_replicas=(1, 2),
+            partition_zk_version=8,
+            log_end_offset=10,
+            now_ms=0,
+        )
+        args.update(kw)
+        return ls.on_new_leader_epoch(**args)
+
+    with pytest.raises(ValueError):
+        bump(leader_epoch=5)  # not after the current epoch
+    with pytest.raises(ValueError):
+        bump(in_sync_replicas=(2, 3))  # leader not in the ISR
+    with pytest.raises(ValueError):
+        bump(in_sync_replicas=(1, 4))  # ISR outside the assignment
+    with pytest.raises(ReplicationInvariantError):
+        bump(log_end_offset=9)  # a leader's log does not shrink while it leads
+    assert ls.leader_epoch == 5 and ls.in_sync_replicas == (1, 2, 3)
+    bump(log_end_offset=12)
+    assert ls.leader_epoch == 6 and ls.leader_epoch_start_offset == 12
+    assert ls.log_end_offset == 12 and ls.partition_zk_version == 8
+    assert ls.follower_log_end_offset(2) is None  # never fetched: still unknown
+
+
 def test_new_leader_alone_in_isr_commits_its_whole_log():
     ls = leader(isr=(1,), leo=10, hw=4)
     assert ls.high_watermark == 10

@@ -298,6 +298,7 @@ class LeaderState:
         assigned_replicas: Iterable[int],
         in_sync_replicas: Iterable[int],
         partition_zk_version: int,
+        log_end_offset: int,
         now_ms: int,
     ) -> HwChange | None:
         """This broker stays leader at a newer ``leader_epoch`` (the controller shrank the
@@ -316,6 +317,11 @@ class LeaderState:
             raise ValueError(f"leader epoch {leader_epoch} is not after {self.leader_epoch}")
         if self.broker_id not in isr or not set(isr) <= set(assigned):
             raise ValueError(f"ISR {isr} must hold the leader and be within {assigned}")
+        if log_end_offset < self._log_end_offset:
+            raise ReplicationInvariantError(
+                f"leader log end offset moved back {self._log_end_offset} -> {log_end_offset}"
+            )
+        self._log_end_offset = log_end_offset
         self.leader_epoch = leader_epoch
         self.assigned_replicas = assigned
         self.partition_zk_version = partition_zk_version

@@ -389,6 +389,7 @@ class PartitionMachine:
             assigned_replicas=state.replicas,
             in_sync_replicas=state.isr,
             partition_zk_version=state.zk_version,
+            log_end_offset=leo,
             now_ms=now_ms,
         )
         actions: list[Action] = [
