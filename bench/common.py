@@ -290,3 +290,38 @@ class ZnodeGone:
             raise TimeoutError("znode still there")
         assert self.at is not None
         return self.at
+
+
+def record_profiles(pids: dict[int, int], out: Path, seconds: int, rate: int) -> list[Any]:
+    """Start ``py-spy record`` of each broker process (broker id -> pid) for ``seconds``,
+    ``rate`` samples a second, collapsed stacks in ``out/profile-broker-<id>.txt``; the
+    caller waits for the returned processes. Sampling costs CPU: not for figures."""
+    out.mkdir(parents=True, exist_ok=True)
+    spy = str(Path(sys.executable).parent / "py-spy")
+    return [
+        subprocess.Popen(
+            [spy, "record", "--pid", str(pid), "--duration", str(seconds), "--rate", str(rate)]
+            + ["--nonblocking", "--format", "raw"]
+            + ["--output", str(out / f"profile-broker-{b}.txt")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for b, pid in pids.items()
+    ]
+
+
+def create_partitions(bootstrap: str, topics: list[str], per_topic: int) -> None:
+    """CreateTopics at RF 3, two topics per request; a timed-out wait is fine (creation
+    goes on: the caller waits for the leaders in ZooKeeper)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for i in range(0, len(topics), 2):
+        batch = [NewTopic(t, per_topic, 3) for t in topics[i : i + 2]]
+        futures = admin.create_topics(batch, operation_timeout=60, request_timeout=120)
+        for name, future in futures.items():
+            try:
+                future.result(timeout=180)
+            except KafkaException as exc:
+                say(f"  CreateTopics({name}): {exc.args[0].str()} (waiting for the leaders)")

@@ -41,14 +41,12 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from common import ZnodeGone, replog_cluster, say, work_dir
+from common import ZnodeGone, create_partitions, record_profiles, replog_cluster, say, work_dir
 
 from replog.cluster.launcher import LocalCluster
 
@@ -113,22 +111,6 @@ def read_leaders(zk: Any, partitions: list[tuple[str, int]]) -> dict[tuple[str, 
     return out
 
 
-def create_partitions(bootstrap: str, topics: list[str], per_topic: int) -> None:
-    """CreateTopics, two topics per request; a timed-out wait is fine (creation goes on)."""
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for i in range(0, len(topics), 2):
-        batch = [NewTopic(t, per_topic, 3) for t in topics[i : i + 2]]
-        futures = admin.create_topics(batch, operation_timeout=60, request_timeout=120)
-        for name, future in futures.items():
-            try:
-                future.result(timeout=180)
-            except KafkaException as exc:
-                say(f"  CreateTopics({name}): {exc.args[0].str()} (waiting in ZooKeeper instead)")
-
-
 def wait_all_led(
     zk: Any, partitions: list[tuple[str, int]], timeout_s: float
 ) -> dict[tuple[str, int], int]:
@@ -161,39 +143,14 @@ def wait_creation_acked(cluster: LocalCluster, topics: list[str], timeout_s: flo
 
 
 def start_profiles(
-    cluster: LocalCluster, broker_ids: list[int], out: Path | None, seconds: float
-) -> list[subprocess.Popen[bytes]]:
-    """``py-spy record`` of each broker's process for ``seconds`` (collapsed stacks in
-    ``out/profile-broker-<id>.txt``); none without ``out``."""
+    cluster: LocalCluster, broker_ids: list[int], out: Path | None, seconds: int
+) -> list[Any]:
+    """``py-spy record`` of each broker for ``seconds`` (``common.record_profiles``);
+    none without ``out``."""
     if out is None:
         return []
-    out.mkdir(parents=True, exist_ok=True)
-    procs = []
-    for b in broker_ids:
-        pid = cluster.broker_pid(b)
-        assert pid is not None
-        procs.append(
-            subprocess.Popen(
-                [
-                    str(Path(sys.executable).parent / "py-spy"),
-                    "record",
-                    "--pid",
-                    str(pid),
-                    "--duration",
-                    str(int(seconds)),
-                    "--rate",
-                    "250",
-                    "--nonblocking",
-                    "--format",
-                    "raw",
-                    "--output",
-                    str(out / f"profile-broker-{b}.txt"),
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-        )
-    return procs
+    pids = {b: cluster.broker_pid(b) for b in broker_ids}
+    return record_profiles({b: p for b, p in pids.items() if p is not None}, out, seconds, 250)
 
 
 def broker_failure(

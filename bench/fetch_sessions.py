@@ -23,12 +23,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-from common import replog_cluster, say, work_dir
+from common import create_partitions, record_profiles, replog_cluster, say, work_dir
 
 import replog
 
@@ -39,43 +37,6 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime (fields 14, 15)
-
-
-def profile(pids: dict[int, int], out: Path, seconds: int) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    spy = str(Path(sys.executable).parent / "py-spy")
-    procs = [
-        subprocess.Popen(
-            [spy, "record", "--pid", str(pid), "--duration", str(seconds), "--rate", "100"]
-            + [
-                "--nonblocking",
-                "--format",
-                "raw",
-                "--output",
-                str(out / f"profile-broker-{b}.txt"),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for b, pid in pids.items()
-    ]
-    for proc in procs:
-        proc.wait(timeout=seconds + 60)
-
-
-def create(bootstrap: str, topics: list[str], per_topic: int) -> None:
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for i in range(0, len(topics), 2):
-        batch = [NewTopic(t, per_topic, 3) for t in topics[i : i + 2]]
-        futures = admin.create_topics(batch, operation_timeout=60, request_timeout=120)
-        for name, future in futures.items():
-            try:
-                future.result(timeout=180)
-            except KafkaException as exc:
-                say(f"  CreateTopics({name}): {exc.args[0].str()} (waiting for the ISR instead)")
 
 
 def main() -> None:
@@ -97,7 +58,7 @@ def main() -> None:
     with work_dir("fetch-sessions", keep=args.keep) as out, replog_cluster(out, 3) as cluster:
         say(f"creating {per_topic * len(topics):,} partitions (RF 3) ...")
         started = time.monotonic()
-        create(cluster.bootstrap_servers(), topics, per_topic)
+        create_partitions(cluster.bootstrap_servers(), topics, per_topic)
         cluster.wait_full_isr(1800)
         say(f"  every ISR full after {time.monotonic() - started:.1f} s; settling ...")
         time.sleep(args.settle)
@@ -110,7 +71,8 @@ def main() -> None:
         after = {b: cpu_seconds(pid) for b, pid in pids.items()}
         still_full = not cluster.under_replicated()
         if args.profile is not None:
-            profile(pids, args.profile, 10)
+            for proc in record_profiles(pids, args.profile, 10, 100):
+                proc.wait(timeout=70)
     print(
         f"\nidle cluster, {per_topic * len(topics):,} partitions, RF 3, 3 brokers, "
         f"{elapsed:.1f} s measured"
