@@ -287,11 +287,11 @@ def test_leader_kept_at_a_newer_epoch_moves_its_leader_state_in_place() -> None:
 
 
 def test_leader_kept_at_a_newer_epoch_drops_a_pending_isr_change() -> None:
-    m, log = leading(leo=10, hw=4, epoch=5)
+    m, _ = leading(leo=10, hw=4, epoch=5)
     m.on_fetch(2, 10, 5, 0)
     proposal = m.maybe_shrink_isr(60_000)  # 3 never fetched
     assert proposal is not None and proposal.new_isr == (1, 2)
-    _, _ = m.on_leader_and_isr(lai(1, 6, isr=(1, 2, 3), zk_version=11), 60_000)
+    m.on_leader_and_isr(lai(1, 6, isr=(1, 2, 3), zk_version=11), 60_000)
     assert m.leader_state is not None and m.leader_state.pending_isr_change is None
     # the answer to the old proposal (its write failed on the new version) changes nothing
     assert m.on_isr_update_result(proposal, None) == []
@@ -307,7 +307,7 @@ def test_leader_kept_at_a_newer_epoch_forgets_an_isr_member_below_the_hw() -> No
     assert m.high_watermark == 10
     # an ISR given with 3 in it: its offset from before cannot hold the HW back, and
     # the HW does not move back either; it waits for 3's next fetch
-    _, actions = m.on_leader_and_isr(lai(1, 6, isr=(1, 2, 3)), 0)
+    m.on_leader_and_isr(lai(1, 6, isr=(1, 2, 3)), 0)
     assert m.leader_state is not None and m.leader_state.follower_log_end_offset(3) is None
     assert m.high_watermark == 10
     log.log_end_offset = 14
@@ -318,7 +318,7 @@ def test_leader_kept_at_a_newer_epoch_forgets_an_isr_member_below_the_hw() -> No
 
 
 def test_follower_of_the_same_leader_at_the_next_epoch_keeps_fetching() -> None:
-    m, log = fetching(leo=10, hw=4, epoch=5, leader=2)
+    m, _ = fetching(leo=10, hw=4, epoch=5, leader=2)
     before = m.follower_state
     term = m.term
     error, actions = m.on_leader_and_isr(lai(2, 6, isr=(2, 3)), 0)
@@ -329,7 +329,7 @@ def test_follower_of_the_same_leader_at_the_next_epoch_keeps_fetching() -> None:
 
 
 def test_follower_of_the_same_leader_after_a_missed_epoch_truncates_again() -> None:
-    m, log = fetching(leo=10, hw=4, epoch=5, leader=2)
+    m, _ = fetching(leo=10, hw=4, epoch=5, leader=2)
     # epoch 6 (someone else led, perhaps) never reached this broker
     _, actions = m.on_leader_and_isr(lai(2, 7), 0)
     assert actions == [StopFetching(), RoleChange(Role.FOLLOWER, 7, m.term), StartFetching(2, 7)]

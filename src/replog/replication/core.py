@@ -112,6 +112,22 @@ class AcksAllStatus(enum.Enum):
         return None
 
 
+def _replica_sets(
+    broker_id: int, assigned_replicas: Iterable[int], in_sync_replicas: Iterable[int]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A leadership's replicas and ISR, duplicates dropped; ValueError unless the leader
+    is in both and the ISR within the replicas."""
+    assigned = tuple(dict.fromkeys(assigned_replicas))
+    isr = tuple(dict.fromkeys(in_sync_replicas))
+    if broker_id not in assigned:
+        raise ValueError(f"leader {broker_id} is not an assigned replica {assigned}")
+    if broker_id not in isr:
+        raise ValueError(f"leader {broker_id} is not in the ISR {isr}")
+    if not set(isr) <= set(assigned):
+        raise ValueError(f"ISR {isr} is not within the assigned replicas {assigned}")
+    return assigned, isr
+
+
 class LeaderPhase(enum.Enum):
     LEADING = "leading"
     RESIGNED = "resigned"
@@ -140,14 +156,7 @@ class LeaderState:
         partition_zk_version: int,
         leader_epoch_start_offset: int | None = None,
     ) -> None:
-        assigned = tuple(dict.fromkeys(assigned_replicas))
-        isr = tuple(dict.fromkeys(in_sync_replicas))
-        if broker_id not in assigned:
-            raise ValueError(f"leader {broker_id} is not an assigned replica {assigned}")
-        if broker_id not in isr:
-            raise ValueError(f"leader {broker_id} is not in the ISR {isr}")
-        if not set(isr) <= set(assigned):
-            raise ValueError(f"ISR {isr} is not within the assigned replicas {assigned}")
+        assigned, isr = _replica_sets(broker_id, assigned_replicas, in_sync_replicas)
         if not 0 <= high_watermark <= log_end_offset:
             raise ValueError(f"high watermark {high_watermark} outside [0, {log_end_offset}]")
         if leader_epoch < 0 or replica_lag_time_max_ms <= 0 or min_insync_replicas < 1:
@@ -311,12 +320,9 @@ class LeaderState:
         watermark (never one this leader put there) counts as unknown until it fetches.
         """
         self._require_leading()
-        assigned = tuple(dict.fromkeys(assigned_replicas))
-        isr = tuple(dict.fromkeys(in_sync_replicas))
+        assigned, isr = _replica_sets(self.broker_id, assigned_replicas, in_sync_replicas)
         if leader_epoch <= self.leader_epoch:
             raise ValueError(f"leader epoch {leader_epoch} is not after {self.leader_epoch}")
-        if self.broker_id not in isr or not set(isr) <= set(assigned):
-            raise ValueError(f"ISR {isr} must hold the leader and be within {assigned}")
         if log_end_offset < self._log_end_offset:
             raise ReplicationInvariantError(
                 f"leader log end offset moved back {self._log_end_offset} -> {log_end_offset}"

@@ -376,13 +376,14 @@ class LogManager:
             log_dir = self._dir_of.get(tp)  # None: its dir went offline meanwhile
             if log_dir is None or self.is_offline(log_dir) or self._logs.get(tp) is not each:
                 continue
-            if each.recovery_point >= each.log_end_offset and not each.leader_epoch_cache.dirty:
-                continue
+            if each.recovery_point < each.log_end_offset:
+                flush = each.flush
+            elif each.leader_epoch_cache.dirty:
+                flush = each.leader_epoch_cache.flush
+            else:
+                continue  # nothing to write: no step
             try:
-                if each.recovery_point < each.log_end_offset:
-                    each.flush()
-                else:
-                    each.leader_epoch_cache.flush()
+                flush()
             except OSError as exc:
                 self.fail_log_dir(log_dir, f"flushing {tp[0]}-{tp[1]}", exc)
             yield
