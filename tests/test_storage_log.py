@@ -13,6 +13,12 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from replog.protocol.errors import (
+    InvalidProducerEpoch,
+    OffsetOutOfRange,
+    OutOfOrderSequence,
+    RecordTooLarge,
+)
 from replog.protocol.records import (
     ATTR_TIMESTAMP_TYPE,
     COMPRESSION_GZIP,
@@ -28,15 +34,7 @@ from replog.protocol.records import (
     simple_batch,
     verify_crc,
 )
-from replog.storage.log import (
-    InvalidProducerEpoch,
-    Log,
-    OffsetOutOfRange,
-    OutOfOrderSequence,
-    RecordTooLarge,
-    TimestampAndOffset,
-    UnexpectedAppendOffset,
-)
+from replog.storage.log import Log, TimestampAndOffset, UnexpectedAppendOffset
 from replog.storage.log_config import LogConfig
 
 NOW = 1_700_000_000_000

@@ -30,6 +30,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from replog.protocol.errors import (
+    OffsetOutOfRange,
+    RecordTooLarge,
+)
 from replog.protocol.records import (
     HEADER_SIZE,
     BatchHeader,
@@ -46,12 +50,7 @@ from replog.storage.checkpoints import fsync_dir
 from replog.storage.leader_epoch import LeaderEpochFileCache
 from replog.storage.log_config import LogConfig
 from replog.storage.log_loader import load_log, parse_topic_partition, rebuild_producer_state
-from replog.storage.producer_state import (
-    InvalidProducerEpoch,
-    OutOfOrderSequence,
-    ProducerStateManager,
-    list_snapshots,
-)
+from replog.storage.producer_state import ProducerStateManager, list_snapshots
 from replog.storage.record_reader import decompress
 from replog.storage.segment import (
     CLEANED_FILE_SUFFIX,
@@ -63,11 +62,7 @@ from replog.storage.segment import (
 __all__ = [
     "AppendInfo",
     "FetchDataInfo",
-    "InvalidProducerEpoch",
     "Log",
-    "OffsetOutOfRange",
-    "OutOfOrderSequence",
-    "RecordTooLarge",
     "TimestampAndOffset",
     "UnexpectedAppendOffset",
     "parse_topic_partition",
@@ -76,14 +71,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _INT32_MAX = 0x7FFFFFFF
-
-
-class OffsetOutOfRange(Exception):
-    """A read outside ``[log_start_offset, log_end_offset]`` (Kafka OFFSET_OUT_OF_RANGE)."""
-
-
-class RecordTooLarge(Exception):
-    """A batch larger than ``max.message.bytes`` (Kafka MESSAGE_TOO_LARGE)."""
 
 
 class UnexpectedAppendOffset(Exception):
