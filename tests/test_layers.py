@@ -2,10 +2,10 @@
 and neither modules nor packages import each other in a cycle.
 
 Every module under ``src/replog`` is parsed with ``ast`` (nothing is imported). From the
-bottom: ``protocol`` (with the errors and types several layers share) and ``security``;
-``storage`` and ``replog/config.py``; ``zk``; ``replication``; ``controller``;
-``coordinator`` and other broker services; ``server``; then ``cluster``, ``cli``,
-``spark``, ``demo`` and ``console``. A module may import its own layer or any layer
+bottom: ``common`` (the clock, the internal topics); ``protocol`` (with the errors and
+types several layers share) and ``security``; ``storage`` and ``replog/config.py``;
+``zk``; ``replication``; ``controller``; ``coordinator`` and other broker services;
+``server``; then ``cluster``, ``cli``, ``spark``, ``demo`` and ``console``. A module may import its own layer or any layer
 below; two packages of one layer may not both import the other.
 
 * Layering counts every import: at module level, inside functions, and under
@@ -33,20 +33,21 @@ PACKAGE = "replog"
 # Top-level package (or module) of replog -> its layer, from the bottom. Packages on
 # one layer may import each other in one direction only (no package cycle).
 LAYERS: dict[str, int] = {
-    "protocol": 0,  # frames, schemas, error codes and the errors and types layers share
-    "security": 0,
-    "storage": 1,
-    "config": 1,
-    "zk": 2,
-    "replication": 3,
-    "controller": 4,
-    "coordinator": 5,
-    "server": 6,
-    "cluster": 7,
-    "cli": 7,
-    "spark": 7,
-    "demo": 7,
-    "console": 7,
+    "common": 0,  # the clock, the internal topics' names: imports nothing of replog
+    "protocol": 1,  # frames, schemas, error codes and the errors and types layers share
+    "security": 1,
+    "storage": 2,
+    "config": 2,
+    "zk": 3,
+    "replication": 4,
+    "controller": 5,
+    "coordinator": 6,
+    "server": 7,
+    "cluster": 8,
+    "cli": 8,
+    "spark": 8,
+    "demo": 8,
+    "console": 8,
 }
 
 # Upward imports being removed by work in progress elsewhere, as exact

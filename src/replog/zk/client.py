@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
@@ -51,6 +50,7 @@ from kazoo.exceptions import (
 from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import KazooRetry
 
+from replog.common.clock import now_ms
 from replog.protocol.kafka_uuid import random_uuid
 from replog.zk import config_znodes as cz
 from replog.zk import data as zd
@@ -216,7 +216,7 @@ class KafkaZkClient:
 
     def register_broker(self, info: BrokerInfo, timestamp_ms: int | None = None) -> int:
         """Create ephemeral ``/brokers/ids/<id>``; return the broker epoch (its czxid)."""
-        timestamp_ms = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        timestamp_ms = now_ms() if timestamp_ms is None else timestamp_ms
         try:
             stat = self._checked_ephemeral_create(
                 zd.broker_path(info.id), zd.encode_broker(info, timestamp_ms)
