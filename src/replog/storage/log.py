@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -331,10 +332,21 @@ class Log:
         config = self.config
         if (
             segment.size > config.segment_bytes - messages_size
-            or segment.time_waited_for_roll(now_ms, max_timestamp) > config.segment_ms
+            or segment.time_waited_for_roll(now_ms, max_timestamp)
+            > config.segment_ms - self._roll_jitter_ms(segment)
             or max_offset - segment.base_offset > _INT32_MAX
         ):
             self.roll(now_ms)
+
+    def _roll_jitter_ms(self, segment: LogSegment) -> int:
+        """Kafka's ``segment.jitter.ms``: how much before ``segment.ms`` this segment
+        rolls. Kafka draws it at random per segment, below min(jitter, segment.ms); here
+        it is a hash of the log's name and the segment's base offset: as spread over the
+        logs, and the same on every replay."""
+        bound = min(self.config.segment_jitter_ms, self.config.segment_ms)
+        if bound <= 0:
+            return 0
+        return zlib.crc32(f"{self.name}@{segment.base_offset}".encode()) % bound
 
     def roll(self, now_ms: int) -> LogSegment:
         """Start a new active segment at the log end offset."""
