@@ -233,7 +233,8 @@ def test_the_import_graph_is_read() -> None:
     graph = import_graph(include_type_checking=True)
     assert "replog.controller.controller" in graph["replog.server.broker"]
     assert "replog.zk.data" in graph["replog.controller.controller"]  # `from replog.zk import data`
-    assert "replog.zk.fencing" in graph["replog.zk.client"]
+    assert "replog.zk.fencing" in graph["replog.zk.controller_znodes"]
+    assert "replog.zk.controller_znodes" in graph["replog.zk.client"]
     assert "replog.protocol.records" in graph["replog.storage.log"]
     assert "replog.storage" in package_graph(graph)["replog.server"]
 
