@@ -34,8 +34,9 @@ from replog.protocol.records import (
     simple_batch,
     verify_crc,
 )
-from replog.storage.log import Log, TimestampAndOffset, UnexpectedAppendOffset
+from replog.storage.log import Log, TimestampAndOffset
 from replog.storage.log_config import LogConfig
+from replog.storage.log_validator import UnexpectedAppendOffset
 
 NOW = 1_700_000_000_000
 
