@@ -63,6 +63,8 @@ GOOD = {
         ({"broker.id": "-3"}, [], r"broker\.id"),
         ({"log.segment.bytes": "ten"}, [], r"log\.segment\.bytes"),
         ({"log.message.timestamp.type": "Sometime"}, [], r"log\.message\.timestamp\.type"),
+        ({"log.roll.hours": "0"}, [], r"log\.roll\.hours: Value must be at least 1"),
+        ({"log.retention.minutes": "soon"}, [], r"log\.retention\.minutes"),
         ({"listeners": "127.0.0.1:9092"}, [], r"listeners"),
         ({"auto.create.topics.enable": "yes"}, [], r"auto\.create\.topics\.enable"),
         ({"zookeeper.connect": ""}, [], r"zookeeper\.connect"),

@@ -135,9 +135,14 @@ def test_describe_topic_sources_synonyms_and_documentation(replog_broker) -> Non
         ConfigSource.DYNAMIC_TOPIC_CONFIG.value,
     )
     assert not retention.is_read_only and not retention.is_sensitive
-    assert [(s.name, s.source) for s in retention.synonyms.values()][:2] == [
+    # Kafka: log.retention.ms has no default (log.retention.hours=168 has), so no broker
+    # synonym follows the topic's own (ConfigHelper drops the synonyms before its name).
+    assert [(s.name, s.source) for s in retention.synonyms.values()] == [
         ("retention.ms", ConfigSource.DYNAMIC_TOPIC_CONFIG.value),
-        ("log.retention.ms", ConfigSource.DEFAULT_CONFIG.value),
+    ]
+    cleanup = configs["cleanup.policy"]
+    assert [(s.name, s.source) for s in cleanup.synonyms.values()] == [
+        ("log.cleanup.policy", ConfigSource.DEFAULT_CONFIG.value),
     ]
     segment = configs["segment.bytes"]
     assert (segment.value, segment.source) == ("1073741824", ConfigSource.DEFAULT_CONFIG.value)
@@ -149,6 +154,14 @@ def test_describe_topic_sources_synonyms_and_documentation(replog_broker) -> Non
     )
     assert broker["offsets.topic.replication.factor"].source == (ConfigSource.DEFAULT_CONFIG.value)
     assert broker["broker.id"].is_read_only and not broker["log.retention.ms"].is_read_only
+    # Kafka's time keys in three units: the default on the hours, none on the others
+    assert (broker["log.retention.hours"].value, broker["log.retention.hours"].source) == (
+        "168",
+        ConfigSource.DEFAULT_CONFIG.value,
+    )
+    assert broker["log.retention.ms"].value is None
+    assert broker["log.retention.minutes"].value is None
+    assert broker["log.roll.hours"].value == "168" and broker["log.roll.ms"].value is None
 
     # v4 (flexible) with documentation and types; v1 without.
     port = replog_broker.port(0)
@@ -522,8 +535,7 @@ def test_configs_command(replog_broker) -> None:
     assert sorted(lines[1:]) == [
         "  cleanup.policy=compact,delete sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:"
         "cleanup.policy=compact,delete, DEFAULT_CONFIG:log.cleanup.policy=delete}",
-        "  retention.ms=60000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=60000, "
-        "DEFAULT_CONFIG:log.retention.ms=604800000}",
+        "  retention.ms=60000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=60000}",
     ]
     every = replog_configs(bootstrap, *entity, "--describe", "--all")
     assert every.stdout.splitlines()[0] == f"All configs for topic {topic} are:"

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from replog.config import KafkaConfig
+from replog.config import ConfigError, KafkaConfig
 from replog.controller import decisions
 from replog.controller.context import NO_LEADER, TopicPartition
 from replog.replication.machine import PartitionLeadership, PartitionMachine
@@ -126,8 +126,46 @@ def test_layers_take_precedence_per_broker_then_default_then_static() -> None:
         ("log.retention.ms", "7000", S.DYNAMIC_BROKER_CONFIG),
         ("log.retention.ms", "5000", S.DYNAMIC_DEFAULT_BROKER_CONFIG),
         ("log.retention.ms", "86400000", S.STATIC_BROKER_CONFIG),
-        ("log.retention.ms", "604800000", S.DEFAULT_CONFIG),
+        # Kafka's default sits on the coarsest unit; log.retention.ms has none
+        ("log.retention.hours", "168", S.DEFAULT_CONFIG),
     ]
+
+
+def test_time_keys_in_any_unit_the_most_precise_winning() -> None:
+    """Kafka's log.retention.{ms,minutes,hours} and log.roll.{ms,hours}: the broker
+    accepts each, the smallest unit given wins, across the dynamic layers too."""
+    static = {k: v for k, v in STATIC.items() if k != "log.retention.ms"}
+    hours = BrokerConfigLayers(1, {**static, "log.retention.hours": "2", "log.roll.hours": "3"})
+    assert hours.log_defaults.retention_ms == 2 * 3_600_000
+    assert hours.log_defaults.segment_ms == 3 * 3_600_000
+    minutes = BrokerConfigLayers(
+        1, {**static, "log.retention.hours": "2", "log.retention.minutes": "5"}
+    )
+    assert minutes.log_defaults.retention_ms == 5 * 60_000
+    # a dynamic log.retention.ms beats the static hours; deleting it brings them back
+    dynamic = minutes.with_dynamic(False, {"log.retention.ms": "700"})
+    assert dynamic.log_defaults.retention_ms == 700
+    assert dynamic.with_dynamic(False, {}).log_defaults.retention_ms == 5 * 60_000
+    # only the most precise unit changes at run time (Kafka's ReconfigurableConfigs)
+    assert {"log.retention.ms", "log.roll.ms", "log.roll.jitter.ms"} <= DYNAMIC_BROKER_CONFIGS
+    assert not {"log.retention.hours", "log.retention.minutes", "log.roll.hours"} & (
+        DYNAMIC_BROKER_CONFIGS
+    )
+    # DescribeConfigs: a key left at Kafka's null default has no value, DEFAULT_CONFIG
+    entries = {e.name: e for e in describe_broker(hours, per_broker=True, include_synonyms=True)}
+    assert (entries["log.retention.ms"].value, entries["log.retention.ms"].source) == (
+        None,
+        S.DEFAULT_CONFIG,
+    )
+    assert entries["log.retention.ms"].synonyms == ()  # the hours come before it: dropped
+    assert [(x.name, x.value, x.source) for x in entries["log.retention.hours"].synonyms] == [
+        ("log.retention.hours", "2", S.STATIC_BROKER_CONFIG),
+        ("log.retention.hours", "168", S.DEFAULT_CONFIG),
+    ]
+    assert entries["log.retention.hours"].config_type is ConfigType.INT
+    assert entries["log.retention.hours"].read_only
+    with pytest.raises(ConfigError, match="log.roll.hours"):
+        KafkaConfig.from_properties({**static, "log.roll.hours": "0"})
 
 
 def test_layers_skip_what_cannot_change_at_run_time() -> None:
@@ -161,7 +199,7 @@ def test_describe_topic_sources_and_synonyms() -> None:
     assert [(s.name, s.source) for s in retention.synonyms] == [
         ("retention.ms", S.DYNAMIC_TOPIC_CONFIG),
         ("log.retention.ms", S.STATIC_BROKER_CONFIG),
-        ("log.retention.ms", S.DEFAULT_CONFIG),
+        ("log.retention.hours", S.DEFAULT_CONFIG),
     ]
     assert retention.config_type is ConfigType.LONG and retention.documentation
     isr = entries["min.insync.replicas"]

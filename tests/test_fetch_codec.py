@@ -29,6 +29,7 @@ from kio.serial import entity_reader, entity_writer
 
 from replog.protocol import fetch_codec, frames, wire
 from replog.protocol.apis import ApiKey, make, nested, request_schema, response_schema
+from replog.protocol.epochs import EpochEndOffset
 from replog.protocol.fetch_codec import (
     FetchRequestPartitionData,
     FetchResponsePartitionData,
@@ -38,7 +39,6 @@ from replog.protocol.fetch_codec import (
 )
 from replog.replication.fetch_rules import FetchPartitionRequest
 from replog.replication.leader_endpoint import RemoteLeaderEndpoint
-from replog.storage.epoch_entries import EpochEndOffset
 
 VERSIONS = range(fetch_codec.MIN_VERSION, fetch_codec.MAX_VERSION + 1)
 FLEXIBLE = range(fetch_codec.FIRST_FLEXIBLE, fetch_codec.MAX_VERSION + 1)

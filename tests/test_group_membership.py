@@ -307,7 +307,8 @@ def test_members_of_three_libraries_share_one_group(cluster) -> None:
 def test_members_find_the_new_coordinator_after_a_kill(cluster) -> None:
     from confluent_kafka import TopicPartition
 
-    from replog.coordinator.group.offsets_topic import GROUP_METADATA_TOPIC_NAME, partition_for
+    from replog.common.topics import GROUP_METADATA_TOPIC_NAME
+    from replog.coordinator.group.offsets_topic import partition_for
 
     group = f"g-{uuid.uuid4().hex[:6]}"
     bootstrap = cluster.bootstrap_servers()
@@ -521,7 +522,8 @@ def test_bad_group_requests_get_kafkas_errors_and_touch_no_other_group(cluster) 
     from kio.schema.sync_group.v5.request import SyncGroupRequest
     from kio.static.primitive import i32, i32Timedelta, i64
 
-    from replog.coordinator.group.offsets_topic import GROUP_METADATA_TOPIC_NAME, partition_for
+    from replog.common.topics import GROUP_METADATA_TOPIC_NAME
+    from replog.coordinator.group.offsets_topic import partition_for
     from replog.protocol.client import KafkaConnection
 
     bootstrap = cluster.bootstrap_servers()

@@ -23,7 +23,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kio.static.primitive import i8
 
 from group_util import commit
-from replog.coordinator.group.offsets_topic import GROUP_METADATA_TOPIC_NAME, partition_for
+from replog.common.topics import GROUP_METADATA_TOPIC_NAME
+from replog.coordinator.group.offsets_topic import partition_for
 
 TOPIC = "orders"
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode
 
+from replog.protocol.epochs import EpochEndOffset
 from replog.replication.fetch_rules import LastFetchedEpochCheck, check_last_fetched_epoch
-from replog.storage.epoch_entries import EpochEndOffset, end_offset_for_epoch
+from replog.storage.epoch_entries import end_offset_for_epoch
 
 ENTRIES = [(0, 0), (2, 10), (3, 15)]
 LOG_END = 20

@@ -11,7 +11,12 @@ from hypothesis import strategies as st
 
 from replog.storage.checkpoints import CheckpointError, OffsetCheckpointFile
 from replog.storage.leader_epoch import LeaderEpochFileCache
-from replog.storage.log_config import TOPIC_CONFIG_KEYS, LogConfig
+from replog.storage.log_config import (
+    BROKER_LOG_KEYS,
+    TOPIC_CONFIG_KEYS,
+    TOPIC_CONFIGS,
+    LogConfig,
+)
 
 # -- offset checkpoints ----------------------------------------------------
 
@@ -144,6 +149,7 @@ def test_log_config_defaults_match_kafka() -> None:
     assert cfg.to_properties() == {
         "segment.bytes": "1073741824",
         "segment.ms": "604800000",
+        "segment.jitter.ms": "0",
         "retention.ms": "604800000",
         "retention.bytes": "-1",
         "max.message.bytes": "1048588",
@@ -217,3 +223,39 @@ def test_log_config_from_broker_properties() -> None:
         LogConfig.from_broker_properties({"log.roll.ms": "7", "log.roll.hours": "1"}).segment_ms
         == 7
     )
+    # Kafka's precedence: .ms over .minutes over .hours, whatever the order given
+    both = LogConfig.from_broker_properties(
+        {"log.retention.hours": "1", "log.retention.ms": "9", "log.retention.minutes": "2"}
+    )
+    assert both.retention_ms == 9
+    jitter = LogConfig.from_broker_properties({"log.roll.jitter.hours": "1"})
+    assert jitter.segment_jitter_ms == 3_600_000
+    # Kafka: retention negative in any unit is unlimited; the other time keys are checked
+    assert LogConfig.from_broker_properties({"log.retention.hours": "-2"}).retention_ms == -1
+    assert LogConfig.from_broker_properties({"log.retention.ms": "-5"}).retention_ms == -1
+    for bad in ({"log.roll.hours": "0"}, {"log.roll.ms": "0"}, {"log.roll.jitter.ms": "-1"}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            LogConfig.from_broker_properties(bad)
+
+
+def test_broker_log_keys_have_kafkas_types_and_defaults() -> None:
+    """One table gives both the broker keys and the topic keys they feed; the default of a
+    time key sits on its coarsest unit, as in Kafka's KafkaConfig."""
+    got = {n: (k.topic_key, k.type, k.default) for n, k in BROKER_LOG_KEYS.items()}
+    assert got["log.roll.ms"] == ("segment.ms", "LONG", None)
+    assert got["log.roll.hours"] == ("segment.ms", "INT", "168")
+    assert got["log.roll.jitter.ms"] == ("segment.jitter.ms", "LONG", None)
+    assert got["log.roll.jitter.hours"] == ("segment.jitter.ms", "INT", "0")
+    assert got["log.retention.ms"] == ("retention.ms", "LONG", None)
+    assert got["log.retention.minutes"] == ("retention.ms", "INT", None)
+    assert got["log.retention.hours"] == ("retention.ms", "INT", "168")
+    assert got["log.segment.bytes"] == ("segment.bytes", "INT", "1073741824")
+    assert got["log.cleaner.min.cleanable.ratio"] == ("min.cleanable.dirty.ratio", "DOUBLE", "0.5")
+    assert got["message.max.bytes"] == ("max.message.bytes", "INT", "1048588")
+    # every topic key with a broker synonym is fed by exactly the keys it names
+    for topic in TOPIC_CONFIGS.values():
+        assert [n for n, k in BROKER_LOG_KEYS.items() if k.topic_key == topic.name] == list(
+            topic.broker_synonyms
+        )
+    # Kafka's defaults of the broker keys give LogConfig's defaults
+    assert LogConfig.from_broker_properties({}) == LogConfig()

@@ -5,9 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from replog.protocol.epochs import UNDEFINED_EPOCH_END_OFFSET, EpochEndOffset
 from replog.storage.epoch_entries import (
-    UNDEFINED_EPOCH_END_OFFSET,
-    EpochEndOffset,
     assign_epoch,
     check_epoch_entries,
     end_offset_for_epoch,

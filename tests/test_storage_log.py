@@ -13,6 +13,12 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from replog.protocol.errors import (
+    InvalidProducerEpoch,
+    OffsetOutOfRange,
+    OutOfOrderSequence,
+    RecordTooLarge,
+)
 from replog.protocol.records import (
     ATTR_TIMESTAMP_TYPE,
     COMPRESSION_GZIP,
@@ -28,16 +34,9 @@ from replog.protocol.records import (
     simple_batch,
     verify_crc,
 )
-from replog.storage.log import (
-    InvalidProducerEpoch,
-    Log,
-    OffsetOutOfRange,
-    OutOfOrderSequence,
-    RecordTooLarge,
-    TimestampAndOffset,
-    UnexpectedAppendOffset,
-)
+from replog.storage.log import Log, TimestampAndOffset
 from replog.storage.log_config import LogConfig
+from replog.storage.log_validator import UnexpectedAppendOffset
 
 NOW = 1_700_000_000_000
 
@@ -158,6 +157,29 @@ def test_roll_by_time(tmp_path: Path) -> None:
     assert [s.base_offset for s in log.segments] == [0, 2, 3]
     log.maybe_roll(NOW + 10_000)  # the active segment is empty: Kafka keeps it
     assert len(log.segments) == 3
+
+
+def test_roll_jitter_rolls_each_segment_earlier_by_its_own_amount(tmp_path: Path) -> None:
+    """Kafka's segment.jitter.ms: a segment rolls once it is older than segment.ms minus
+    its jitter, below min(segment.jitter.ms, segment.ms) and not the same for every log."""
+    rolled_at = {}
+    for name in ("a-0", "b-0", "c-0", "d-0", "e-0", "f-0"):
+        log = open_log(tmp_path, name, segment_ms=1000, segment_jitter_ms=600)
+        log.append_as_leader(batch(1, ts=NOW), leader_epoch=0, now_ms=NOW)
+        for w in range(1, 1002):
+            log.maybe_roll(NOW + w)
+            if len(log.segments) == 2:
+                break
+        rolled_at[name] = w
+    assert all(400 < w <= 1001 for w in rolled_at.values()), rolled_at
+    assert len(set(rolled_at.values())) > 1, rolled_at  # spread over the logs
+    # without jitter every log waits the whole segment.ms
+    plain = open_log(tmp_path, "g-0", segment_ms=1000)
+    plain.append_as_leader(batch(1, ts=NOW), leader_epoch=0, now_ms=NOW)
+    plain.maybe_roll(NOW + 1000)
+    assert len(plain.segments) == 1
+    plain.maybe_roll(NOW + 1001)
+    assert len(plain.segments) == 2
 
 
 def test_roll_by_time_without_record_timestamps_uses_creation_time(tmp_path: Path) -> None:

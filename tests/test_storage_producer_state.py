@@ -12,8 +12,9 @@ from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from replog.protocol.errors import OutOfOrderSequence
 from replog.protocol.records import iter_batches, simple_batch
-from replog.storage.log import Log, OutOfOrderSequence
+from replog.storage.log import Log
 from replog.storage.log_config import LogConfig
 from replog.storage.producer_state import (
     NUM_BATCHES_TO_RETAIN,

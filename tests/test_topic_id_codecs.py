@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from replog.protocol.errors import InconsistentTopicId
 from replog.protocol.kafka_uuid import (
     METADATA_TOPIC_ID,
     ZERO_UUID,
@@ -24,7 +25,6 @@ from replog.storage.log_config import LogConfig
 from replog.storage.log_manager import LogManager
 from replog.storage.partition_metadata import (
     PARTITION_METADATA_FILE,
-    InconsistentTopicId,
     PartitionMetadataError,
     decode_partition_metadata,
     encode_partition_metadata,

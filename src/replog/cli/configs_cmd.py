@@ -130,7 +130,8 @@ async def _describe(conn: KafkaConnection, args: argparse.Namespace, rtype: int,
             for s in entry.synonyms
         )
         sensitive = "true" if entry.is_sensitive else "false"
-        print(f"  {entry.name}={entry.value} sensitive={sensitive} synonyms={{{synonyms}}}")
+        value = "null" if entry.value is None else entry.value  # as Java prints a null
+        print(f"  {entry.name}={value} sensitive={sensitive} synonyms={{{synonyms}}}")
 
 
 async def _alter(conn: KafkaConnection, args: argparse.Namespace, rtype: int, name: str) -> None:

@@ -32,6 +32,7 @@ from kio.schema.metadata.v8 import request as metadata_req
 from kio.static.primitive import i32Timedelta
 from prometheus_client.parser import text_string_to_metric_families
 
+from replog.common.clock import now_ms
 from replog.console.view import (
     GroupInfo,
     GroupMember,
@@ -115,7 +116,7 @@ class ClusterPoller:
             self._controller_epoch(),
         )
         observation = Observation(
-            taken_ms=int(time.time() * 1000),
+            taken_ms=now_ms(),
             brokers=brokers,
             known_brokers=set(self.known_brokers),
             controller_id=controller,

@@ -24,6 +24,7 @@ from replog.controller.effects import (
     UpdateTopicAssignment,
 )
 from replog.protocol.kafka_uuid import random_uuid
+from replog.storage.log_config import parse_bool
 from replog.zk import data as zd
 from replog.zk.client import KafkaZkClient
 from replog.zk.fencing import ControllerEpoch, ControllerMovedError
@@ -136,7 +137,7 @@ def read_unclean_overrides(
             continue
         value = zd.decode_config(data).get(UNCLEAN_KEY)
         if value is not None:
-            overrides[topic] = value.strip().lower() == "true"
+            overrides[topic] = parse_bool(value)
     return overrides
 
 

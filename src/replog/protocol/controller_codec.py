@@ -28,11 +28,11 @@ from replog.protocol.controller_schemas.leader_and_isr import (
     LeaderAndIsrResponse,
 )
 from replog.protocol.controller_schemas.update_metadata import UpdateMetadataRequest
+from replog.protocol.kafka_uuid import ZERO_UUID
 from replog.protocol.wire import EMPTY_TAGS, I16, I32, compact_nullable_string, uvarint
 
 _HEAD = struct.Struct(">iiq")  # controller_id, controller_epoch, broker_epoch
 _PARTITION_HEAD = struct.Struct(">iiii")  # index, controller epoch, leader, leader epoch
-_ZERO_UUID = bytes(16)
 _ERROR = struct.Struct(">ih")  # partition index, error code
 
 _int_arrays: dict[tuple[int, ...], bytes] = {}
@@ -61,7 +61,7 @@ def _compact_string(value: str) -> bytes:
 
 
 def _uuid(value: uuid.UUID | None) -> bytes:
-    return _ZERO_UUID if value is None else value.bytes
+    return ZERO_UUID.bytes if value is None else value.bytes
 
 
 def _topic_head(topic: Any) -> bytes:

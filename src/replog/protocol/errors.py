@@ -1,9 +1,10 @@
-"""Kafka error codes for replog's exceptions.
+"""The errors several layers raise, and their Kafka error codes.
 
 Errors that several layers raise live at the bottom, beside the error codes: the
-record-batch errors of ``protocol.records`` and the log's errors of ``storage``. Any
-layer that answers a client (the replica manager, the request handlers) turns one into
-its code with :func:`error_code_for`.
+log's errors (raised by ``storage``, answered by ``replication`` and the request
+handlers) are defined here, and the record-batch errors of ``protocol.records`` are
+mapped here. Any layer that answers a client (the replica manager, the request
+handlers) turns one into its code with :func:`error_code_for`.
 """
 
 from __future__ import annotations
@@ -11,11 +12,37 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from replog.protocol.records import CorruptRecordBatch, InvalidRecord, InvalidRecordBatch
-from replog.storage.log import OffsetOutOfRange, RecordTooLarge
-from replog.storage.partition_metadata import InconsistentTopicId
-from replog.storage.producer_state import InvalidProducerEpoch, OutOfOrderSequence
 
-__all__ = ["error_code_for"]
+__all__ = [
+    "InconsistentTopicId",
+    "InvalidProducerEpoch",
+    "OffsetOutOfRange",
+    "OutOfOrderSequence",
+    "RecordTooLarge",
+    "error_code_for",
+]
+
+
+class OffsetOutOfRange(Exception):
+    """A read outside ``[log_start_offset, log_end_offset]`` (Kafka OFFSET_OUT_OF_RANGE)."""
+
+
+class RecordTooLarge(Exception):
+    """A batch larger than ``max.message.bytes`` (Kafka MESSAGE_TOO_LARGE)."""
+
+
+class OutOfOrderSequence(Exception):
+    """A batch whose sequence does not follow the producer's last one (Kafka OUT_OF_ORDER_SEQUENCE_NUMBER)."""
+
+
+class InvalidProducerEpoch(Exception):
+    """A batch from a fenced (older) producer epoch (Kafka INVALID_PRODUCER_EPOCH)."""
+
+
+class InconsistentTopicId(Exception):
+    """A partition's log belongs to another topic id than the one it is asked to serve
+    (Kafka ``InconsistentTopicIdException``, error INCONSISTENT_TOPIC_ID)."""
+
 
 _CODES: list[tuple[type[BaseException], ErrorCode]] = [
     (CorruptRecordBatch, ErrorCode.corrupt_message),

@@ -49,8 +49,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from replog.protocol import wire
+from replog.protocol.epochs import EpochEndOffset
 from replog.protocol.wire import CodecError, LeaderIdAndEpoch, NodeEndpoint
-from replog.storage.epoch_entries import EpochEndOffset
 
 MIN_VERSION = 4
 MAX_VERSION = 17

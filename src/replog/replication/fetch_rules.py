@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from replog.storage.epoch_entries import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET, EpochEndOffset
+from replog.protocol.epochs import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET, EpochEndOffset
 
 NO_LEADER_EPOCH = -1
 CONSUMER_REPLICA_ID = -1

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
+from replog.common.clock import now_ms
 from replog.replication.fetch_rules import FetchPartitionRequest
 from replog.replication.follower import EpochRequest, RestartAt
 from replog.replication.leader_endpoint import LeaderEndpoint, RemoteLeaderEndpoint
@@ -43,10 +44,6 @@ FIRST_BACKOFF_S = 0.05
 
 StorageErrorHandler = Callable[[Partition, str, OSError], None]
 """Told of a follower's failed disk write: the partition, what failed, the error."""
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 MAX_INT32 = 2**31 - 1

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
+from replog.common.clock import now_ms
 from replog.config import KafkaConfig
 from replog.protocol.errors import error_code_for
 from replog.replication.core import AcksAllStatus, StopLeading
@@ -48,10 +49,6 @@ class FetchWait:
     """How long a fetch waited for data (the request metrics' remote time)."""
 
     waited_s: float = 0.0
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(slots=True)

@@ -23,11 +23,13 @@ from dataclasses import dataclass
 
 # The epoch-cache rules live in storage (one copy, shared with LeaderEpochFileCache);
 # re-exported here for the replication layer and the simulator.
-from replog.storage.epoch_entries import (
+from replog.protocol.epochs import (
     UNDEFINED_EPOCH,
     UNDEFINED_EPOCH_END_OFFSET,
     UNDEFINED_EPOCH_OFFSET,
     EpochEndOffset,
+)
+from replog.storage.epoch_entries import (
     EpochEntries,
     assign_epoch,
     check_epoch_entries,

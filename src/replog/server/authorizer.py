@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from kazoo.recipe.watchers import ChildrenWatch
 
+from replog.common.clock import now_ms
 from replog.security import acl
 from replog.security.acl import AclBinding, AclOperation, ResourceType
 from replog.zk import acls as zk_acls
@@ -94,7 +94,7 @@ class Authorizer:
                 break
         try:
             purged = await asyncio.to_thread(
-                zk_acls.purge_expired_changes, self.zk.client, int(time.time() * 1000)
+                zk_acls.purge_expired_changes, self.zk.client, now_ms()
             )
         except Exception as exc:  # another broker's purge, or ZooKeeper away: next time
             log.debug("could not purge ACL change notifications: %s", exc)

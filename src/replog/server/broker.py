@@ -20,6 +20,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from replog.common.clock import now_ms
+from replog.common.topics import GROUP_METADATA_TOPIC_NAME
 from replog.config import KafkaConfig
 from replog.controller.controller import KafkaController
 from replog.coordinator.group import consumer_records
@@ -29,7 +31,6 @@ from replog.coordinator.group.generic_group_service import (
     GenericGroupService,
     replay_group_metadata_record,
 )
-from replog.coordinator.group.offsets_topic import GROUP_METADATA_TOPIC_NAME
 from replog.protocol.apis import ApiKey
 from replog.replication.fetcher import FetcherConfig, ReplicaFetcherManager
 from replog.replication.replica_manager import ReplicaManager
@@ -92,10 +93,6 @@ CONTROLLER_APIS = frozenset(
 
 FLUSH_SLICE_S = 0.01
 """The longest the minute's flush holds the event loop before letting requests in."""
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class Broker:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -33,6 +32,7 @@ from typing import TYPE_CHECKING
 from kazoo.exceptions import BadVersionError, NodeExistsError
 from kio.schema.errors import ErrorCode
 
+from replog.common.clock import now_ms
 from replog.replication.quota import ReplicationQuota
 from replog.server.admin import validate_topic_name
 from replog.server.dynamic_config import (
@@ -64,10 +64,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 WRITE_ATTEMPTS = 10  # read-merge-write rounds against concurrent writers
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True, slots=True)

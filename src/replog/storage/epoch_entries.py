@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from replog.protocol.epochs import (
+    UNDEFINED_EPOCH,
+    UNDEFINED_EPOCH_END_OFFSET,
+    EpochEndOffset,
+)
 
 __all__ = [
-    "UNDEFINED_EPOCH",
-    "UNDEFINED_EPOCH_END_OFFSET",
-    "UNDEFINED_EPOCH_OFFSET",
-    "EpochEndOffset",
     "EpochEntries",
     "assign_epoch",
     "check_epoch_entries",
@@ -33,34 +34,10 @@ __all__ = [
     "truncate_epochs_from_start",
 ]
 
-UNDEFINED_EPOCH = -1
-UNDEFINED_EPOCH_OFFSET = -1
-
 EpochEntries = Sequence[tuple[int, int]]
 """``(leader_epoch, start_offset)`` pairs, both strictly increasing."""
 
 Entries = tuple[tuple[int, int], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class EpochEndOffset:
-    """One partition of an ``OffsetsForLeaderEpoch`` answer.
-
-    ``leader_epoch`` is the largest epoch <= the requested one that the
-    answering log knows, ``end_offset`` the offset where that epoch ends
-    (the start of the next epoch, or the log end offset for the latest).
-    Both are ``-1`` (UNDEFINED) when the answering log has no usable entry.
-    """
-
-    leader_epoch: int
-    end_offset: int
-
-    @property
-    def is_undefined(self) -> bool:
-        return self.end_offset == UNDEFINED_EPOCH_OFFSET
-
-
-UNDEFINED_EPOCH_END_OFFSET = EpochEndOffset(UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)
 
 
 def _epoch(entry: tuple[int, int]) -> int:

@@ -20,8 +20,6 @@ from replog.storage.checkpoints import (
     write_checkpoint_lines,
 )
 from replog.storage.epoch_entries import (
-    UNDEFINED_EPOCH,
-    UNDEFINED_EPOCH_OFFSET,
     assign_epoch,
     end_offset_for_epoch,
     epoch_for_offset,
@@ -31,8 +29,6 @@ from replog.storage.epoch_entries import (
 
 __all__ = [
     "LEADER_EPOCH_CHECKPOINT",
-    "UNDEFINED_EPOCH",
-    "UNDEFINED_EPOCH_OFFSET",
     "LeaderEpochFileCache",
 ]
 

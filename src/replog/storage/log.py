@@ -3,8 +3,10 @@
 ``Log`` is Kafka's ``UnifiedLog`` + ``LocalLog`` without tiered storage. Record
 batches stay bytes: a leader append validates every batch header and CRC32C first
 (all or nothing), patches base offsets and the partition leader epoch in place and
-writes the request's bytes with one ``pwrite``. Opening a log (recovery of a torn
-tail and of an interrupted cleaner swap included) lives in ``log_loader.py``.
+writes the request's bytes with one ``pwrite``. Beside it, by role: the checks of an
+append (``log_validator.py``), the retention rules (``retention.py``), ListOffsets by
+time (``offset_lookup.py``), and opening a log, recovery of a torn tail and of an
+interrupted cleaner swap included (``log_loader.py``).
 
 A compacted log (``cleanup.policy`` with ``compact``) refuses records without a key
 and is rewritten by the log cleaner (``cleaner*.py``): offsets then have gaps, which
@@ -26,33 +28,30 @@ from __future__ import annotations
 
 import bisect
 import logging
-from collections.abc import Callable
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from replog.protocol.errors import OffsetOutOfRange
 from replog.protocol.records import (
-    HEADER_SIZE,
     BatchHeader,
-    InvalidRecord,
-    InvalidRecordBatch,
-    iter_batches,
-    iter_record_spans,
     read_header,
     set_base_offset,
     set_log_append_time,
     set_partition_leader_epoch,
 )
+from replog.storage import offset_lookup, retention
 from replog.storage.checkpoints import fsync_dir
 from replog.storage.leader_epoch import LeaderEpochFileCache
 from replog.storage.log_config import LogConfig
 from replog.storage.log_loader import load_log, parse_topic_partition, rebuild_producer_state
-from replog.storage.producer_state import (
-    InvalidProducerEpoch,
-    OutOfOrderSequence,
-    ProducerStateManager,
-    list_snapshots,
+from replog.storage.log_validator import (
+    UnexpectedAppendOffset,
+    check_follower_offsets,
+    check_keys,
+    validate_batches,
 )
-from replog.storage.record_reader import decompress
+from replog.storage.producer_state import ProducerStateManager, list_snapshots
 from replog.storage.segment import (
     CLEANED_FILE_SUFFIX,
     SWAP_FILE_SUFFIX,
@@ -63,11 +62,7 @@ from replog.storage.segment import (
 __all__ = [
     "AppendInfo",
     "FetchDataInfo",
-    "InvalidProducerEpoch",
     "Log",
-    "OffsetOutOfRange",
-    "OutOfOrderSequence",
-    "RecordTooLarge",
     "TimestampAndOffset",
     "UnexpectedAppendOffset",
     "parse_topic_partition",
@@ -76,18 +71,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _INT32_MAX = 0x7FFFFFFF
-
-
-class OffsetOutOfRange(Exception):
-    """A read outside ``[log_start_offset, log_end_offset]`` (Kafka OFFSET_OUT_OF_RANGE)."""
-
-
-class RecordTooLarge(Exception):
-    """A batch larger than ``max.message.bytes`` (Kafka MESSAGE_TOO_LARGE)."""
-
-
-class UnexpectedAppendOffset(Exception):
-    """A follower append that does not start at the log end offset."""
 
 
 @dataclass
@@ -201,26 +184,6 @@ class Log:
         self.high_watermark = high_watermark
 
     # -- append ----------------------------------------------------------
-    def _analyze(
-        self, records: bytes | bytearray | memoryview, *, leader: bool
-    ) -> list[tuple[int, BatchHeader]]:
-        """Validate every batch (header, CRC, size) before anything is written."""
-        batches = []
-        for pos, h in iter_batches(records, verify=True):
-            if leader:
-                if h.size > self.config.max_message_bytes:
-                    raise RecordTooLarge(
-                        f"{self.name}: batch of {h.size} bytes exceeds max.message.bytes "
-                        f"{self.config.max_message_bytes}"
-                    )
-                if h.record_count < 1 or h.record_count != h.last_offset_delta + 1:
-                    raise InvalidRecordBatch(
-                        f"batch has {h.record_count} records but lastOffsetDelta "
-                        f"{h.last_offset_delta}"
-                    )
-            batches.append((pos, h))
-        return batches
-
     def append_as_leader(
         self, records: bytes | bytearray, *, leader_epoch: int, now_ms: int
     ) -> AppendInfo:
@@ -232,11 +195,13 @@ class Log:
         """
         if not isinstance(records, bytearray):
             records = bytearray(records)
-        batches = self._analyze(records, leader=True)
+        batches = validate_batches(
+            records, name=self.name, max_message_bytes=self.config.max_message_bytes
+        )
         if not batches:
             return AppendInfo(-1, -1, -1, -1, 0)
         if self.config.compact:
-            self._check_keys(records, batches)
+            check_keys(records, batches, name=self.name)
         duplicate = self.producer_state.validate_client_batches([h for _, h in batches])
         if duplicate is not None:
             return AppendInfo(
@@ -264,19 +229,6 @@ class Log:
         self._append(records, patched, now_ms, max_timestamp)
         return AppendInfo(first_offset, offset - 1, max_timestamp, log_append_time, len(patched))
 
-    def _check_keys(self, records: bytearray, batches: list[tuple[int, BatchHeader]]) -> None:
-        """A compacted log refuses records without a key (Kafka ``LogValidator``)."""
-        for pos, h in batches:
-            if h.is_control:
-                continue
-            section = decompress(h.compression, bytes(records[pos + HEADER_SIZE : pos + h.size]))
-            for span in iter_record_spans(section, h.record_count):
-                if span[4] is None:
-                    raise InvalidRecord(
-                        "Compacted topic cannot accept message without key in topic "
-                        f"partition {self.name}."
-                    )
-
     def append_as_follower(
         self, records: bytes | bytearray | memoryview, *, now_ms: int | None = None
     ) -> AppendInfo:
@@ -287,19 +239,10 @@ class Log:
         ``now_ms`` is used for time-based rolls of segments whose records carry no
         timestamps; without it the batches' max timestamp stands in.
         """
-        batches = self._analyze(records, leader=False)
+        batches = validate_batches(records, name=self.name, max_message_bytes=None)
         if not batches:
             return AppendInfo(-1, -1, -1, -1, 0)
-        expected = self.log_end_offset
-        if batches[0][1].base_offset < expected:
-            raise UnexpectedAppendOffset(
-                f"{self.name}: follower append starts at {batches[0][1].base_offset}, "
-                f"log end offset is {expected}"
-            )
-        for _, h in batches:
-            if h.base_offset < expected:
-                raise InvalidRecordBatch(f"{self.name}: out of order offsets at {h.base_offset}")
-            expected = h.next_offset
+        check_follower_offsets(batches, self.log_end_offset, name=self.name)
         for _, h in batches:
             if h.partition_leader_epoch >= 0:
                 latest = self.leader_epoch_cache.latest_epoch
@@ -344,10 +287,21 @@ class Log:
         config = self.config
         if (
             segment.size > config.segment_bytes - messages_size
-            or segment.time_waited_for_roll(now_ms, max_timestamp) > config.segment_ms
+            or segment.time_waited_for_roll(now_ms, max_timestamp)
+            > config.segment_ms - self._roll_jitter_ms(segment)
             or max_offset - segment.base_offset > _INT32_MAX
         ):
             self.roll(now_ms)
+
+    def _roll_jitter_ms(self, segment: LogSegment) -> int:
+        """Kafka's ``segment.jitter.ms``: how much before ``segment.ms`` this segment
+        rolls. Kafka draws it at random per segment, below min(jitter, segment.ms); here
+        it is a hash of the log's name and the segment's base offset: as spread over the
+        logs, and the same on every replay."""
+        bound = min(self.config.segment_jitter_ms, self.config.segment_ms)
+        if bound <= 0:
+            return 0
+        return zlib.crc32(f"{self.name}@{segment.base_offset}".encode()) % bound
 
     def roll(self, now_ms: int) -> LogSegment:
         """Start a new active segment at the log end offset."""
@@ -418,35 +372,12 @@ class Log:
         return FetchDataInfo(b"", start_offset)
 
     def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
-        """The earliest record at or after the log start whose timestamp is >= ``timestamp``
-        (Kafka ``searchOffsetInLocalLog``): the first segment whose largest timestamp
-        reaches it is searched.
-
-        The special ListOffsets values (-1 latest, -2 earliest, -3 max) are the caller's.
-        """
-        for segment in self._segments:
-            if (
-                segment.max_timestamp_so_far >= timestamp
-                and segment.next_offset > self.log_start_offset
-            ):
-                found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
-                if found is not None:
-                    return found
-        return None
+        """ListOffsets by time: see ``offset_lookup.offset_for_timestamp``."""
+        return offset_lookup.offset_for_timestamp(self._segments, timestamp, self.log_start_offset)
 
     def max_timestamp_and_offset(self) -> TimestampAndOffset | None:
-        """The first record carrying the log's largest timestamp (KIP-734); None if empty.
-
-        As Kafka's ``MAX_TIMESTAMP`` lookup, the segment with the largest timestamp is
-        searched whole, without regard to the log start offset.
-        """
-        best: LogSegment | None = None
-        for segment in self._segments:
-            if segment.size and (
-                best is None or segment.max_timestamp_so_far > best.max_timestamp_so_far
-            ):
-                best = segment
-        return best.exact_max_timestamp() if best is not None else None
+        """ListOffsets MAX_TIMESTAMP (KIP-734): see ``offset_lookup``."""
+        return offset_lookup.max_timestamp_and_offset(self._segments)
 
     def earliest_epoch(self) -> int | None:
         """The leader epoch of the record at the log start offset, if the epoch cache says
@@ -535,9 +466,7 @@ class Log:
         """Delete the segments that end at or below the log start offset (Kafka
         ``deleteLogStartOffsetBreachedSegments``); returns the count. The active segment
         is never one of them."""
-        return self._delete_segments(
-            None, lambda seg, nxt: nxt is not None and nxt.base_offset <= self.log_start_offset
-        )
+        return self._delete_segments(None, retention.below_log_start(self.log_start_offset))
 
     def delete_old_segments(self, now_ms: int) -> int:
         """Retention: whole segments below the log start offset, past ``retention.ms``
@@ -545,43 +474,23 @@ class Log:
         deleted = self.delete_segments_below_log_start()
         if not self.config.delete_enabled:
             return deleted
-        retention_bytes = self.config.retention_bytes
-        if retention_bytes >= 0:
-            excess = self.size_in_bytes() - retention_bytes
-            if excess > 0:
-
-                def over_size(seg: LogSegment, nxt: LogSegment | None) -> bool:
-                    nonlocal excess
-                    if excess - seg.size >= 0:
-                        excess -= seg.size
-                        return True
-                    return False
-
-                deleted += self._delete_segments(now_ms, over_size)
-        retention_ms = self.config.retention_ms
-        if retention_ms >= 0:
-            deleted += self._delete_segments(
-                now_ms, lambda seg, nxt: now_ms - seg.largest_timestamp() > retention_ms
-            )
+        over_size = retention.over_retention_bytes(
+            self.size_in_bytes(), self.config.retention_bytes
+        )
+        if over_size is not None:
+            deleted += self._delete_segments(now_ms, over_size)
+        if self.config.retention_ms >= 0:
+            rule = retention.past_retention_ms(now_ms, self.config.retention_ms)
+            deleted += self._delete_segments(now_ms, rule)
         return deleted
 
-    def _delete_segments(
-        self, now_ms: int | None, predicate: Callable[[LogSegment, LogSegment | None], bool]
-    ) -> int:
-        """Delete leading segments while ``predicate`` holds, never past the high watermark.
+    def _delete_segments(self, now_ms: int | None, rule: retention.Rule) -> int:
+        """Delete leading segments while ``rule`` holds, never past the high watermark.
         ``now_ms`` stamps the new active segment when every segment goes (None: the
-        predicate never takes the active segment)."""
+        rule never takes the active segment)."""
         high_watermark = self.log_end_offset if self.high_watermark is None else self.high_watermark
-        deletable: list[LogSegment] = []
-        for i, segment in enumerate(self._segments):
-            nxt = self._segments[i + 1] if i + 1 < len(self._segments) else None
-            upper = nxt.base_offset if nxt is not None else self.log_end_offset
-            if nxt is None and segment.size == 0:
-                break
-            if high_watermark >= upper and predicate(segment, nxt):
-                deletable.append(segment)
-            else:
-                break
+        count = retention.deletable_count(self._segments, self.log_end_offset, high_watermark, rule)
+        deletable = self._segments[:count]
         if not deletable:
             return 0
         if len(deletable) == len(self._segments):

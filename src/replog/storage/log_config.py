@@ -2,11 +2,18 @@
 
 ``LogConfig`` is an immutable value: a topic config change builds a new one and
 hands it to ``Log.update_config``. Keys are spelled as Kafka spells them
-(``segment.bytes``, ``retention.ms`` ...); broker-level defaults
-(``log.segment.bytes``, ``log.roll.ms`` ...) are mapped by
-``LogConfig.from_broker_properties``. ``TOPIC_CONFIGS`` describes every key
-(its type, documentation and broker synonyms) for DescribeConfigs and for the
-incremental alter rules (APPEND/SUBTRACT apply to LIST keys only).
+(``segment.bytes``, ``retention.ms`` ...). ``TOPIC_CONFIGS`` is the one table of
+them: each key's type, validator, documentation and broker synonyms, for
+DescribeConfigs and for the incremental alter rules (APPEND/SUBTRACT apply to LIST
+keys only).
+
+The broker keys that give a topic key its default (``log.segment.bytes``,
+``log.retention.hours`` ...) come from the same table: ``BROKER_LOG_KEYS`` holds
+each one's type, default and check, which ``replog.config`` uses for
+``server.properties``, and ``topic_defaults_from_broker`` maps them to topic keys.
+As in Kafka (``ServerTopicConfigSynonyms``), a time key may be given in hours,
+minutes or milliseconds: the most precise unit given wins, and Kafka's default sits
+on the coarsest unit (``log.retention.hours=168``; ``log.retention.ms`` has none).
 
 Errors are ``ValueError`` with Kafka's one-line wording: ``Unknown topic config
 name: x``, ``Invalid value abc for configuration retention.ms: Not a number of
@@ -32,19 +39,31 @@ def _invalid(key: str, raw: object, why: str) -> ValueError:
     return ValueError(f"Invalid value {raw} for configuration {key}: {why}")
 
 
-def _number(type_name: str, upper: int, minimum: int | None) -> Callable[[str, str], int]:
-    def parse(key: str, raw: str) -> int:
+_UPPER = {"INT": INT_MAX, "LONG": LONG_MAX}
+
+
+@dataclass(frozen=True)
+class _Number:
+    """An INT or LONG, at least ``minimum`` if given (Kafka ``ConfigDef.Range.atLeast``)."""
+
+    type_name: str
+    minimum: int | None = None
+
+    def __call__(self, key: str, raw: str) -> int:
+        upper = _UPPER[self.type_name]
         try:
             value = int(str(raw).strip())
         except ValueError:
-            raise _invalid(key, raw, f"Not a number of type {type_name}") from None
+            raise _invalid(key, raw, f"Not a number of type {self.type_name}") from None
         if not -upper - 1 <= value <= upper:
-            raise _invalid(key, raw, f"Not a number of type {type_name}")
-        if minimum is not None and value < minimum:
-            raise _invalid(key, raw, f"Value must be at least {minimum}")
+            raise _invalid(key, raw, f"Not a number of type {self.type_name}")
+        if self.minimum is not None and value < self.minimum:
+            raise _invalid(key, raw, f"Value must be at least {self.minimum}")
         return value
 
-    return parse
+
+def _number(type_name: str, minimum: int | None) -> _Number:
+    return _Number(type_name, minimum)
 
 
 def _ratio(key: str, raw: str) -> float:
@@ -60,11 +79,20 @@ def _ratio(key: str, raw: str) -> float:
     return value
 
 
-def _parse_bool(key: str, raw: str) -> bool:
+def parse_bool(raw: str) -> bool:
+    """Kafka's BOOLEAN: ``true`` or ``false``, any case, spaces around ignored; a
+    ValueError otherwise. The one boolean parser of broker, topic and znode configs."""
     text = str(raw).strip().lower()
     if text in ("true", "false"):
         return text == "true"
-    raise _invalid(key, raw, "Expected value to be either true or false")
+    raise ValueError("Expected value to be either true or false")
+
+
+def _parse_bool(key: str, raw: str) -> bool:
+    try:
+        return parse_bool(raw)
+    except ValueError as exc:
+        raise _invalid(key, raw, str(exc)) from None
 
 
 def _parse_timestamp_type(key: str, raw: str) -> str:
@@ -103,7 +131,8 @@ class TopicConfigKey:
     """One topic config key: Kafka's name, ``LogConfig`` field, type and broker synonyms.
 
     ``broker_synonyms`` are the broker keys that give this key's default, the primary
-    one first (Kafka ``ServerTopicConfigSynonyms``; the time keys have unit variants).
+    one first, then its coarser units (Kafka ``ServerTopicConfigSynonyms``:
+    ``log.retention.ms``, ``log.retention.minutes``, ``log.retention.hours``).
     """
 
     name: str
@@ -123,36 +152,42 @@ TOPIC_CONFIGS: dict[str, TopicConfigKey] = {
     k.name: k
     for k in (
         _key(
-            "segment.bytes", "segment_bytes", _number("INT", INT_MAX, 14), "INT",
+            "segment.bytes", "segment_bytes", _number("INT", 14), "INT",
             ["log.segment.bytes"],
             "The segment file size for the log: retention and cleaning work a whole "
             "segment at a time.",
         ),
         _key(
-            "segment.ms", "segment_ms", _number("LONG", LONG_MAX, 1), "LONG",
+            "segment.ms", "segment_ms", _number("LONG", 1), "LONG",
             ["log.roll.ms", "log.roll.hours"],
             "The time after which the log rolls a new segment even if the current one is "
             "not full, so that retention can delete or compact old data.",
         ),
         _key(
-            "retention.ms", "retention_ms", _number("LONG", LONG_MAX, -1), "LONG",
+            "segment.jitter.ms", "segment_jitter_ms", _number("LONG", 0), "LONG",
+            ["log.roll.jitter.ms", "log.roll.jitter.hours"],
+            "The most a segment's time-based roll comes before segment.ms, different per "
+            "segment, so that the logs created together do not all roll at once.",
+        ),
+        _key(
+            "retention.ms", "retention_ms", _number("LONG", -1), "LONG",
             ["log.retention.ms", "log.retention.minutes", "log.retention.hours"],
             "The longest time a log keeps a segment before discarding it, with the delete "
             "cleanup policy; -1 means no time limit.",
         ),
         _key(
-            "retention.bytes", "retention_bytes", _number("LONG", LONG_MAX, None), "LONG",
+            "retention.bytes", "retention_bytes", _number("LONG", None), "LONG",
             ["log.retention.bytes"],
             "The largest size a partition's log may grow to before old segments are "
             "discarded, with the delete cleanup policy; -1 means no size limit.",
         ),
         _key(
-            "max.message.bytes", "max_message_bytes", _number("INT", INT_MAX, 0), "INT",
+            "max.message.bytes", "max_message_bytes", _number("INT", 0), "INT",
             ["message.max.bytes"],
             "The largest record batch size the log accepts.",
         ),
         _key(
-            "index.interval.bytes", "index_interval_bytes", _number("INT", INT_MAX, 0), "INT",
+            "index.interval.bytes", "index_interval_bytes", _number("INT", 0), "INT",
             ["log.index.interval.bytes"],
             "How often an entry is added to the offset index (in bytes of the log).",
         ),
@@ -163,7 +198,7 @@ TOPIC_CONFIGS: dict[str, TopicConfigKey] = {
             "log appended it: CreateTime or LogAppendTime.",
         ),
         _key(
-            "min.insync.replicas", "min_insync_replicas", _number("INT", INT_MAX, 1), "INT",
+            "min.insync.replicas", "min_insync_replicas", _number("INT", 1), "INT",
             ["min.insync.replicas"],
             "The fewest replicas that must acknowledge a write with acks=all; fewer in "
             "sync and the producer gets NOT_ENOUGH_REPLICAS.",
@@ -187,18 +222,18 @@ TOPIC_CONFIGS: dict[str, TopicConfigKey] = {
             "are more than this share of the log.",
         ),
         _key(
-            "min.compaction.lag.ms", "min_compaction_lag_ms", _number("LONG", LONG_MAX, 0),
+            "min.compaction.lag.ms", "min_compaction_lag_ms", _number("LONG", 0),
             "LONG", ["log.cleaner.min.compaction.lag.ms"],
             "The least time a record stays uncompacted in the log (compacted logs only).",
         ),
         _key(
-            "max.compaction.lag.ms", "max_compaction_lag_ms", _number("LONG", LONG_MAX, 1),
+            "max.compaction.lag.ms", "max_compaction_lag_ms", _number("LONG", 1),
             "LONG", ["log.cleaner.max.compaction.lag.ms"],
             "The most time a record may stay uncompacted: a compacted log with older dirty "
             "records is cleaned whatever its dirty ratio.",
         ),
         _key(
-            "delete.retention.ms", "delete_retention_ms", _number("LONG", LONG_MAX, 0),
+            "delete.retention.ms", "delete_retention_ms", _number("LONG", 0),
             "LONG", ["log.cleaner.delete.retention.ms"],
             "How long a tombstone (a record with a null value) stays in a compacted log "
             "after the cleaner first keeps it, so that consumers can see the delete.",
@@ -220,19 +255,77 @@ TOPIC_CONFIGS: dict[str, TopicConfigKey] = {
 
 TOPIC_CONFIG_KEYS: frozenset[str] = frozenset(TOPIC_CONFIGS)
 
-# Broker key -> topic key it provides the default for (Kafka's LogConfig synonyms).
-_BROKER_SYNONYMS: dict[str, str] = {
-    k.broker_synonyms[0]: k.name for k in TOPIC_CONFIGS.values() if len(k.broker_synonyms) == 1
-}
-# Time keys with unit synonyms, most precise first (Kafka: log.retention.ms wins over .minutes/.hours).
-_BROKER_TIME_SYNONYMS: dict[str, tuple[tuple[str, int], ...]] = {
-    "retention.ms": (
-        ("log.retention.ms", 1),
-        ("log.retention.minutes", 60_000),
-        ("log.retention.hours", 3_600_000),
-    ),
-    "segment.ms": (("log.roll.ms", 1), ("log.roll.hours", 3_600_000)),
-}
+_UNIT_MS = {".hours": 3_600_000, ".minutes": 60_000}
+
+
+@dataclass(frozen=True)
+class BrokerLogKey:
+    """A broker key that gives a topic key's default (``log.retention.hours`` gives
+    ``retention.ms``'s), with Kafka's type and default.
+
+    ``unit_ms`` is 3600000 for an ``.hours`` key, 60000 for ``.minutes``, else 1.
+    ``default`` is None for every synonym but the last of its topic key (Kafka sets
+    ``log.retention.hours=168`` and leaves ``log.retention.ms`` null).
+    """
+
+    name: str
+    topic_key: str
+    type: str
+    unit_ms: int
+    default: str | None
+
+    def parse(self, raw: str) -> Any:
+        """The value of ``raw`` for this key, checked as its topic key's value would be;
+        a ValueError names this key. Retention given in any negative amount is
+        unlimited (-1), as in Kafka."""
+        topic = TOPIC_CONFIGS[self.topic_key]
+        if self.unit_ms == 1 and self.topic_key != "retention.ms":
+            return topic.parse(self.name, raw)
+        minimum = topic.parse.minimum if isinstance(topic.parse, _Number) else None
+        if minimum is not None and minimum < 0:
+            minimum = None  # a negative retention in any unit means unlimited
+        value = _number(self.type, minimum)(self.name, raw)
+        if value * self.unit_ms > LONG_MAX:
+            raise _invalid(self.name, raw, "Not a number of type LONG once in milliseconds")
+        return value
+
+    def topic_value(self, value: Any) -> Any:
+        """``value`` (as ``parse`` returns it) in its topic key's unit."""
+        if self.topic_key == "retention.ms" and value < 0:
+            return -1
+        return value * self.unit_ms if self.unit_ms != 1 else value
+
+
+def _broker_keys() -> dict[str, BrokerLogKey]:
+    keys: dict[str, BrokerLogKey] = {}
+    defaults = LogConfig().to_properties()
+    for topic in TOPIC_CONFIGS.values():
+        for name in topic.broker_synonyms:
+            unit_ms = next((ms for end, ms in _UNIT_MS.items() if name.endswith(end)), 1)
+            last = name == topic.broker_synonyms[-1]
+            default = None
+            if last:
+                value = int(defaults[topic.name]) // unit_ms if unit_ms != 1 else None
+                default = str(value) if value is not None else defaults[topic.name]
+            type_name = "INT" if unit_ms != 1 else topic.type
+            keys[name] = BrokerLogKey(name, topic.name, type_name, unit_ms, default)
+    return keys
+
+
+def topic_defaults_from_broker(values: Mapping[str, Any]) -> dict[str, str]:
+    """The topic keys' defaults given by broker keys' parsed ``values`` (None or absent:
+    not set); of a topic key's synonyms the first set wins (the most precise unit)."""
+    out: dict[str, str] = {}
+    for topic in TOPIC_CONFIGS.values():
+        for name in topic.broker_synonyms:
+            value = values.get(name)
+            if value is not None:
+                value = BROKER_LOG_KEYS[name].topic_value(value)
+                out[topic.name] = (
+                    ("true" if value else "false") if isinstance(value, bool) else str(value)
+                )
+                break
+    return out
 
 
 def unknown_topic_config(key: str) -> ValueError:
@@ -245,6 +338,7 @@ class LogConfig:
 
     segment_bytes: int = 1073741824
     segment_ms: int = 604800000
+    segment_jitter_ms: int = 0
     retention_ms: int = 604800000
     retention_bytes: int = -1
     max_message_bytes: int = 1048588
@@ -300,21 +394,18 @@ class LogConfig:
 
     @classmethod
     def from_broker_properties(cls, props: Mapping[str, str]) -> LogConfig:
-        """Broker defaults from ``log.segment.bytes``, ``log.roll.ms`` and friends.
+        """Broker defaults from ``log.segment.bytes``, ``log.roll.hours`` and friends,
+        Kafka's defaults for those not given (``BROKER_LOG_KEYS``).
 
         Keys that are not log defaults are ignored (the broker config has many).
+        Raises ValueError, naming the broker key, on a bad value.
         """
-        topic_props: dict[str, str] = {}
-        for broker_key, topic_key in _BROKER_SYNONYMS.items():
-            if broker_key in props:
-                topic_props[topic_key] = props[broker_key]
-        for topic_key, synonyms in _BROKER_TIME_SYNONYMS.items():
-            for broker_key, scale in synonyms:
-                if broker_key in props:
-                    value = _number("LONG", LONG_MAX, None)(broker_key, props[broker_key])
-                    topic_props[topic_key] = str(value * scale if value >= 0 else value)
-                    break
-        return cls.from_properties(topic_props)
+        values = {
+            name: key.parse(props[name] if name in props else key.default)
+            for name, key in BROKER_LOG_KEYS.items()
+            if name in props or key.default is not None
+        }
+        return cls.from_properties(topic_defaults_from_broker(values))
 
     def to_properties(self) -> dict[str, str]:
         """Topic keys and string values, as stored in ZooKeeper's topic config znode."""
@@ -324,3 +415,7 @@ class LogConfig:
             value = values[entry.field]
             out[key] = ("true" if value else "false") if isinstance(value, bool) else str(value)
         return out
+
+
+BROKER_LOG_KEYS: dict[str, BrokerLogKey] = _broker_keys()
+"""Every broker key that gives a topic key its default, in ``TOPIC_CONFIGS`` order."""

@@ -45,6 +45,7 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from replog.protocol.errors import InconsistentTopicId
 from replog.storage.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
@@ -58,7 +59,6 @@ from replog.storage.cleaner_threads import CleanerConfig, LogCleaner, Owner
 from replog.storage.log import Log, parse_topic_partition
 from replog.storage.log_config import LogConfig
 from replog.storage.partition_metadata import (
-    InconsistentTopicId,
     PartitionMetadataError,
     flush_partition_metadata,
     read_partition_metadata,

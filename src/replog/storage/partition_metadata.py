@@ -37,11 +37,6 @@ class PartitionMetadataError(ValueError):
     """A ``partition.metadata`` file that is not in Kafka's format."""
 
 
-class InconsistentTopicId(Exception):
-    """A partition's log belongs to another topic id than the one it is asked to serve
-    (Kafka ``InconsistentTopicIdException``, error INCONSISTENT_TOPIC_ID)."""
-
-
 def encode_partition_metadata(topic_id: uuid.UUID) -> bytes:
     if topic_id == ZERO_UUID:
         raise ValueError("the zero Uuid is not a topic id")

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from crc32c import crc32c
 
+from replog.protocol.errors import InvalidProducerEpoch, OutOfOrderSequence
 from replog.protocol.records import NO_SEQUENCE, BatchHeader, InvalidRecordBatch
 from replog.storage.checkpoints import atomic_write
 
@@ -61,14 +62,6 @@ _V2_BATCH = struct.Struct(">iqiq")  # last seq, last offset, offset delta, times
 
 class CorruptSnapshot(ValueError):
     """A producer snapshot that fails its CRC, version or length checks."""
-
-
-class OutOfOrderSequence(Exception):
-    """A batch whose sequence does not follow the producer's last one (Kafka OUT_OF_ORDER_SEQUENCE_NUMBER)."""
-
-
-class InvalidProducerEpoch(Exception):
-    """A batch from a fenced (older) producer epoch (Kafka INVALID_PRODUCER_EPOCH)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,9 +41,9 @@ from functools import lru_cache
 
 from kio.schema.errors import ErrorCode
 
+from replog.common.topics import INTERNAL_TOPICS
 from replog.coordinator.group import consumer_records_codec as cr
 from replog.coordinator.group.group import Record
-from replog.coordinator.group.offsets_topic import INTERNAL_TOPICS
 from replog.coordinator.group.reconciliation import (
     NO_PARTITION_EPOCH,
     Assignment,

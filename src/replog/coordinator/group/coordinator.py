@@ -31,10 +31,12 @@ from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from replog.common.clock import now_ms
+from replog.common.topics import GROUP_METADATA_TOPIC_NAME
 from replog.coordinator.group import records as rec
 from replog.coordinator.group.group import Group, Record
 from replog.coordinator.group.offsets import CommittedOffset, OffsetStore, TopicPartition
-from replog.coordinator.group.offsets_topic import GROUP_METADATA_TOPIC_NAME, partition_for
+from replog.coordinator.group.offsets_topic import partition_for
 from replog.protocol.records import build_batch, encode_record, iter_batches
 from replog.protocol.wire import CodecError
 from replog.replication.waiters import wait_until
@@ -62,10 +64,6 @@ _WRITE_ERRORS = {
     ErrorCode.record_list_too_large: ErrorCode.unknown_server_error,
     ErrorCode.invalid_fetch_size: ErrorCode.unknown_server_error,
 }
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class ShardState(enum.Enum):

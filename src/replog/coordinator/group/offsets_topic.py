@@ -7,9 +7,6 @@ to 0), so a group's coordinator is the broker Kafka's tools expect.
 
 from __future__ import annotations
 
-GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
-INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC_NAME})
-
 
 def java_string_hash(value: str) -> int:
     """Java ``String.hashCode``: over UTF-16 code units, in 32-bit two's complement."""

@@ -29,11 +29,11 @@ from collections.abc import Iterable
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
+from replog.common.topics import INTERNAL_TOPICS
 from replog.coordinator.group import consumer_group_heartbeat as hb
 from replog.coordinator.group import consumer_records_codec as cr
 from replog.coordinator.group.consumer_group import ConsumerGroup, topic_partitions
 from replog.coordinator.group.consumer_group_runtime import ConsumerGroupRuntime
-from replog.coordinator.group.offsets_topic import INTERNAL_TOPICS
 from replog.protocol.apis import ApiKey, make, nested
 from replog.security.acl import AclOperation, ResourceType
 from replog.server.handlers.context import (

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from replog.coordinator.group.offsets_topic import GROUP_METADATA_TOPIC_NAME
+from replog.common.topics import GROUP_METADATA_TOPIC_NAME
 from replog.protocol import controller_schemas as cs
 from replog.replication.machine import PartitionLeadership
 from replog.security.acl import CLUSTER_NAME, AclOperation, ResourceType

@@ -23,9 +23,11 @@ from dataclasses import replace
 
 from kio.schema.errors import ErrorCode
 
+from replog.common.clock import monotonic_ms
 from replog.protocol import fetch_codec, frames
 from replog.protocol.fetch_codec import FetchResponsePartitionData
 from replog.protocol.fetch_metadata import FIRST_SESSION_VERSION, LEGACY, FetchMetadata
+from replog.protocol.kafka_uuid import ZERO_UUID
 from replog.protocol.wire import NodeEndpoint
 from replog.replication.fetch_rules import FetchPartitionRequest, check_last_fetched_epoch
 from replog.replication.quota import is_throttled, leader_should_throttle
@@ -39,8 +41,6 @@ from replog.server.handlers.leader_discovery import (
     not_hosted_error,
 )
 from replog.server.network import RequestContext
-
-ZERO_UUID = uuid.UUID(int=0)  # Kafka's Uuid.ZERO_UUID: no topic has it
 
 
 async def handle_fetch(services: BrokerServices, ctx: RequestContext, request) -> object:
@@ -63,7 +63,7 @@ async def handle_fetch(services: BrokerServices, ctx: RequestContext, request) -
         replica_id >= 0,
         _requested(services, request.topics, by_id),
         to_forget,
-        _now_ms(),
+        monotonic_ms(),
     )
     if context.error is not ErrorCode.none:
         return _encoded(version, [], error_code=context.error)
@@ -154,13 +154,9 @@ async def handle_fetch(services: BrokerServices, ctx: RequestContext, request) -
     return _encoded(
         version,
         out,
-        session_id=context.response_session_id(_now_ms()),
+        session_id=context.response_session_id(monotonic_ms()),
         node_endpoints=node_endpoints,
     )
-
-
-def _now_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 def _encoded(

@@ -21,13 +21,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from replog.common.topics import GROUP_METADATA_TOPIC_NAME
 from replog.coordinator.group.coordinator import GroupShard, offset_commit_record, offset_tombstone
 from replog.coordinator.group.group import Record
 from replog.coordinator.group.offsets import CommittedOffset
-from replog.coordinator.group.offsets_topic import (
-    GROUP_METADATA_TOPIC_NAME,
-    offsets_topic_configs,
-)
+from replog.coordinator.group.offsets_topic import offsets_topic_configs
 from replog.coordinator.group.records import NO_EXPIRE_TIMESTAMP, OffsetCommitValue, storable
 from replog.protocol.apis import ApiKey, make, nested
 from replog.security.acl import AclOperation, ResourceType

@@ -8,7 +8,7 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
-from replog.coordinator.group.offsets_topic import INTERNAL_TOPICS
+from replog.common.topics import INTERNAL_TOPICS
 from replog.protocol import apis
 from replog.protocol.apis import ApiKey, make, nested
 from replog.protocol.frames import UnsupportedVersion, encode_response

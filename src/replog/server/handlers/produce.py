@@ -6,9 +6,10 @@ import time
 
 from kio.schema.errors import ErrorCode
 
-from replog.coordinator.group.offsets_topic import INTERNAL_TOPICS
+from replog.common.clock import now_ms
+from replog.common.topics import INTERNAL_TOPICS
 from replog.protocol import frames, produce_codec
-from replog.replication.replica_manager import ProduceResult, now_ms
+from replog.replication.replica_manager import ProduceResult
 from replog.security.acl import AclOperation, ResourceType
 from replog.server.handlers.context import BrokerServices
 from replog.server.handlers.leader_discovery import (

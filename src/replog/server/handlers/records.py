@@ -13,13 +13,12 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from replog.common.topics import INTERNAL_TOPICS
 from replog.protocol.apis import ApiKey, make, nested
 from replog.replication.replica_manager import DeleteRecordsResult
 from replog.security.acl import AclOperation, ResourceType
 from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
 from replog.server.network import RequestContext
-
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 
 async def handle_delete_records(services: BrokerServices, ctx: RequestContext, request) -> object:
