@@ -11,7 +11,8 @@ answer shows every partition of the change with a leader. A round's window is th
 latest broker's first showing answer (0 when every broker's first answer already shows
 it); ``stale`` counts rounds where some broker's first answer did not.
 
-Prints one JSON line per kind: rounds, stale, p50 / p99 / max of the window in ms.
+Prints one JSON line per kind: rounds, stale, p50 / p99 / max of the window in ms, and
+the p50 / p99 of the call itself (request sent to answer read), in ms.
 """
 
 from __future__ import annotations
@@ -97,11 +98,13 @@ async def run(ports: list[int], rounds: int) -> dict[str, dict]:
     for conn in conns:
         await conn.connect()
     windows: dict[str, list[float]] = {"create_topics": [], "create_partitions": []}
+    calls: dict[str, list[float]] = {"create_topics": [], "create_partitions": []}
     stale = {"create_topics": 0, "create_partitions": 0}
     topic = ""
     try:
         for i in range(rounds):
             receiver = conns[i % len(conns)]
+            sent = time.monotonic()
             if i % 2 == 0:
                 kind, topic, partitions = "create_topics", f"prop-{uuid.uuid4().hex[:8]}", 2
                 answer = await receiver.request(create_topic_request(topic, partitions, 3))
@@ -111,6 +114,7 @@ async def run(ports: list[int], rounds: int) -> dict[str, dict]:
                 answer = await receiver.request(create_partitions_request(topic, partitions))
                 errors = [t.error_code for t in answer.results]
             start = time.monotonic()
+            calls[kind].append((start - sent) * 1000)
             assert errors == [ErrorCode.none], (kind, answer)
             took, was_stale = await window(conns, topic, partitions, start)
             windows[kind].append(took * 1000)
@@ -121,12 +125,15 @@ async def run(ports: list[int], rounds: int) -> dict[str, dict]:
     out = {}
     for kind, values in windows.items():
         values.sort()
+        took = sorted(calls[kind])
         out[kind] = {
             "rounds": len(values),
             "stale": stale[kind],
             "p50_ms": round(common.percentile(values, 0.50), 2),
             "p99_ms": round(common.percentile(values, 0.99), 2),
             "max_ms": round(values[-1], 2),
+            "call_p50_ms": round(common.percentile(took, 0.50), 2),
+            "call_p99_ms": round(common.percentile(took, 0.99), 2),
         }
     return out
 

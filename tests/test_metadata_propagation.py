@@ -19,6 +19,7 @@ import signal
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
+from functools import partial
 
 import pytest
 from confluent_kafka import Producer
@@ -26,8 +27,16 @@ from kio.schema.errors import ErrorCode
 
 from cluster_util import ZkView, wait_for
 from replog.cluster.launcher import LocalCluster
+from replog.controller import decisions
+from replog.controller.context import TopicPartition
+from replog.controller.partition_modifications import on_partition_modifications
 from replog.protocol.apis import ApiKey, make, nested, request_schema
 from replog.protocol.client import KafkaConnection
+from replog.protocol.controller_schemas import LeaderAndIsrRequest, UpdateMetadataRequest
+from replog.server.admin import delayed_create_partitions, delayed_delete_topics
+from replog.server.metadata_cache import MetadataCache, PartitionInfo
+from test_controller_decisions import apply, requests_by_type, um_partitions
+from test_controller_decisions import cluster as controller_cluster
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -123,6 +132,62 @@ def produce_to_each(bootstrap: str, topic: str, partitions: range) -> list[objec
     return [err for err in outcomes if err is not None]
 
 
+def _info(topic: str, partition: int, leader: int) -> PartitionInfo:
+    return PartitionInfo(topic, partition, leader, 0, (1, 2), (1, 2))
+
+
+def test_delayed_create_completes_on_the_cache_update_and_expires_per_topic() -> None:
+    """Kafka ``DelayedCreatePartitions``: the cache's update completes it (no polling);
+    at the timeout, the topics still without leaders are the answer."""
+
+    async def scenario() -> None:
+        cache = MetadataCache()
+        update = partial(cache.update, controller_id=1, controller_epoch=1, brokers=[])
+        op = delayed_create_partitions({"a": {0, 1}, "b": {0}})
+        waiting = asyncio.ensure_future(op.wait(cache, 60_000))
+        await asyncio.sleep(0)
+        update(partitions=[_info("a", 0, 1), _info("a", 1, -1)])
+        await asyncio.sleep(0)
+        assert not waiting.done() and op.waiting == {"a", "b"}
+        update(partitions=[_info("a", 1, 2), _info("b", 0, 1)])
+        assert await waiting == set()
+        assert not cache._watchers, "a completed operation leaves the cache"
+        late = delayed_create_partitions({"a": {0}, "c": {0, 1}})
+        assert await late.wait(cache, 10) == {"c"}
+        assert not cache._watchers, "an expired one too"
+        gone = delayed_delete_topics(["a", "b"])
+        deleting = asyncio.ensure_future(gone.wait(cache, 60_000))
+        await asyncio.sleep(0)
+        deleting.cancel()  # the request's connection went away
+        with pytest.raises(asyncio.CancelledError):
+            await deleting
+        assert not cache._watchers
+
+    asyncio.run(scenario())
+
+
+def test_new_partitions_reach_every_live_broker_in_the_leader_and_isr_round() -> None:
+    """Kafka ``onNewPartitionCreation``: the decision that elects the new partitions'
+    leaders sends UpdateMetadata with them to every live broker, those holding no
+    replica too, in the same batch as the LeaderAndIsr."""
+    ctx = controller_cluster([1, 2, 3, 4], {})
+    created = decisions.on_new_topics(ctx, {"t": {0: [1, 2], 1: [2, 3]}})
+    added = on_partition_modifications(
+        apply(created), "t", {0: [1, 2], 1: [2, 3], 2: [3, 1], 3: [1, 3]}
+    )
+    for d, partitions, replicas in (
+        (created, {0, 1}, {1, 2, 3}),
+        (added, {2, 3}, {1, 3}),
+    ):
+        requests = requests_by_type(d)
+        assert set(requests) == {1, 2, 3, 4}
+        for broker, sent in requests.items():
+            told = um_partitions(sent[UpdateMetadataRequest])
+            assert set(told) == {TopicPartition("t", p) for p in partitions}, broker
+            assert all(p.leader >= 0 for p in told.values())
+            assert (LeaderAndIsrRequest in sent) == (broker in replicas), broker
+
+
 def test_every_broker_knows_new_topics_and_partitions_when_the_call_returns(
     cluster: LocalCluster,
 ) -> None:
@@ -176,8 +241,10 @@ def test_create_answers_request_timed_out_when_no_leader_comes(cluster: LocalClu
     finally:
         os.kill(pid, signal.SIGCONT)
     wait_for(
-        lambda: len(led_partitions(cluster.port(receiver), topic)) == 2
-        and len(led_partitions(cluster.port(receiver), existing)) == 3,
+        lambda: (
+            len(led_partitions(cluster.port(receiver), topic)) == 2
+            and len(led_partitions(cluster.port(receiver), existing)) == 3
+        ),
         60,
         "the topics to be created once the controller runs",
     )

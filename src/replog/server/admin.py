@@ -11,8 +11,8 @@ answered REQUEST_TIMED_OUT, as Kafka does; the other topics of the request keep 
 answers.
 
 The other brokers get the same UpdateMetadata from the controller in the same round,
-but each applies it on its own time (each controller command is checked against
-ZooKeeper first): tens of milliseconds apart under load, and a client bootstrapped on
+but each applies it on its own event loop (after checking the controller's epoch in
+ZooKeeper): tens of milliseconds apart under load, and a client bootstrapped on
 another broker right after the answer would not see the new partitions (librdkafka:
 "Unknown partition", fatal for an explicit partition). So, beyond Kafka, once this
 broker's cache is complete it asks every other live broker's Metadata for the topics
