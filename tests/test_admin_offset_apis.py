@@ -30,6 +30,7 @@ from kio.schema.init_producer_id.v4 import request as init_v4
 from kio.schema.list_offsets.v1 import request as list_v1
 from kio.schema.list_offsets.v6 import request as list_v6
 from kio.schema.list_offsets.v10 import request as list_v10
+from kio.schema.list_offsets.v11 import request as list_v11
 from kio.schema.offset_for_leader_epoch.v4 import request as epoch_v4
 from kio.static.primitive import i32Timedelta
 
@@ -183,7 +184,17 @@ def test_list_offsets_answers_by_version_and_timestamp(broker) -> None:
     assert (local.error_code, local.offset) == (ErrorCode.none, 0)
     assert (tiered.error_code, tiered.offset, tiered.leader_epoch) == (ErrorCode.none, -1, -1)
     assert bad.error_code is ErrorCode.unsupported_version
+    # v11 (KIP-1023): the earliest offset pending upload to tiered storage; none here
+    (pending,) = ask(list_v11, [-6], current_leader_epoch=-1)
+    assert (pending.error_code, pending.offset, pending.timestamp, pending.leader_epoch) == (
+        ErrorCode.none,
+        -1,
+        -1,
+        -1,
+    )
     # each special timestamp from the version that introduced it
+    (early_pending,) = ask(list_v10, [-6], current_leader_epoch=-1)
+    assert early_pending.error_code is ErrorCode.unsupported_version
     assert [p.error_code for p in ask(list_v6, [-3, -4, -5], current_leader_epoch=-1)] == [
         ErrorCode.unsupported_version
     ] * 3

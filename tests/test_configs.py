@@ -27,6 +27,7 @@ from confluent_kafka.admin import (
     ConfigSource,
     NewTopic,
 )
+from kio.schema.alter_configs.v2 import request as alter_v2
 from kio.schema.describe_configs.v1 import request as describe_v1
 from kio.schema.describe_configs.v4 import request as describe_v4
 from kio.schema.errors import ErrorCode
@@ -547,13 +548,19 @@ def test_configs_command(replog_broker) -> None:
         done = replog_configs(bootstrap, *default, "--alter", "--add-config", "log.roll.ms=3600000")
         assert done.returncode == 0, done.stderr
         assert done.stdout == "Completed updating default config for brokers in the cluster.\n"
+        # DescribeConfigs answers the applied configs (Kafka): once the change
+        # notification has reached the broker
+        wait_for(
+            lambda: describe(bootstrap, TOPIC, topic)["segment.ms"].value == "3600000",
+            30,
+            "the broker default to apply",
+        )
         shown = replog_configs(bootstrap, *default, "--describe")
         assert shown.stdout.splitlines() == [
             "Default configs for brokers in the cluster are:",
             "  log.roll.ms=3600000 sensitive=false "
             "synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.roll.ms=3600000}",
         ]
-        assert describe(bootstrap, TOPIC, topic)["segment.ms"].value == "3600000"
         mine = replog_configs(
             bootstrap, "--entity-type", "brokers", "--entity-name", "0", "--describe", "--all"
         )
@@ -564,7 +571,11 @@ def test_configs_command(replog_broker) -> None:
         )
     finally:
         replog_configs(bootstrap, *default, "--alter", "--delete-config", "log.roll.ms")
-    assert describe(bootstrap, TOPIC, topic)["segment.ms"].value == "604800000"
+    wait_for(
+        lambda: describe(bootstrap, TOPIC, topic)["segment.ms"].value == "604800000",
+        30,
+        "the broker default to go",
+    )
 
     # Failures: one line, exit 1, nothing changed.
     for args, reason in [
@@ -582,3 +593,102 @@ def test_configs_command(replog_broker) -> None:
         assert len(failed.stderr.strip().splitlines()) == 1, failed.stderr
         assert reason in failed.stderr, (args, failed.stderr)
     assert describe(bootstrap, TOPIC, topic)["retention.ms"].value == "60000"
+
+
+def test_unknown_broker_config_names_are_stored_and_described_as_kafka(replog_broker) -> None:
+    """Kafka ``DynamicBrokerConfig.validate`` refuses only known static names: an unknown
+    one is written to ZooKeeper as given, and DescribeConfigs lists it as sensitive and
+    read-only (``ConfigHelper``: a config without a known type may be a secret)."""
+    bootstrap = replog_broker.bootstrap_servers()
+    zk = ZkView(replog_broker)
+    try:
+        incremental(
+            bootstrap,
+            BROKER,
+            "0",
+            ("custom.plugin.setting", SET, "on"),
+            ("log.index.interval.bytes", SET, "8192"),
+        )
+        config, _ = zk_config(zk, "/config/brokers/0")
+        assert config == {
+            "version": 1,
+            "config": {"custom.plugin.setting": "on", "log.index.interval.bytes": "8192"},
+        }
+        entry = wait_for(
+            lambda: describe(bootstrap, BROKER, "0").get("custom.plugin.setting"),
+            30,
+            "the unknown name to be applied",
+        )
+        assert (entry.value, entry.is_sensitive, entry.is_read_only) == (None, True, True)
+        assert entry.source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+        # the legacy AlterConfigs (the whole config) takes one too, at the default level
+        # (the empty resource name, which confluent-kafka cannot send)
+        altered = request(
+            replog_broker.port(0),
+            alter_v2.AlterConfigsRequest(
+                resources=(
+                    alter_v2.AlterConfigsResource(
+                        resource_type=i8(4),
+                        resource_name="",
+                        configs=(alter_v2.AlterableConfig(name="another.unknown", value="x"),),
+                    ),
+                ),
+                validate_only=False,
+            ),
+        )
+        assert altered.responses[0].error_code == ErrorCode.none
+        config, _ = zk_config(zk, "/config/brokers/<default>")
+        assert config == {"version": 1, "config": {"another.unknown": "x"}}
+
+        def described_default():
+            answer = request(
+                replog_broker.port(0),
+                describe_v4.DescribeConfigsRequest(
+                    resources=(
+                        describe_v4.DescribeConfigsResource(
+                            resource_type=i8(4), resource_name="", configuration_keys=None
+                        ),
+                    ),
+                ),
+            )
+            entries = {c.name: c for c in answer.results[0].configs}
+            return entries.get("another.unknown")
+
+        default = wait_for(described_default, 30, "the default-level unknown name to apply")
+        assert (default.value, default.is_sensitive, default.read_only) == (None, True, True)
+        assert default.config_source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
+    finally:
+        zk.close()
+
+
+def test_describe_configs_answers_the_applied_broker_config(replog_broker) -> None:
+    """Kafka answers a broker's DescribeConfigs from the config it runs with: a znode
+    changed without a change notification is not applied, so not described; its
+    notification applies and shows it."""
+    bootstrap = replog_broker.bootstrap_servers()
+    zk = ZkView(replog_broker)
+    path = "/config/brokers/0"
+    try:
+        before = describe(bootstrap, BROKER, "0")["log.index.interval.bytes"].value
+        body = json.dumps({"version": 1, "config": {"log.index.interval.bytes": "8000"}})
+        if zk.client.exists(path) is None:
+            zk.client.create(path, body.encode())
+        else:
+            zk.client.set(path, body.encode())
+        assert describe(bootstrap, BROKER, "0")["log.index.interval.bytes"].value == before
+        zk.client.create(
+            "/config/changes/config_change_",
+            json.dumps({"version": 2, "entity_path": "brokers/0"}).encode(),
+            sequence=True,
+        )
+        applied = wait_for(
+            lambda: (
+                describe(bootstrap, BROKER, "0")["log.index.interval.bytes"].value == "8000"
+                and describe(bootstrap, BROKER, "0")["log.index.interval.bytes"]
+            ),
+            30,
+            "the notified change to apply",
+        )
+        assert applied.source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+    finally:
+        zk.close()

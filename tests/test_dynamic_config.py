@@ -172,8 +172,10 @@ def test_layers_skip_what_cannot_change_at_run_time() -> None:
     kept, problems = sanitize_broker_config(
         STATIC, {"broker.id": "7", "min.insync.replicas": "0", "log.roll.ms": "10", "x.y": "1"}
     )
-    assert kept == {"log.roll.ms": "10"}
-    assert len(problems) == 3
+    # an unknown name is kept, as Kafka keeps it; nothing reads it
+    assert kept == {"log.roll.ms": "10", "x.y": "1"}
+    assert len(problems) == 2
+    assert layers(mine={"x.y": "1"}).kafka_config.log_roll_ms == layers().kafka_config.log_roll_ms
     assert layers({"broker.id": "7"}).kafka_config.broker_id == 1
     kept, problems = sanitize_topic_config({"retention.ms": "x", "segment.ms": "5", "no.such": "1"})
     assert kept == {"segment.ms": "5"} and len(problems) == 2
@@ -317,8 +319,36 @@ def test_broker_resource_names_and_validation() -> None:
     assert err.message == "Cannot update these configs dynamically: broker.id, listeners"
     err = rejected(validate_broker_config, base, True, {"min.insync.replicas": "zero"})
     assert err.error == ErrorCode.invalid_request and "min.insync.replicas" in err.message
-    err = rejected(validate_broker_config, base, True, {"log.retention.mss": "1"})
-    assert err.error == ErrorCode.invalid_config and "log.retention.mss" in err.message
+    # Kafka ``DynamicBrokerConfig.validate`` refuses only known static names: an unknown
+    # one is stored as given (a plugin or a later version may read it)
+    stored = validate_broker_config(base, True, {"log.retention.mss": "1", "log.roll.ms": "7"})
+    assert stored.dynamic_broker == {"log.retention.mss": "1", "log.roll.ms": "7"}
+    assert stored.kafka_config.log_roll_ms == 7
+    stored = validate_broker_config(base, False, {"custom.plugin.setting": "on"})
+    assert stored.dynamic_default == {"custom.plugin.setting": "on"}
+
+
+def test_describe_broker_lists_unknown_names_as_kafka() -> None:
+    """Kafka ``ConfigHelper.createBrokerConfigEntry``: a name without a known type is
+    sensitive (no value, in its synonyms too), read-only, of type UNKNOWN."""
+    both = layers({"custom.a": "1"}, {"custom.b": "2", "log.roll.ms": "5"})
+    mine = {e.name: e for e in describe_broker(both, per_broker=True, include_synonyms=True)}
+    for name, source in (
+        ("custom.a", S.DYNAMIC_DEFAULT_BROKER_CONFIG),
+        ("custom.b", S.DYNAMIC_BROKER_CONFIG),
+    ):
+        entry = mine[name]
+        assert (entry.value, entry.source, entry.is_sensitive, entry.read_only) == (
+            None,
+            source,
+            True,
+            True,
+        )
+        assert entry.config_type is ConfigType.UNKNOWN
+        assert [(s.name, s.value, s.source) for s in entry.synonyms] == [(name, None, source)]
+    assert mine["log.roll.ms"].value == "5" and not mine["log.roll.ms"].is_sensitive
+    default = describe_broker(both, per_broker=False)
+    assert [(e.name, e.value, e.is_sensitive) for e in default] == [("custom.a", None, True)]
 
 
 def test_static_config_keeps_what_server_properties_gave() -> None:

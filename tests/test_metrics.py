@@ -10,6 +10,7 @@ arithmetic is checked directly.
 from __future__ import annotations
 
 import socket
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -194,6 +195,86 @@ def test_consumer_group_lag_on_the_coordinator(cluster: LocalCluster) -> None:
         return None
 
     assert wait_for(lambda: lag() == 20, 30, "the coordinator to report a lag of 20")
+
+
+def test_consumer_group_lag_of_partitions_led_by_other_brokers(cluster: LocalCluster) -> None:
+    """The coordinator reports the lag of every partition its group committed, those led
+    by other brokers too (their leaders' high watermarks, read with ListOffsets at most
+    every few seconds however often it is scraped)."""
+    topic, group = "metrics-lag-remote", "metrics-group-remote"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers()})
+    brokers = cluster.broker_ids
+    placed = NewTopic(topic, len(brokers), replica_assignment=[[b] for b in brokers])  # RF 1
+    admin.create_topics([placed], operation_timeout=30)[topic].result(timeout=40)
+    count = len(cluster.broker_ids)
+    wait_for_leaders(cluster.bootstrap_servers(), {topic: count})
+    produce_confluent(
+        cluster.bootstrap_servers(), topic, make_records("r", 10 * count, count, 1_700_000_000_000)
+    )
+    committed = {p: 2 * (p + 1) for p in range(count)}
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers(),
+            "group.id": group,
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.commit(
+            offsets=[TopicPartition(topic, p, o) for p, o in committed.items()],
+            asynchronous=False,
+        )
+    finally:
+        consumer.close()
+
+    def coordinator() -> int | None:
+        for broker in cluster.broker_ids:
+            if value(
+                scrape(cluster, broker),
+                "kafka_consumergroup_current_offset",
+                consumergroup=group,
+                topic=topic,
+                partition="0",
+            ):
+                return broker
+        return None
+
+    home = wait_for(lambda: coordinator() is not None and coordinator(), 30, "the coordinator")
+    expected = {str(p): 10.0 - o for p, o in committed.items()}
+
+    def lags() -> dict[str, float | None]:
+        samples = scrape(cluster, home)
+        return {
+            p: value(
+                samples, "kafka_consumergroup_lag", consumergroup=group, topic=topic, partition=p
+            )
+            for p in expected
+        }
+
+    wait_for(lambda: lags() == expected, 30, f"lag of every partition on broker {home}")
+
+    # the leaders elsewhere are asked at most once per refresh, not once per scrape
+    others = [b for b in cluster.broker_ids if b != home]
+
+    def list_offsets_requests() -> float:
+        total = 0.0
+        for broker in others:
+            total += sum(
+                v
+                for (name, labels), v in scrape(cluster, broker).items()
+                if name == "kafka_network_requestmetrics_requests_total"
+                and ("request", "ListOffsets") in labels
+            )
+        return total
+
+    before = list_offsets_requests()
+    started = time.monotonic()
+    for _ in range(20):
+        scrape(cluster, home)
+    elapsed = time.monotonic() - started
+    sent = list_offsets_requests() - before
+    # one request per other leader per refresh (5 s), plus the one a refresh in flight
+    assert sent <= len(others) * (elapsed // 5 + 2), (sent, elapsed)
 
 
 def test_bad_requests_to_the_endpoint(cluster: LocalCluster) -> None:

@@ -70,7 +70,7 @@ class ApiKey(enum.IntEnum):
 CLIENT_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (3, 12),
     ApiKey.FETCH: (4, 17),
-    ApiKey.LIST_OFFSETS: (1, 10),
+    ApiKey.LIST_OFFSETS: (1, 11),
     ApiKey.METADATA: (0, 13),
     ApiKey.API_VERSIONS: (0, 4),
     ApiKey.SASL_HANDSHAKE: (0, 1),

@@ -63,7 +63,7 @@ from replog.server.handlers.group_coordinator import GroupCoordinatorRequests
 from replog.server.handlers.group_membership import GroupMembershipRequests
 from replog.server.handlers.scram_credentials import ScramCredentialRequests
 from replog.server.metadata_cache import MetadataCache
-from replog.server.metrics import BrokerMetrics, BrokerStateCollector
+from replog.server.metrics import BrokerMetrics, BrokerStateCollector, RemoteEndOffsets
 from replog.server.network import KafkaServer, RequestContext
 from replog.server.producer_ids import ProducerIdManager
 from replog.server.zk_fence import ZkSessionFence
@@ -178,6 +178,12 @@ class Broker:
                     self.group_coordinator,
                     lambda: self.controller,
                     self.services.fetch_manager,
+                    RemoteEndOffsets(
+                        config.broker_id,
+                        self.metadata_cache,
+                        config.inter_broker_listener_name,
+                        self.client_security,
+                    ),
                 )
             )
             if config.metrics_port >= 0

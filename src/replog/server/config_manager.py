@@ -314,9 +314,10 @@ class ConfigManager:
         include_synonyms: bool,
         include_documentation: bool,
     ) -> Described:
-        """One DescribeConfigs resource, read from ZooKeeper: a write is seen at once,
-        before its change notification has reached this broker (Kafka answers from the
-        broker's applied configs; the two differ while the notification travels)."""
+        """One DescribeConfigs resource, as Kafka's ``ConfigHelper`` answers it in
+        ZooKeeper mode: a broker's configs are the ones it runs with (``layers``, applied
+        when the change notification arrived; a write not yet notified is not shown), a
+        topic's overrides are read from its znode, on this broker's applied defaults."""
         try:
             if resource_type == ResourceType.TOPIC:
                 entries = await self._describe_topic(
@@ -324,9 +325,8 @@ class ConfigManager:
                 )
             elif resource_type == ResourceType.BROKER:
                 per_broker = broker_entity(self.broker_id, name) is not None
-                layers = await self._read_layers()
                 entries = describe_broker(
-                    layers, per_broker, keys, include_synonyms, include_documentation
+                    self.layers, per_broker, keys, include_synonyms, include_documentation
                 )
             else:
                 raise ConfigRejected(
@@ -345,8 +345,7 @@ class ConfigManager:
         await self._require_topic(topic)
         raw, _ = await asyncio.to_thread(self.zk.get_entity_config, cz.TOPICS, topic)
         overrides, _ = sanitize_topic_config(raw)
-        layers = await self._read_layers()
-        return describe_topic(layers, overrides, keys, include_synonyms, include_documentation)
+        return describe_topic(self.layers, overrides, keys, include_synonyms, include_documentation)
 
     async def _require_topic(self, topic: str) -> None:
         if not await asyncio.to_thread(self.zk.topic_exists, topic):

@@ -5,7 +5,9 @@
   per broker (``/config/brokers/<id>``) or cluster-wide (``/config/brokers/<default>``).
 * A broker's config in layers, most precedent first: dynamic per-broker, dynamic
   cluster default, static ``server.properties``, Kafka's default
-  (``BrokerConfigLayers``); a topic's config is its overrides on that.
+  (``BrokerConfigLayers``); a topic's config is its overrides on that. A dynamic name
+  the broker does not know is kept as Kafka keeps it (stored, listed by
+  DescribeConfigs as a sensitive read-only entry, used by nothing).
 * DescribeConfigs entries with their sources and synonyms (Kafka ``ConfigHelper``).
 * The checks and the merge of AlterConfigs and IncrementalAlterConfigs (Kafka
   ``ConfigAdminManager.preprocess``/``prepareIncrementalConfigs``,
@@ -134,17 +136,29 @@ class ConfigEntry:
 # --- a broker's config in layers ------------------------------------------------------
 
 
+def unknown_broker_config(name: str) -> bool:
+    """A name no broker config has. Kafka stores such a dynamic config unchecked (a
+    plugin or a later version may read it: ``DynamicBrokerConfig.validate`` only refuses
+    known static names) and its DescribeConfigs lists it, treated as sensitive."""
+    return name not in KNOWN_KEYS
+
+
+def _known(props: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in props.items() if not unknown_broker_config(k)}
+
+
 def sanitize_broker_config(
     static: Mapping[str, str], props: Mapping[str, str]
 ) -> tuple[dict[str, str], list[str]]:
     """The dynamic broker configs of ``props`` that apply, and why the others do not
     (Kafka ``DynamicBrokerConfig.removeInvalidConfigs``: a znode written by hand may hold
-    a key that cannot change at run time or a bad value; it is logged and skipped)."""
+    a key that cannot change at run time or a bad value; it is logged and skipped). An
+    unknown name is kept, as Kafka keeps it; nothing reads it."""
     kept: dict[str, str] = {}
     problems: list[str] = []
     for key, value in sorted(props.items()):
-        if key not in KNOWN_KEYS:
-            problems.append(f"unknown broker config {key}")
+        if unknown_broker_config(key):
+            kept[key] = value
         elif key not in DYNAMIC_BROKER_CONFIGS:
             problems.append(f"{key} cannot be updated dynamically")
         else:
@@ -176,7 +190,8 @@ class BrokerConfigLayers:
     """One broker's configuration: ``static`` (server.properties as given), then the
     dynamic cluster defaults and this broker's dynamic configs, each already sanitized.
 
-    Immutable: a change builds new layers (``with_dynamic``).
+    Immutable: a change builds new layers (``with_dynamic``). The dynamic layers may
+    hold names no broker config has (``unknown_broker_config``): described, not applied.
     """
 
     broker_id: int
@@ -195,7 +210,7 @@ class BrokerConfigLayers:
     def kafka_config(self) -> KafkaConfig:
         """The effective broker config."""
         return KafkaConfig.from_properties(
-            {**self.static, **self.dynamic_default, **self.dynamic_broker}
+            {**self.static, **_known(self.dynamic_default), **_known(self.dynamic_broker)}
         )
 
     @cached_property
@@ -283,9 +298,14 @@ def describe_broker(
     include_documentation: bool = False,
 ) -> list[ConfigEntry]:
     """Kafka ``ConfigHelper.createBrokerConfigEntry``: every key of this broker
-    (``per_broker``), or the dynamic cluster defaults only (the empty resource name)."""
+    (``per_broker``), or the dynamic cluster defaults only (the empty resource name).
+
+    A dynamic name no broker config has is listed as Kafka lists it: its type unknown,
+    so sensitive (no value), read-only (not a dynamic config Kafka knows), its source
+    the dynamic layer that holds it."""
     if per_broker:
-        names, values = KNOWN_KEYS, layers.effective
+        names = KNOWN_KEYS | layers.dynamic_default.keys() | layers.dynamic_broker.keys()
+        values = layers.effective
     else:
         names, values = frozenset(layers.dynamic_default), dict(layers.dynamic_default)
     entries = []
@@ -295,6 +315,21 @@ def describe_broker(
             synonyms = [
                 s for s in synonyms if s.source is ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
             ]
+        if unknown_broker_config(name):
+            entries.append(
+                ConfigEntry(
+                    name=name,
+                    value=None,
+                    source=synonyms[0].source if synonyms else ConfigSource.UNKNOWN,
+                    read_only=True,
+                    config_type=ConfigType.UNKNOWN,
+                    synonyms=tuple(ConfigSynonym(s.name, None, s.source) for s in synonyms)
+                    if include_synonyms
+                    else (),
+                    is_sensitive=True,
+                )
+            )
+            continue
         entries.append(
             ConfigEntry(
                 name=name,
@@ -437,15 +472,12 @@ def validate_broker_config(
     whole resulting config valid. Returns the layers ``props`` would make.
 
     Kafka's codes: INVALID_REQUEST for a key that cannot change at run time or a bad
-    value (KAFKA-13609 keeps it so); an unknown key, which Kafka stores unchecked, is
-    INVALID_CONFIG here: replog has no plugin that could read it.
+    value (KAFKA-13609 keeps it so). A name no broker config has passes unchecked and is
+    stored, as Kafka stores it (``unknown_broker_config``).
     """
-    unknown = sorted(k for k in props if k not in KNOWN_KEYS)
-    if unknown:
-        raise ConfigRejected(
-            ErrorCode.invalid_config, f"Unknown broker config name: {', '.join(unknown)}"
-        )
-    static_only = sorted(k for k in props if k not in DYNAMIC_BROKER_CONFIGS)
+    static_only = sorted(
+        k for k in props if not unknown_broker_config(k) and k not in DYNAMIC_BROKER_CONFIGS
+    )
     if static_only:
         raise ConfigRejected(
             ErrorCode.invalid_request,
@@ -462,7 +494,9 @@ def validate_broker_config(
     dynamic_default = layers.dynamic_default if per_broker else props
     dynamic_broker = props if per_broker else layers.dynamic_broker
     try:
-        KafkaConfig.from_properties({**layers.static, **dynamic_default, **dynamic_broker})
+        KafkaConfig.from_properties(
+            {**layers.static, **_known(dynamic_default), **_known(dynamic_broker)}
+        )
     except ConfigError as exc:
         raise ConfigRejected(ErrorCode.invalid_request, str(exc)) from None
     return layers.with_dynamic(per_broker, props)

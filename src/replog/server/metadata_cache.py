@@ -1,7 +1,13 @@
 """The broker's view of the cluster, kept from the controller's UpdateMetadata.
 
-Every broker answers Metadata for the whole cluster from this cache.
-Concurrency: owned by the event loop; updates replace whole entries.
+Every broker answers Metadata for the whole cluster from this cache. Work that waits
+for the cache to show something (CreateTopics and CreatePartitions waiting for their
+partitions' leaders, DeleteTopics for the topics to go: Kafka's ``DelayedCreatePartitions``
+and ``DelayedDeleteTopics``) is a ``MetadataWatcher`` handed to ``watch``; every
+``update`` offers itself to the watchers, which complete when it satisfies them.
+
+Concurrency: owned by the event loop; updates replace whole entries; watchers run in
+``update``, on the loop, and must not block.
 """
 
 from __future__ import annotations
@@ -9,6 +15,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +39,14 @@ class PartitionInfo:
     offline_replicas: tuple[int, ...] = ()
 
 
+class MetadataWatcher(Protocol):
+    """Work waiting for the cache (Kafka ``DelayedOperation.tryComplete``)."""
+
+    def try_complete(self, cache: MetadataCache) -> bool:
+        """Complete if ``cache`` now satisfies it; True once complete."""
+        ...
+
+
 @dataclass
 class MetadataCache:
     controller_id: int | None = None
@@ -45,6 +60,24 @@ class MetadataCache:
     # itself): the leaderships the cache still gives it are not to be believed, so the
     # broker answers no client until the controller's next UpdateMetadata.
     fenced_leader: int | None = None
+    _watchers: list[MetadataWatcher] = field(default_factory=list, repr=False)
+
+    def watch(self, watcher: MetadataWatcher) -> bool:
+        """Try ``watcher`` now; if the cache does not satisfy it yet, each ``update``
+        tries it again until it completes or is ``unwatch``-ed. True: completed now."""
+        if watcher.try_complete(self):
+            return True
+        self._watchers.append(watcher)
+        return False
+
+    def unwatch(self, watcher: MetadataWatcher) -> None:
+        """Forget ``watcher`` (it expired, or its request went away)."""
+        if watcher in self._watchers:
+            self._watchers.remove(watcher)
+
+    def _complete_watchers(self) -> None:
+        if self._watchers:
+            self._watchers = [w for w in self._watchers if not w.try_complete(self)]
 
     def update(
         self,
@@ -70,6 +103,7 @@ class MetadataCache:
         for topic, topic_id in (topic_ids or {}).items():
             if topic not in deleted:
                 self.set_topic_id(topic, topic_id)
+        self._complete_watchers()
 
     def brokers_for(self, listener: str) -> dict[int, BrokerEndpoint]:
         """The live brokers as a client of ``listener`` reaches them: Kafka answers with
@@ -117,3 +151,9 @@ class MetadataCache:
 
     def partition(self, topic: str, partition: int) -> PartitionInfo | None:
         return self.partitions.get(topic, {}).get(partition)
+
+    def missing_leaders(self, topic: str, partitions: set[int]) -> int:
+        """How many of ``partitions`` of ``topic`` the cache lacks or knows no leader of
+        (Kafka ``DelayedCreatePartitions.missingLeaderCount``)."""
+        known = self.partitions.get(topic, {})
+        return sum(1 for p in partitions if p not in known or known[p].leader < 0)

@@ -9,7 +9,11 @@ name=IsrShrinksPerSec>`` becomes ``kafka_server_replicamanager_isrshrinks_total`
 ``kafka_log_log_logendoffset{topic="t",partition="0"}``. A per-topic count's all-topics
 sum is the sample with ``topic=""``, which Prometheus reads as the sample without the
 label, as the exporter writes it. Consumer group lag uses kafka-exporter's names
-(``kafka_consumergroup_lag{consumergroup,topic,partition}``).
+(``kafka_consumergroup_lag{consumergroup,topic,partition}``), for every partition a
+group coordinated here committed: against this broker's high watermark where it leads
+the partition, else against the leader's, which ``RemoteEndOffsets`` asks the leaders
+for (ListOffsets, one request per leader broker) at most every ``REMOTE_REFRESH_S``
+seconds, started by a scrape and never awaited by it (the console scrapes every second).
 
 Nothing below the server layer knows about Prometheus: the replica manager, the
 controller and the handlers keep plain counters, and the collectors here read them (and
@@ -35,23 +39,29 @@ Concurrency: event loop only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.errors import ErrorCode
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
-from replog.protocol.apis import ApiKey
+from replog.protocol.apis import ApiKey, make, nested, request_schema
+from replog.protocol.client import KafkaConnection
 from replog.server.network import RequestContext
 
 if TYPE_CHECKING:
     from replog.controller.controller import KafkaController
     from replog.coordinator.group.coordinator import GroupCoordinator
     from replog.replication.replica_manager import ReplicaManager
+    from replog.security.client_security import ClientSecurity
     from replog.server.fetch_session import FetchManager
+    from replog.server.metadata_cache import MetadataCache
     from replog.server.topic_stats import BrokerTopicStats
 
 log = logging.getLogger(__name__)
@@ -62,6 +72,11 @@ STAGES = ("requestqueuetimems", "localtimems", "remotetimems", "responsequeuetim
 MAX_HTTP_REQUEST_LINE = 8192
 # The text format every Prometheus server reads (prometheus_client's "latest" is 1.0.0).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# Group lag of partitions led elsewhere: their leaders' high watermarks are asked for at
+# most this often (seconds), after a scrape, with ListOffsets at this version.
+REMOTE_REFRESH_S = 5.0
+REMOTE_LIST_OFFSETS_VERSION = 7
+LATEST_TIMESTAMP = -1
 
 
 def kafka_request_name(api_key: int) -> str:
@@ -118,6 +133,128 @@ class RequestMetrics:
         self.total.labels(name).observe(max(written_s - context.received_s, 0.0) * 1000)
 
 
+class RemoteEndOffsets:
+    """High watermarks of partitions another broker leads, for the group lag metric (what
+    Kafka's lag exporters read with ListOffsets latest from each partition's leader).
+
+    ``want`` (called by a scrape, never awaiting) starts a refresh when the last began
+    ``refresh_s`` ago or more and none runs: one ListOffsets per leader broker for the
+    partitions the groups committed, over a kept connection on the inter-broker listener.
+    A scrape reads what the last refresh found (``high_watermark``), so it is up to
+    ``refresh_s`` plus a round trip old; a partition not fetched yet is left out.
+
+    Concurrency: event loop only; ``_known`` changes only in the refresh task, between
+    its awaits, and scrapes read it whole.
+    """
+
+    def __init__(
+        self,
+        broker_id: int,
+        metadata_cache: MetadataCache,
+        listener: str,
+        security: ClientSecurity,
+        refresh_s: float = REMOTE_REFRESH_S,
+    ) -> None:
+        self.broker_id = broker_id
+        self.metadata_cache = metadata_cache
+        self.listener = listener
+        self.security = security
+        self.refresh_s = refresh_s
+        self.requests_sent = 0
+        self._known: dict[tuple[str, int], int] = {}
+        self._connections: dict[int, KafkaConnection] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._last_start = float("-inf")
+
+    def high_watermark(self, topic: str, partition: int) -> int | None:
+        return self._known.get((topic, partition))
+
+    def want(self, partitions: set[tuple[str, int]], now: float) -> None:
+        """The partitions a scrape needed; refreshes them if it is time (not awaited)."""
+        if self._task is not None and not self._task.done():
+            return
+        if now - self._last_start < self.refresh_s:
+            return
+        self._last_start = now
+        by_leader: dict[int, list[tuple[str, int]]] = {}
+        for topic, partition in sorted(partitions):
+            info = self.metadata_cache.partition(topic, partition)
+            if info is not None and info.leader >= 0 and info.leader != self.broker_id:
+                by_leader.setdefault(info.leader, []).append((topic, partition))
+        self._known = {tp: hw for tp, hw in self._known.items() if tp in partitions}
+        if by_leader:
+            self._task = asyncio.get_running_loop().create_task(
+                self._refresh(by_leader), name="metrics-remote-end-offsets"
+            )
+
+    async def _refresh(self, by_leader: dict[int, list[tuple[str, int]]]) -> None:
+        await asyncio.gather(*(self._ask(b, tps) for b, tps in sorted(by_leader.items())))
+
+    async def _ask(self, leader: int, partitions: list[tuple[str, int]]) -> None:
+        cls = request_schema(ApiKey.LIST_OFFSETS, REMOTE_LIST_OFFSETS_VERSION)
+        topic_cls, partition_cls = (
+            nested(cls, "ListOffsetsTopic"),
+            nested(cls, "ListOffsetsPartition"),
+        )
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in partitions:
+            by_topic.setdefault(topic, []).append(partition)
+        body = make(
+            cls,
+            replica_id=-1,
+            isolation_level=0,
+            topics=tuple(
+                make(
+                    topic_cls,
+                    name=topic,
+                    partitions=tuple(
+                        make(partition_cls, partition_index=p, timestamp=LATEST_TIMESTAMP)
+                        for p in indexes
+                    ),
+                )
+                for topic, indexes in by_topic.items()
+            ),
+        )
+        try:
+            conn = self._connections.get(leader)
+            if conn is None or not conn.connected:
+                endpoint = self.metadata_cache.brokers_for(self.listener).get(leader)
+                if endpoint is None:
+                    return
+                conn = KafkaConnection(
+                    endpoint.host,
+                    endpoint.port,
+                    client_id=f"broker-{self.broker_id}-metrics",
+                    security=self.security,
+                )
+                await conn.connect()
+                self._connections[leader] = conn
+            self.requests_sent += 1
+            answer = await conn.request(body, timeout_s=self.refresh_s)
+        except (OSError, TimeoutError, ConnectionError) as exc:
+            log.debug("metrics: end offsets from broker %d not read: %s", leader, exc)
+            dropped = self._connections.pop(leader, None)
+            if dropped is not None:
+                await dropped.close()
+            return
+        for topic in answer.topics:
+            for p in topic.partitions:
+                key = (str(topic.name), int(p.partition_index))
+                if p.error_code == ErrorCode.none and p.offset >= 0:
+                    self._known[key] = int(p.offset)
+                else:  # e.g. no longer the leader: asked again at the next refresh
+                    self._known.pop(key, None)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        for conn in self._connections.values():
+            await conn.close()
+        self._connections.clear()
+
+
 class BrokerStateCollector(Collector):
     """Gauges and counts read from the broker's components at scrape time."""
 
@@ -128,12 +265,14 @@ class BrokerStateCollector(Collector):
         group_coordinator: GroupCoordinator,
         controller: Callable[[], KafkaController | None],
         fetch_manager: FetchManager | None = None,
+        end_offsets: RemoteEndOffsets | None = None,
     ) -> None:
         self.replica_manager = replica_manager
         self.topic_stats = topic_stats
         self.group_coordinator = group_coordinator
         self.controller = controller
         self.fetch_manager = fetch_manager
+        self.end_offsets = end_offsets
 
     def collect(self) -> Iterator[Any]:
         yield from self._replica_manager()
@@ -308,24 +447,43 @@ class BrokerStateCollector(Collector):
         )
 
     def _group_lag(self) -> Iterator[Any]:
-        """Lag of the groups coordinated here, against this broker's replica of each
-        partition (leader or follower high watermark); partitions with no replica here
-        are left out."""
+        """Lag of the groups coordinated here, for every partition they committed: the
+        leader's high watermark minus the committed offset. This broker's own where it
+        leads; else the leader's as ``end_offsets`` last read it (refreshed at most every
+        few seconds, off the scrape), else this broker's follower replica's; a partition
+        with none of these yet is left out."""
         labels = ["consumergroup", "topic", "partition"]
+        remote = self.end_offsets
         lag = GaugeMetricFamily(
-            "kafka_consumergroup_lag", "High watermark minus committed offset", labels=labels
+            "kafka_consumergroup_lag",
+            "High watermark minus committed offset; the high watermark of a partition led "
+            "by another broker is the leader's, read with ListOffsets at most every "
+            f"{remote.refresh_s if remote else REMOTE_REFRESH_S:g} s (not at each scrape)",
+            labels=labels,
         )
         current = GaugeMetricFamily(
             "kafka_consumergroup_current_offset", "Committed offset", labels=labels
         )
         partitions = self.replica_manager.partitions
+        elsewhere: set[tuple[str, int]] = set()
         for group, offsets in self.group_coordinator.committed_offsets():
             for (topic, partition), committed in offsets.items():
                 values = [group, topic, str(partition)]
                 current.add_metric(values, committed.offset)
                 part = partitions.get((topic, partition))
-                if part is not None:
-                    lag.add_metric(values, max(part.high_watermark - committed.offset, 0))
+                high_watermark = None
+                if part is not None and part.is_leader:
+                    high_watermark = part.high_watermark
+                else:
+                    elsewhere.add((topic, partition))
+                    if remote is not None:
+                        high_watermark = remote.high_watermark(topic, partition)
+                    if high_watermark is None and part is not None:
+                        high_watermark = part.high_watermark
+                if high_watermark is not None:
+                    lag.add_metric(values, max(high_watermark - committed.offset, 0))
+        if remote is not None and elsewhere:
+            remote.want(elsewhere, time.monotonic())
         yield lag
         yield current
 
@@ -334,6 +492,7 @@ class BrokerMetrics:
     """The broker's registry, its request metrics and the ``/metrics`` endpoint."""
 
     def __init__(self, state: BrokerStateCollector) -> None:
+        self.state = state
         self.registry = CollectorRegistry(auto_describe=False)
         self.requests = RequestMetrics(self.registry)
         self.registry.register(state)
@@ -355,6 +514,8 @@ class BrokerMetrics:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
+        if self.state.end_offsets is not None:
+            await self.state.end_offsets.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One HTTP/1.x request per connection: ``GET /metrics``, anything else 404/405."""

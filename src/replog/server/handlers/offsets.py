@@ -11,8 +11,9 @@ and ``UnifiedLog.fetchOffsetByTimestamp``):
 * -1 latest: the end a consumer may read to, with the current leader epoch;
   -2 earliest and -4 earliest-local (KIP-405; all of a log is local here): the log
   start offset, with the epoch of its first record; -3 max timestamp (KIP-734): the
-  first record carrying the largest timestamp; -5 latest-tiered (KIP-1005): -1, as
-  Kafka answers without tiered storage; a timestamp >= 0: the first record at or
+  first record carrying the largest timestamp; -5 latest-tiered (KIP-1005) and -6
+  earliest pending upload (KIP-1023, v11): -1, as Kafka answers without tiered
+  storage; a timestamp >= 0: the first record at or
   after it. Each special value needs the request version that introduced it
   (UNSUPPORTED_VERSION otherwise), other negative values are unsupported;
 * a record found at or beyond the end the asker may read is not returned (-1, -1);
@@ -42,6 +43,7 @@ EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
+EARLIEST_PENDING_UPLOAD_TIMESTAMP = -6
 # The first ListOffsets version that may ask for each special timestamp
 # (Kafka ``ReplicaManager.timestampMinSupportedVersion``).
 SPECIAL_TIMESTAMP_MIN_VERSION = {
@@ -50,6 +52,7 @@ SPECIAL_TIMESTAMP_MIN_VERSION = {
     MAX_TIMESTAMP: 7,
     EARLIEST_LOCAL_TIMESTAMP: 8,
     LATEST_TIERED_TIMESTAMP: 9,
+    EARLIEST_PENDING_UPLOAD_TIMESTAMP: 11,
 }
 CONSUMER_REPLICA_ID = -1
 DEBUGGING_REPLICA_ID = -2
@@ -119,8 +122,10 @@ def _lookup(partition: Partition, timestamp: int, is_client: bool) -> dict | Non
             "offset": log_.log_start_offset,
             "leader_epoch": UNKNOWN if epoch is None else epoch,
         }
-    if timestamp == LATEST_TIERED_TIMESTAMP:
-        return {}  # no tiered storage: nothing is tiered (Kafka answers -1)
+    if timestamp in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP):
+        # no tiered storage: nothing is tiered, nothing waits for upload (Kafka answers
+        # -1 for both, ``UnifiedLog.fetchOffsetByTimestamp`` without remote storage)
+        return {}
     found = (
         log_.max_timestamp_and_offset()
         if timestamp == MAX_TIMESTAMP
