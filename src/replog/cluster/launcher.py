@@ -8,6 +8,11 @@ Layout of DIR::
 
 Every process is started in its own session and stopped by its own pid.
 Used by ``replog cluster ...``, by the tests and by ``make demo``.
+
+``up`` refuses a directory where a process of an earlier ``up`` still runs
+(``ClusterRunningError`` names them), so that ``cluster.json`` and the data of a live
+cluster are never taken over; when ``up`` fails it stops, by pid, the processes it
+started, and only those.
 """
 
 from __future__ import annotations
@@ -75,6 +80,10 @@ class RollFailed(Exception):
     """A rolling restart stopped; the message is the one-line reason."""
 
 
+class ClusterRunningError(Exception):
+    """``up`` on a directory whose processes still run; the message names them."""
+
+
 @dataclass
 class UnderReplicated:
     topic: str
@@ -136,6 +145,33 @@ class LocalCluster:
     def broker_pid(self, broker_id: int) -> int | None:
         return _read_pid(self.broker_dir(broker_id) / "broker.pid")
 
+    def live_processes(self) -> list[tuple[str, int]]:
+        """The processes of this directory still alive, as (name, pid): ZooKeeper (if
+        started here), the console and every ``broker-<id>/broker.pid``."""
+        found: dict[int, str] = {}
+        for name, pid in (
+            ("zookeeper", self.state.get("zookeeper_pid")),
+            ("zookeeper", _read_pid(self.dir / "zookeeper" / "zookeeper.pid")),
+            ("console", self.state.get("console_pid")),
+        ):
+            if pid:
+                found.setdefault(int(pid), name)
+        for pid_file in sorted(self.dir.glob("broker-*/broker.pid")):
+            pid = _read_pid(pid_file)
+            if pid is not None:
+                found.setdefault(pid, pid_file.parent.name.replace("-", " "))
+        return sorted(((name, pid) for pid, name in found.items() if pid_alive(pid)))
+
+    def check_not_running(self) -> None:
+        """``ClusterRunningError`` if a process of this directory is still alive."""
+        live = self.live_processes()
+        if live:
+            names = ", ".join(f"{name} (pid {pid})" for name, pid in live)
+            raise ClusterRunningError(
+                f"a cluster is running in {self.dir}: {names}; "
+                f"stop it first (replog cluster down --dir {self.dir})"
+            )
+
     def _save(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         tmp = self.dir / (STATE_FILE + ".tmp")
@@ -166,13 +202,54 @@ class LocalCluster:
         set). ``broker_env``: environment variables the brokers start with (e.g.
         ``KAFKA_OPTS`` naming a JAAS file for their ZooKeeper login). ``broker_overrides``:
         settings of single brokers, by id (e.g. a ``zookeeper.connect`` through a proxy a
-        test cuts)."""
+        test cuts).
+
+        ``ClusterRunningError`` (and nothing touched) if a process of an earlier ``up``
+        here still runs. If ``up`` fails, the processes it started are stopped by pid."""
+        self.check_not_running()
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.state = {}  # nothing of an earlier cluster here runs any more
+        started: list[tuple[str, int]] = []
+        try:
+            return self._up(
+                started,
+                brokers,
+                zookeeper,
+                overrides,
+                racks,
+                wait_s,
+                metrics,
+                extra_listeners,
+                broker_env,
+                broker_overrides,
+            )
+        except BaseException:
+            for name, pid in reversed(started):
+                if name == "zookeeper":
+                    stop_zookeeper(pid)
+                else:
+                    stop_pid(pid, 10)
+            raise
+
+    def _up(
+        self,
+        started: list[tuple[str, int]],
+        brokers: int,
+        zookeeper: str | None,
+        overrides: dict[str, str] | None,
+        racks: list[str] | None,
+        wait_s: float,
+        metrics: bool,
+        extra_listeners: tuple[str, ...],
+        broker_env: dict[str, str] | None,
+        broker_overrides: dict[int, dict[str, str]] | None,
+    ) -> str:
         if zookeeper is None:
             zk_port = free_port()
             server = start_zookeeper(
                 self.dir / "zookeeper", zk_port, log_path=self.dir / "zookeeper" / "zookeeper.log"
             )
+            started.append(("zookeeper", server.pid))
             (self.dir / "zookeeper" / "zookeeper.pid").write_text(str(server.pid))
             zookeeper = server.connect
             self.state["zookeeper_pid"] = server.pid
@@ -193,7 +270,7 @@ class LocalCluster:
                 entry["metrics_url"] = f"http://127.0.0.1:{entry['metrics_port']}/metrics"
         self._save()
         for broker_id in self.broker_ids:
-            self.start_broker(broker_id, wait=False)
+            started.append((f"broker {broker_id}", self.start_broker(broker_id, wait=False)))
         self.wait_until_ready(self.broker_ids, wait_s)
         return self.bootstrap_servers()
 
@@ -299,7 +376,9 @@ class LocalCluster:
         return f"http://127.0.0.1:{port}/" if port else None
 
     def stop_console(self) -> None:
-        pid = self.state.pop("console_pid", None)
+        if "console_pid" not in self.state:
+            return
+        pid = self.state.pop("console_pid")
         if pid and pid_alive(int(pid)):
             os.kill(int(pid), signal.SIGTERM)
             if not wait_dead(int(pid), 10):
@@ -307,16 +386,24 @@ class LocalCluster:
                 wait_dead(int(pid), 10)
         self._save()
 
-    def down(self) -> None:
+    def down(self) -> list[tuple[str, int]]:
+        """Stop every process of the cluster by its pid; returns those stopped (name, pid)."""
+        stopped = []
+        console = self.state.get("console_pid")
+        if console and pid_alive(int(console)):
+            stopped.append(("console", int(console)))
         self.stop_console()
         for broker_id in self.broker_ids:
             pid = self.broker_pid(broker_id)
             if pid is not None and pid_alive(pid):
                 os.kill(pid, signal.SIGCONT)
                 self.stop_broker(broker_id)
+                stopped.append((f"broker {broker_id}", pid))
         zk_pid = self.state.get("zookeeper_pid")
         if zk_pid and pid_alive(int(zk_pid)):
             stop_zookeeper(int(zk_pid))
+            stopped.append(("zookeeper", int(zk_pid)))
+        return stopped
 
     # -- observation --------------------------------------------------------------
 
@@ -529,6 +616,17 @@ def _listening(port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+def stop_pid(pid: int, timeout_s: float) -> None:
+    """SIGTERM to ``pid``, SIGKILL past ``timeout_s`` (SIGCONT first: it may be paused)."""
+    if not pid_alive(pid):
+        return
+    for sig in (signal.SIGCONT, signal.SIGTERM):
+        os.kill(pid, sig)
+    if not wait_dead(pid, timeout_s):
+        os.kill(pid, signal.SIGKILL)
+        wait_dead(pid, 10)
 
 
 def wait_dead(pid: int, timeout_s: float) -> bool:
