@@ -30,6 +30,8 @@ from clients_util import Rec, consume_confluent, create_topic, produce_confluent
 from fixtures.processes import free_port
 from replog.cli.main import main
 from replog.cluster.launcher import LocalCluster, pid_alive
+from replog.config import KafkaConfig
+from replog.server.broker import zookeeper_connection_timeout_ms
 from replog.storage.meta_properties import META_PROPERTIES_FILE, read_meta_properties
 
 REPLOG = [sys.executable, "-m", "replog.cli.main"]
@@ -312,6 +314,19 @@ def test_an_unreachable_zookeeper_ends_the_broker_after_the_connection_timeout(
         f"{nowhere} (zookeeper.connection.timeout.ms=1000)"
     )
     assert not (tmp_path / "data" / META_PROPERTIES_FILE).exists()
+
+
+def test_the_connection_timeout_defaults_to_the_session_timeout() -> None:
+    """Kafka's default for an unset ``zookeeper.connection.timeout.ms``."""
+
+    def timeout(**props: str) -> int:
+        return zookeeper_connection_timeout_ms(
+            KafkaConfig.from_properties({"zookeeper.connect": "127.0.0.1:1", **props})
+        )
+
+    assert timeout() == 18000
+    assert timeout(**{"zookeeper.session.timeout.ms": "6000"}) == 6000
+    assert timeout(**{"zookeeper.connection.timeout.ms": "1500"}) == 1500
 
 
 # -- replog cluster ---------------------------------------------------------------------------

@@ -137,7 +137,7 @@ class Broker:
         self.zk = KafkaZkClient(
             config.zookeeper_connect,
             session_timeout_ms=config.zookeeper_session_timeout_ms,
-            connection_timeout_ms=zookeeper_connection_timeout_ms(config),
+            connection_timeout_ms=config.zookeeper_connection_timeout_ms,
             # SASL to ZooKeeper from KAFKA_OPTS' JAAS file, as a Kafka broker
             login=zk_security.login_from_environment(dict(os.environ)),
             set_acl=config.zookeeper_set_acl,
@@ -437,11 +437,12 @@ class Broker:
             )
 
     async def _connect_zookeeper(self) -> None:
-        """Connect within ``zookeeper.connection.timeout.ms`` (Kafka's
-        ``ZooKeeperClientTimeoutException`` past it)."""
+        """Connect within ``zookeeper.connection.timeout.ms`` or, unset, Kafka's default
+        (Kafka's ``ZooKeeperClientTimeoutException`` past it). The ZooKeeper calls after
+        it keep their own deadline (``zookeeper.connection.timeout.ms`` as configured)."""
         timeout_ms = zookeeper_connection_timeout_ms(self.config)
         try:
-            await asyncio.to_thread(self.zk.start)
+            await asyncio.to_thread(self.zk.start, timeout_ms)
         except self.zk.client.handler.timeout_exception:
             raise BrokerStartupError(
                 f"Timed out waiting for connection to ZooKeeper {self.config.zookeeper_connect} "
