@@ -33,6 +33,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kio.schema.metadata.v8.request import MetadataRequest
 
+from replog.cluster.zookeeper import MAIN_CLASS as ZOOKEEPER_MAIN
 from replog.cluster.zookeeper import start_zookeeper, stop_zookeeper
 from replog.protocol.client import KafkaConnection
 from replog.zk import data as zk_data
@@ -67,6 +68,21 @@ def _not_zombie(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+MAIN = "replog.cli.main"
+"""In the command line of every replog process the launcher starts."""
+
+
+def _runs(pid: int, marker: str) -> bool:
+    """Whether ``pid``'s command line names ``marker`` (True where /proc cannot tell)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return marker.encode() in f.read()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
 
 
 def _read_pid(path: Path) -> int | None:
@@ -147,7 +163,8 @@ class LocalCluster:
 
     def live_processes(self) -> list[tuple[str, int]]:
         """The processes of this directory still alive, as (name, pid): ZooKeeper (if
-        started here), the console and every ``broker-<id>/broker.pid``."""
+        started here), the console and every ``broker-<id>/broker.pid`` (a pid another
+        program has taken since does not count)."""
         found: dict[int, str] = {}
         for name, pid in (
             ("zookeeper", self.state.get("zookeeper_pid")),
@@ -160,7 +177,11 @@ class LocalCluster:
             pid = _read_pid(pid_file)
             if pid is not None:
                 found.setdefault(pid, pid_file.parent.name.replace("-", " "))
-        return sorted(((name, pid) for pid, name in found.items() if pid_alive(pid)))
+        return sorted(
+            (name, pid)
+            for pid, name in found.items()
+            if pid_alive(pid) and _runs(pid, ZOOKEEPER_MAIN if name == "zookeeper" else MAIN)
+        )
 
     def check_not_running(self) -> None:
         """``ClusterRunningError`` if a process of this directory is still alive."""
@@ -309,7 +330,7 @@ class LocalCluster:
         config = self._write_config(broker_id)
         bdir = self.broker_dir(broker_id)
         pid = spawn(
-            [sys.executable, "-m", "replog.cli.main", "broker", "start", "--config", str(config)],
+            [sys.executable, "-m", MAIN, "broker", "start", "--config", str(config)],
             bdir / "broker.log",
             env={**os.environ, **self.state.get("broker_env", {})},
         )
@@ -357,7 +378,7 @@ class LocalCluster:
             return self.console_url() or ""
         port = port or free_port()
         pid = spawn(
-            [sys.executable, "-m", "replog.cli.main", "console"]
+            [sys.executable, "-m", MAIN, "console"]
             + ["--cluster-dir", str(self.dir), "--port", str(port)],
             self.dir / "console.log",
         )
