@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 from dataclasses import asdict
@@ -22,13 +23,19 @@ from replog.cluster.launcher import ClusterRunningError, LocalCluster, RollFaile
 from replog.cluster.secure import prepare_secure_cluster
 
 
+def _cluster(args: argparse.Namespace) -> LocalCluster:
+    # The launcher's own ZooKeeper client: its reconnection warnings are not the user's.
+    logging.getLogger("kazoo").setLevel(logging.ERROR)
+    return LocalCluster(Path(args.dir))
+
+
 def _no_cluster(args: argparse.Namespace) -> int:
     print(f"replog: no cluster in {args.dir} (replog cluster up --dir makes one)", file=sys.stderr)
     return 1
 
 
 def _up(args: argparse.Namespace) -> int:
-    cluster = LocalCluster(Path(args.dir))
+    cluster = _cluster(args)
     try:
         overrides = dict(item.split("=", 1) for item in (args.override or []))
     except ValueError:
@@ -52,7 +59,8 @@ def _up(args: argparse.Namespace) -> int:
         print(f"replog: {exc}", file=sys.stderr)
         return 1
     except (RuntimeError, TimeoutError) as exc:  # up stopped what it had started
-        print(f"replog: cluster did not come up: {exc}", file=sys.stderr)
+        # The first line: the reason and where the log is (the rest is the log's tail).
+        print(f"replog: cluster did not come up: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 1
     try:
         console = cluster.start_console()
@@ -72,7 +80,7 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    cluster = LocalCluster(Path(args.dir))
+    cluster = _cluster(args)
     if not cluster.state:
         return _no_cluster(args)
     rows = cluster.status()
@@ -90,7 +98,7 @@ def _status(args: argparse.Namespace) -> int:
 
 def _broker_action(action: str):
     def run(args: argparse.Namespace) -> int:
-        cluster = LocalCluster(Path(args.dir))
+        cluster = _cluster(args)
         if not cluster.state:
             return _no_cluster(args)
         if args.broker not in cluster.broker_ids:
@@ -110,7 +118,7 @@ def _broker_action(action: str):
 
 
 def _roll(args: argparse.Namespace) -> int:
-    cluster = LocalCluster(Path(args.dir))
+    cluster = _cluster(args)
     if not cluster.state:
         return _no_cluster(args)
     try:
@@ -129,7 +137,7 @@ def _roll(args: argparse.Namespace) -> int:
 
 
 def _down(args: argparse.Namespace) -> int:
-    cluster = LocalCluster(Path(args.dir))
+    cluster = _cluster(args)
     if not cluster.state:
         return _no_cluster(args)
     stopped = cluster.down()

@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -429,8 +430,17 @@ class LocalCluster:
     # -- observation --------------------------------------------------------------
 
     def _zk(self) -> KazooClient:
+        """A client of the cluster's ZooKeeper; TimeoutError if it does not answer in 10 s."""
         client = KazooClient(hosts=self.zookeeper_connect, timeout=10)
-        client.start(timeout=10)
+        with warnings.catch_warnings():
+            # A chroot the brokers have not made yet reads as empty: no warning.
+            warnings.filterwarnings("ignore", "No chroot path exists")
+            try:
+                client.start(timeout=10)
+            except client.handler.timeout_exception:
+                raise TimeoutError(
+                    f"ZooKeeper {self.zookeeper_connect} did not answer within 10 s"
+                ) from None
         return client
 
     def registered_brokers(self) -> set[int]:
@@ -558,8 +568,12 @@ class LocalCluster:
             for broker_id in broker_ids:
                 pid = self.broker_pid(broker_id)
                 if pid is None or not pid_alive(pid):
-                    tail = tail_log(self.broker_dir(broker_id) / "broker.log")
-                    raise RuntimeError(f"broker {broker_id} exited during start-up:\n{tail}")
+                    path = self.broker_dir(broker_id) / "broker.log"
+                    tail = tail_log(path)
+                    reason = tail.splitlines()[-1] if tail.strip() else "(no output)"
+                    raise RuntimeError(
+                        f"broker {broker_id} exited during start-up: {reason} (log: {path})\n{tail}"
+                    )
             registered = self.registered_brokers()
             if set(broker_ids) <= registered and all(self._serving(b) for b in broker_ids):
                 return
