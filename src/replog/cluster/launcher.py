@@ -18,6 +18,7 @@ started, and only those.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -26,7 +27,7 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -232,69 +233,38 @@ class LocalCluster:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.state = {}  # nothing of an earlier cluster here runs any more
         started: list[tuple[str, int]] = []
-        try:
-            return self._up(
-                started,
-                brokers,
-                zookeeper,
-                overrides,
-                racks,
-                wait_s,
-                metrics,
-                extra_listeners,
-                broker_env,
-                broker_overrides,
-            )
-        except BaseException:
-            for name, pid in reversed(started):
-                if name == "zookeeper":
-                    stop_zookeeper(pid)
-                else:
-                    stop_pid(pid, 10)
-            raise
-
-    def _up(
-        self,
-        started: list[tuple[str, int]],
-        brokers: int,
-        zookeeper: str | None,
-        overrides: dict[str, str] | None,
-        racks: list[str] | None,
-        wait_s: float,
-        metrics: bool,
-        extra_listeners: tuple[str, ...],
-        broker_env: dict[str, str] | None,
-        broker_overrides: dict[int, dict[str, str]] | None,
-    ) -> str:
-        if zookeeper is None:
-            zk_port = free_port()
-            server = start_zookeeper(
-                self.dir / "zookeeper", zk_port, log_path=self.dir / "zookeeper" / "zookeeper.log"
-            )
-            started.append(("zookeeper", server.pid))
-            (self.dir / "zookeeper" / "zookeeper.pid").write_text(str(server.pid))
-            zookeeper = server.connect
-            self.state["zookeeper_pid"] = server.pid
-        self.state["zookeeper"] = zookeeper
-        self.state["overrides"] = dict(overrides or {})
-        self.state["broker_env"] = dict(broker_env or {})
-        self.state["brokers"] = {
-            str(i): {"port": free_port(), "rack": (racks[i % len(racks)] if racks else "")}
-            for i in range(brokers)
-        }
-        for entry in self.state["brokers"].values():
-            entry["listeners"] = {name: free_port() for name in extra_listeners}
-        for broker_id, settings in (broker_overrides or {}).items():
-            self.state["brokers"][str(broker_id)]["overrides"] = dict(settings)
-        if metrics:
+        with _stopped_on_failure(started):
+            if zookeeper is None:
+                zk_port = free_port()
+                server = start_zookeeper(
+                    self.dir / "zookeeper",
+                    zk_port,
+                    log_path=self.dir / "zookeeper" / "zookeeper.log",
+                )
+                started.append(("zookeeper", server.pid))
+                (self.dir / "zookeeper" / "zookeeper.pid").write_text(str(server.pid))
+                zookeeper = server.connect
+                self.state["zookeeper_pid"] = server.pid
+            self.state["zookeeper"] = zookeeper
+            self.state["overrides"] = dict(overrides or {})
+            self.state["broker_env"] = dict(broker_env or {})
+            self.state["brokers"] = {
+                str(i): {"port": free_port(), "rack": (racks[i % len(racks)] if racks else "")}
+                for i in range(brokers)
+            }
             for entry in self.state["brokers"].values():
-                entry["metrics_port"] = free_port()
-                entry["metrics_url"] = f"http://127.0.0.1:{entry['metrics_port']}/metrics"
-        self._save()
-        for broker_id in self.broker_ids:
-            started.append((f"broker {broker_id}", self.start_broker(broker_id, wait=False)))
-        self.wait_until_ready(self.broker_ids, wait_s)
-        return self.bootstrap_servers()
+                entry["listeners"] = {name: free_port() for name in extra_listeners}
+            for broker_id, settings in (broker_overrides or {}).items():
+                self.state["brokers"][str(broker_id)]["overrides"] = dict(settings)
+            if metrics:
+                for entry in self.state["brokers"].values():
+                    entry["metrics_port"] = free_port()
+                    entry["metrics_url"] = f"http://127.0.0.1:{entry['metrics_port']}/metrics"
+            self._save()
+            for broker_id in self.broker_ids:
+                started.append((f"broker {broker_id}", self.start_broker(broker_id, wait=False)))
+            self.wait_until_ready(self.broker_ids, wait_s)
+            return self.bootstrap_servers()
 
     def _write_config(self, broker_id: int) -> Path:
         bdir = self.broker_dir(broker_id)
@@ -651,6 +621,21 @@ def _listening(port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+@contextlib.contextmanager
+def _stopped_on_failure(started: list[tuple[str, int]]) -> Iterator[None]:
+    """On the way out with an exception, stop by pid the processes in ``started`` (name,
+    pid), last first: what a failed ``up`` started, and nothing else."""
+    try:
+        yield
+    except BaseException:
+        for name, pid in reversed(started):
+            if name == "zookeeper":
+                stop_zookeeper(pid)
+            else:
+                stop_pid(pid, 10)
+        raise
 
 
 def stop_pid(pid: int, timeout_s: float) -> None:
