@@ -307,7 +307,10 @@ def test_meta_properties_refuse_another_broker_id_and_another_cluster(live: Live
     ), line
     assert snapshot(live.data, contents=True) == stopped
 
-    # Its own id and cluster: it starts again, after a kill -9 too (the kernel drops the lock).
+    # Its own id and cluster: it starts again, after a kill -9 too (the kernel drops the
+    # lock). A dir with data but no meta.properties is the broker's, as in Kafka's
+    # ZooKeeper mode: the file is written again once the broker has registered.
+    (live.data / META_PROPERTIES_FILE).unlink()
     for stop in (signal.SIGKILL, None):
         live.broker.start()
         live.broker.wait_registered(live.zk, 0)
