@@ -1,5 +1,9 @@
 """``replog cluster up|status|stop|start|kill|roll|down``: a local cluster under one directory.
 
+``up`` refuses a directory where processes of a cluster still run (naming them); a
+failed ``up`` stops the processes it started. The other actions on a directory without a
+cluster say so and exit 1.
+
 ``roll`` restarts every broker in turn (controlled shutdown by SIGTERM to its pid), waiting
 for every partition's ISR to be full before the next; it prints a line per step and exits
 1 with a one-line reason when a broker does not come back or the ISRs do not fill.
@@ -9,24 +13,41 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 
-from replog.cluster.launcher import LocalCluster, RollFailed
+from replog.cluster.launcher import ClusterRunningError, LocalCluster, RollFailed
 from replog.cluster.secure import prepare_secure_cluster
 
 
+def _cluster(args: argparse.Namespace) -> LocalCluster:
+    # The launcher's own ZooKeeper client: its reconnection warnings are not the user's.
+    logging.getLogger("kazoo").setLevel(logging.ERROR)
+    return LocalCluster(Path(args.dir))
+
+
+def _no_cluster(args: argparse.Namespace) -> int:
+    print(f"replog: no cluster in {args.dir} (replog cluster up --dir makes one)", file=sys.stderr)
+    return 1
+
+
 def _up(args: argparse.Namespace) -> int:
-    cluster = LocalCluster(Path(args.dir))
-    overrides = dict(item.split("=", 1) for item in (args.override or []))
-    extra: tuple[str, ...] = ()
-    if args.secure:
-        secure = prepare_secure_cluster(Path(args.dir))
-        overrides = {**secure.overrides, **overrides}
-        extra = ("SASL_SSL",)
+    cluster = _cluster(args)
     try:
+        overrides = dict(item.split("=", 1) for item in (args.override or []))
+    except ValueError:
+        print("replog: --override takes KEY=VALUE", file=sys.stderr)
+        return 2
+    extra: tuple[str, ...] = ()
+    try:
+        cluster.check_not_running()  # before anything is written here
+        if args.secure:
+            secure = prepare_secure_cluster(Path(args.dir))
+            overrides = {**secure.overrides, **overrides}
+            extra = ("SASL_SSL",)
         bootstrap = cluster.up(
             args.brokers,
             zookeeper=args.zookeeper,
@@ -34,10 +55,18 @@ def _up(args: argparse.Namespace) -> int:
             metrics=True,
             extra_listeners=extra,
         )
+    except ClusterRunningError as exc:
+        print(f"replog: {exc}", file=sys.stderr)
+        return 1
+    except (RuntimeError, TimeoutError) as exc:  # up stopped what it had started
+        # The first line: the reason and where the log is (the rest is the log's tail).
+        print(f"replog: cluster did not come up: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 1
+    try:
         console = cluster.start_console()
         if args.secure:
             secure.add_user(cluster)
-    except (RuntimeError, TimeoutError) as exc:
+    except (RuntimeError, TimeoutError) as exc:  # the cluster is ours: stop all of it
         print(f"replog: cluster did not come up: {exc}", file=sys.stderr)
         cluster.down()
         return 1
@@ -51,10 +80,9 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    cluster = LocalCluster(Path(args.dir))
+    cluster = _cluster(args)
     if not cluster.state:
-        print(f"replog: no cluster in {args.dir}", file=sys.stderr)
-        return 1
+        return _no_cluster(args)
     rows = cluster.status()
     if args.json:
         print(json.dumps([asdict(r) for r in rows], indent=2))
@@ -70,7 +98,9 @@ def _status(args: argparse.Namespace) -> int:
 
 def _broker_action(action: str):
     def run(args: argparse.Namespace) -> int:
-        cluster = LocalCluster(Path(args.dir))
+        cluster = _cluster(args)
+        if not cluster.state:
+            return _no_cluster(args)
         if args.broker not in cluster.broker_ids:
             print(f"replog: no broker {args.broker} in {args.dir}", file=sys.stderr)
             return 1
@@ -88,10 +118,9 @@ def _broker_action(action: str):
 
 
 def _roll(args: argparse.Namespace) -> int:
-    cluster = LocalCluster(Path(args.dir))
+    cluster = _cluster(args)
     if not cluster.state:
-        print(f"replog: no cluster in {args.dir}", file=sys.stderr)
-        return 1
+        return _no_cluster(args)
     try:
         cluster.roll(
             lambda line: print(line, flush=True),
@@ -108,12 +137,21 @@ def _roll(args: argparse.Namespace) -> int:
 
 
 def _down(args: argparse.Namespace) -> int:
-    LocalCluster(Path(args.dir)).down()
+    cluster = _cluster(args)
+    if not cluster.state:
+        return _no_cluster(args)
+    stopped = cluster.down()
+    if not stopped:
+        print(f"nothing of the cluster in {args.dir} was running")
+    for name, pid in stopped:
+        print(f"stopped {name} (pid {pid})")
     return 0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    cluster = sub.add_parser("cluster", help="a local ZooKeeper + brokers cluster")
+    cluster = sub.add_parser(
+        "cluster", help="a local cluster (ZooKeeper and brokers) under one directory"
+    )
     actions = cluster.add_subparsers(dest="action", required=True)
     up = actions.add_parser("up", help="start ZooKeeper (unless given) and N brokers")
     up.add_argument("--brokers", type=int, default=3)

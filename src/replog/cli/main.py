@@ -1,4 +1,9 @@
-"""The ``replog`` command: broker, zookeeper, cluster and topics sub-commands."""
+"""The ``replog`` command: one sub-command per tool (``replog --help`` lists them).
+
+``replog broker start`` reports every start-up failure a user can cause (a bad
+configuration, ZooKeeper out of reach, a log dir another broker holds, another broker's
+or cluster's data) as one line on stderr and a non-zero exit, never a traceback.
+"""
 
 from __future__ import annotations
 
@@ -23,6 +28,14 @@ from replog.cli import (
     users_cmd,
 )
 from replog.config import ConfigError, KafkaConfig, parse_overrides, read_properties
+from replog.storage.log_dir_lock import LogDirLockedError
+from replog.storage.meta_properties import MetaPropertiesError
+
+DESCRIPTION = """\
+replog: a Kafka-compatible replicated commit log (ZooKeeper mode).
+
+Run a broker or a ZooKeeper server, start a local cluster, or manage a running cluster
+the way Kafka's command-line tools do. Each sub-command has its own --help."""
 
 
 def _setup_logging(level: str = "INFO") -> None:
@@ -56,7 +69,7 @@ def _broker_start(args: argparse.Namespace) -> int:
         return 2
     _setup_logging(args.log_level)
     gc.set_threshold(*BROKER_GC_THRESHOLDS)
-    from replog.server.broker import Broker
+    from replog.server.broker import Broker, BrokerStartupError
 
     try:
         import uvloop
@@ -71,7 +84,13 @@ def _broker_start(args: argparse.Namespace) -> int:
 
     try:
         asyncio.run(run())
-    except (OSError, ValueError) as exc:  # a port in use, a listener's unusable TLS files
+    except (
+        BrokerStartupError,  # ZooKeeper out of reach, no usable log dir, the id taken
+        LogDirLockedError,  # another broker on a log dir
+        MetaPropertiesError,  # another broker's or another cluster's data
+        OSError,  # a port in use
+        ValueError,  # a listener's unusable TLS files, a bad zookeeper.connect
+    ) as exc:
         print(f"replog: broker {config.broker_id} failed to start: {exc}", file=sys.stderr)
         return 1
     return 0
@@ -85,10 +104,16 @@ def _zookeeper_start(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="replog", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="replog",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(
+        dest="command", required=True, title="sub-commands", metavar="COMMAND"
+    )
 
-    broker = sub.add_parser("broker", help="run a broker")
+    broker = sub.add_parser("broker", help="run a broker (broker start --config FILE)")
     broker_sub = broker.add_subparsers(dest="action", required=True)
     start = broker_sub.add_parser("start", help="run one broker in the foreground")
     start.add_argument("--config", required=True, help="server.properties file")
@@ -96,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--log-level", default="INFO")
     start.set_defaults(func=_broker_start)
 
-    zk = sub.add_parser("zookeeper", help="run a ZooKeeper server")
+    zk = sub.add_parser("zookeeper", help="run a ZooKeeper server (zookeeper start --dir DIR)")
     zk_sub = zk.add_subparsers(dest="action", required=True)
     zk_start = zk_sub.add_parser("start", help="run ZooKeeper in the foreground")
     zk_start.add_argument("--dir", required=True)

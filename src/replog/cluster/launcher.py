@@ -8,11 +8,17 @@ Layout of DIR::
 
 Every process is started in its own session and stopped by its own pid.
 Used by ``replog cluster ...``, by the tests and by ``make demo``.
+
+``up`` refuses a directory where a process of an earlier ``up`` still runs
+(``ClusterRunningError`` names them), so that ``cluster.json`` and the data of a live
+cluster are never taken over; when ``up`` fails it stops, by pid, the processes it
+started, and only those.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -20,7 +26,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +35,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kio.schema.metadata.v8.request import MetadataRequest
 
+from replog.cluster.zookeeper import MAIN_CLASS as ZOOKEEPER_MAIN
 from replog.cluster.zookeeper import start_zookeeper, stop_zookeeper
 from replog.protocol.client import KafkaConnection
 from replog.zk import data as zk_data
@@ -64,6 +72,21 @@ def _not_zombie(pid: int) -> bool:
         return False
 
 
+MAIN = "replog.cli.main"
+"""In the command line of every replog process the launcher starts."""
+
+
+def _runs(pid: int, marker: str) -> bool:
+    """Whether ``pid``'s command line names ``marker`` (True where /proc cannot tell)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return marker.encode() in f.read()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+
+
 def _read_pid(path: Path) -> int | None:
     try:
         return int(path.read_text().strip())
@@ -73,6 +96,10 @@ def _read_pid(path: Path) -> int | None:
 
 class RollFailed(Exception):
     """A rolling restart stopped; the message is the one-line reason."""
+
+
+class ClusterRunningError(Exception):
+    """``up`` on a directory whose processes still run; the message names them."""
 
 
 @dataclass
@@ -136,6 +163,38 @@ class LocalCluster:
     def broker_pid(self, broker_id: int) -> int | None:
         return _read_pid(self.broker_dir(broker_id) / "broker.pid")
 
+    def live_processes(self) -> list[tuple[str, int]]:
+        """The processes of this directory still alive, as (name, pid): ZooKeeper (if
+        started here), the console and every ``broker-<id>/broker.pid`` (a pid another
+        program has taken since does not count)."""
+        found: dict[int, str] = {}
+        for name, pid in (
+            ("zookeeper", self.state.get("zookeeper_pid")),
+            ("zookeeper", _read_pid(self.dir / "zookeeper" / "zookeeper.pid")),
+            ("console", self.state.get("console_pid")),
+        ):
+            if pid:
+                found.setdefault(int(pid), name)
+        for pid_file in sorted(self.dir.glob("broker-*/broker.pid")):
+            pid = _read_pid(pid_file)
+            if pid is not None:
+                found.setdefault(pid, pid_file.parent.name.replace("-", " "))
+        return sorted(
+            (name, pid)
+            for pid, name in found.items()
+            if pid_alive(pid) and _runs(pid, ZOOKEEPER_MAIN if name == "zookeeper" else MAIN)
+        )
+
+    def check_not_running(self) -> None:
+        """``ClusterRunningError`` if a process of this directory is still alive."""
+        live = self.live_processes()
+        if live:
+            names = ", ".join(f"{name} (pid {pid})" for name, pid in live)
+            raise ClusterRunningError(
+                f"a cluster is running in {self.dir}: {names}; "
+                f"stop it first (replog cluster down --dir {self.dir})"
+            )
+
     def _save(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         tmp = self.dir / (STATE_FILE + ".tmp")
@@ -166,36 +225,46 @@ class LocalCluster:
         set). ``broker_env``: environment variables the brokers start with (e.g.
         ``KAFKA_OPTS`` naming a JAAS file for their ZooKeeper login). ``broker_overrides``:
         settings of single brokers, by id (e.g. a ``zookeeper.connect`` through a proxy a
-        test cuts)."""
+        test cuts).
+
+        ``ClusterRunningError`` (and nothing touched) if a process of an earlier ``up``
+        here still runs. If ``up`` fails, the processes it started are stopped by pid."""
+        self.check_not_running()
         self.dir.mkdir(parents=True, exist_ok=True)
-        if zookeeper is None:
-            zk_port = free_port()
-            server = start_zookeeper(
-                self.dir / "zookeeper", zk_port, log_path=self.dir / "zookeeper" / "zookeeper.log"
-            )
-            (self.dir / "zookeeper" / "zookeeper.pid").write_text(str(server.pid))
-            zookeeper = server.connect
-            self.state["zookeeper_pid"] = server.pid
-        self.state["zookeeper"] = zookeeper
-        self.state["overrides"] = dict(overrides or {})
-        self.state["broker_env"] = dict(broker_env or {})
-        self.state["brokers"] = {
-            str(i): {"port": free_port(), "rack": (racks[i % len(racks)] if racks else "")}
-            for i in range(brokers)
-        }
-        for entry in self.state["brokers"].values():
-            entry["listeners"] = {name: free_port() for name in extra_listeners}
-        for broker_id, settings in (broker_overrides or {}).items():
-            self.state["brokers"][str(broker_id)]["overrides"] = dict(settings)
-        if metrics:
+        self.state = {}  # nothing of an earlier cluster here runs any more
+        started: list[tuple[str, int]] = []
+        with _stopped_on_failure(started):
+            if zookeeper is None:
+                zk_port = free_port()
+                server = start_zookeeper(
+                    self.dir / "zookeeper",
+                    zk_port,
+                    log_path=self.dir / "zookeeper" / "zookeeper.log",
+                )
+                started.append(("zookeeper", server.pid))
+                (self.dir / "zookeeper" / "zookeeper.pid").write_text(str(server.pid))
+                zookeeper = server.connect
+                self.state["zookeeper_pid"] = server.pid
+            self.state["zookeeper"] = zookeeper
+            self.state["overrides"] = dict(overrides or {})
+            self.state["broker_env"] = dict(broker_env or {})
+            self.state["brokers"] = {
+                str(i): {"port": free_port(), "rack": (racks[i % len(racks)] if racks else "")}
+                for i in range(brokers)
+            }
             for entry in self.state["brokers"].values():
-                entry["metrics_port"] = free_port()
-                entry["metrics_url"] = f"http://127.0.0.1:{entry['metrics_port']}/metrics"
-        self._save()
-        for broker_id in self.broker_ids:
-            self.start_broker(broker_id, wait=False)
-        self.wait_until_ready(self.broker_ids, wait_s)
-        return self.bootstrap_servers()
+                entry["listeners"] = {name: free_port() for name in extra_listeners}
+            for broker_id, settings in (broker_overrides or {}).items():
+                self.state["brokers"][str(broker_id)]["overrides"] = dict(settings)
+            if metrics:
+                for entry in self.state["brokers"].values():
+                    entry["metrics_port"] = free_port()
+                    entry["metrics_url"] = f"http://127.0.0.1:{entry['metrics_port']}/metrics"
+            self._save()
+            for broker_id in self.broker_ids:
+                started.append((f"broker {broker_id}", self.start_broker(broker_id, wait=False)))
+            self.wait_until_ready(self.broker_ids, wait_s)
+            return self.bootstrap_servers()
 
     def _write_config(self, broker_id: int) -> Path:
         bdir = self.broker_dir(broker_id)
@@ -232,7 +301,7 @@ class LocalCluster:
         config = self._write_config(broker_id)
         bdir = self.broker_dir(broker_id)
         pid = spawn(
-            [sys.executable, "-m", "replog.cli.main", "broker", "start", "--config", str(config)],
+            [sys.executable, "-m", MAIN, "broker", "start", "--config", str(config)],
             bdir / "broker.log",
             env={**os.environ, **self.state.get("broker_env", {})},
         )
@@ -280,7 +349,7 @@ class LocalCluster:
             return self.console_url() or ""
         port = port or free_port()
         pid = spawn(
-            [sys.executable, "-m", "replog.cli.main", "console"]
+            [sys.executable, "-m", MAIN, "console"]
             + ["--cluster-dir", str(self.dir), "--port", str(port)],
             self.dir / "console.log",
         )
@@ -299,7 +368,9 @@ class LocalCluster:
         return f"http://127.0.0.1:{port}/" if port else None
 
     def stop_console(self) -> None:
-        pid = self.state.pop("console_pid", None)
+        if "console_pid" not in self.state:
+            return
+        pid = self.state.pop("console_pid")
         if pid and pid_alive(int(pid)):
             os.kill(int(pid), signal.SIGTERM)
             if not wait_dead(int(pid), 10):
@@ -307,22 +378,39 @@ class LocalCluster:
                 wait_dead(int(pid), 10)
         self._save()
 
-    def down(self) -> None:
+    def down(self) -> list[tuple[str, int]]:
+        """Stop every process of the cluster by its pid; returns those stopped (name, pid)."""
+        stopped = []
+        console = self.state.get("console_pid")
+        if console and pid_alive(int(console)):
+            stopped.append(("console", int(console)))
         self.stop_console()
         for broker_id in self.broker_ids:
             pid = self.broker_pid(broker_id)
             if pid is not None and pid_alive(pid):
                 os.kill(pid, signal.SIGCONT)
                 self.stop_broker(broker_id)
+                stopped.append((f"broker {broker_id}", pid))
         zk_pid = self.state.get("zookeeper_pid")
         if zk_pid and pid_alive(int(zk_pid)):
             stop_zookeeper(int(zk_pid))
+            stopped.append(("zookeeper", int(zk_pid)))
+        return stopped
 
     # -- observation --------------------------------------------------------------
 
     def _zk(self) -> KazooClient:
+        """A client of the cluster's ZooKeeper; TimeoutError if it does not answer in 10 s."""
         client = KazooClient(hosts=self.zookeeper_connect, timeout=10)
-        client.start(timeout=10)
+        with warnings.catch_warnings():
+            # A chroot the brokers have not made yet reads as empty: no warning.
+            warnings.filterwarnings("ignore", "No chroot path exists")
+            try:
+                client.start(timeout=10)
+            except client.handler.timeout_exception:
+                raise TimeoutError(
+                    f"ZooKeeper {self.zookeeper_connect} did not answer within 10 s"
+                ) from None
         return client
 
     def registered_brokers(self) -> set[int]:
@@ -450,8 +538,12 @@ class LocalCluster:
             for broker_id in broker_ids:
                 pid = self.broker_pid(broker_id)
                 if pid is None or not pid_alive(pid):
-                    tail = tail_log(self.broker_dir(broker_id) / "broker.log")
-                    raise RuntimeError(f"broker {broker_id} exited during start-up:\n{tail}")
+                    path = self.broker_dir(broker_id) / "broker.log"
+                    tail = tail_log(path)
+                    reason = tail.splitlines()[-1] if tail.strip() else "(no output)"
+                    raise RuntimeError(
+                        f"broker {broker_id} exited during start-up: {reason} (log: {path})\n{tail}"
+                    )
             registered = self.registered_brokers()
             if set(broker_ids) <= registered and all(self._serving(b) for b in broker_ids):
                 return
@@ -529,6 +621,32 @@ def _listening(port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+@contextlib.contextmanager
+def _stopped_on_failure(started: list[tuple[str, int]]) -> Iterator[None]:
+    """On the way out with an exception, stop by pid the processes in ``started`` (name,
+    pid), last first: what a failed ``up`` started, and nothing else."""
+    try:
+        yield
+    except BaseException:
+        for name, pid in reversed(started):
+            if name == "zookeeper":
+                stop_zookeeper(pid)
+            else:
+                stop_pid(pid, 10)
+        raise
+
+
+def stop_pid(pid: int, timeout_s: float) -> None:
+    """SIGTERM to ``pid``, SIGKILL past ``timeout_s`` (SIGCONT first: it may be paused)."""
+    if not pid_alive(pid):
+        return
+    for sig in (signal.SIGCONT, signal.SIGTERM):
+        os.kill(pid, sig)
+    if not wait_dead(pid, timeout_s):
+        os.kill(pid, signal.SIGKILL)
+        wait_dead(pid, 10)
 
 
 def wait_dead(pid: int, timeout_s: float) -> bool:

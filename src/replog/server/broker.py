@@ -1,10 +1,18 @@
 """One broker process: storage, replicas, the Kafka listener, ZooKeeper, the controller.
 
-Lifecycle (seed 000, "Broker startup"): load the logs, register in
-``/brokers/ids``, read assignments and partition states from ZooKeeper,
-create local replicas as leader or follower, delete local partitions no
-longer assigned here, then serve. A SIGTERM flushes the logs, writes the
-checkpoints and leaves.
+Lifecycle (seed 000, "Broker startup"): lock every log dir and check its
+``meta.properties`` against ``broker.id``, connect to ZooKeeper (within
+``zookeeper.connection.timeout.ms``) and check its ``/cluster/id`` against them too, load
+the logs, register in ``/brokers/ids`` (then write ``meta.properties``), read assignments
+and partition states from ZooKeeper, create local replicas as leader or follower, delete
+local partitions no longer assigned here, then serve. A SIGTERM flushes the logs, writes
+the checkpoints, releases the log dir locks and leaves.
+
+A start-up failure the user can cause (another broker on a log dir, another broker's or
+cluster's data, ZooKeeper out of reach, no usable log dir, the broker id taken) raises
+``BrokerStartupError`` or one of ``replog.storage``'s errors, each one line, before the
+logs are touched where it can be found that early; ``replog broker start`` prints it and
+exits 1.
 """
 
 from __future__ import annotations
@@ -70,6 +78,12 @@ from replog.server.zk_fence import ZkSessionFence
 from replog.storage.cleaner_threads import CleanerConfig, LoopOwner
 from replog.storage.log_config import LogConfig
 from replog.storage.log_manager import LogManager
+from replog.storage.meta_properties import (
+    BrokerMetadata,
+    check_broker_id,
+    check_cluster_id,
+    common_metadata,
+)
 from replog.zk import security as zk_security
 from replog.zk.client import BrokerAlreadyRegisteredError, KafkaZkClient
 from replog.zk.data import BrokerInfo, EndPoint
@@ -93,6 +107,18 @@ CONTROLLER_APIS = frozenset(
 
 FLUSH_SLICE_S = 0.01
 """The longest the minute's flush holds the event loop before letting requests in."""
+
+
+class BrokerStartupError(Exception):
+    """The broker cannot start, for a reason the user can cure; the message is one line."""
+
+
+def zookeeper_connection_timeout_ms(config: KafkaConfig) -> int:
+    """``zookeeper.connection.timeout.ms``, or Kafka's default when unset:
+    ``zookeeper.session.timeout.ms``."""
+    if "zookeeper.connection.timeout.ms" in config.static_properties:
+        return config.zookeeper_connection_timeout_ms
+    return config.zookeeper_session_timeout_ms
 
 
 class Broker:
@@ -323,20 +349,25 @@ class Broker:
     # -- lifecycle ----------------------------------------------------------
 
     async def start(self) -> None:
+        # Kafka's order: ZooKeeper and its cluster id, meta.properties, then the logs. The
+        # locks come first here, so that a second broker on a dir is refused at once.
+        self.log_manager.lock_log_dirs()
+        self._require_live_log_dirs()
+        stored = common_metadata(self.log_manager.read_broker_metadata())
+        check_broker_id(self.config.broker_id, stored)
+        self._require_live_log_dirs()
+        await self._connect_zookeeper()
+        cluster_id = await asyncio.to_thread(self.zk.get_or_create_cluster_id)
+        check_cluster_id(cluster_id, stored)
+        self.admin.cluster_id = cluster_id
         self.log_manager.startup(now_ms())
-        if not self.log_manager.live_log_dirs:
-            raise SystemExit(
-                f"broker {self.config.broker_id}: every log dir has failed: "
-                + "; ".join(f"{d}: {why}" for d, why in self.log_manager.offline_log_dirs.items())
-            )
+        self._require_live_log_dirs()
         self.replica_manager.on_log_dir_offline = self._on_log_dir_offline
         # The log cleaner's threads hand every call on the logs to this loop.
         self.log_manager.start_cleaner(LoopOwner(asyncio.get_running_loop()))
-        await asyncio.to_thread(self.zk.start)
         await self.configs.start()  # dynamic configs before any log is served
         if self.services.authorizer is not None:
             await self.services.authorizer.start()  # ACLs before any request is served
-        self.admin.cluster_id = await asyncio.to_thread(self.zk.get_or_create_cluster_id)
         for server in self.servers:
             await server.start()
         if self.metrics is not None:
@@ -356,7 +387,14 @@ class Broker:
             rack=self.config.broker_rack or None,
         )
         self._broker_info = info
-        self.broker_epoch = await self._register(info)
+        try:
+            self.broker_epoch = await self._register(info)
+        except BrokerAlreadyRegisteredError as exc:
+            raise BrokerStartupError(f"{exc} (another broker with this broker.id?)") from None
+        # Registered: the dirs are this broker's, of this cluster (Kafka writes it here).
+        self.log_manager.checkpoint_broker_metadata(
+            BrokerMetadata(self.config.broker_id, cluster_id), time.time()
+        )
         self.controller = KafkaController(
             self.config.broker_id,
             self.zk,
@@ -393,6 +431,26 @@ class Broker:
         self._tasks.append(asyncio.create_task(self._isr_propagation_loop()))
         self._tasks.append(asyncio.create_task(self._high_watermark_checkpoint_loop()))
         self._tasks.append(asyncio.create_task(self._offsets_expiration_loop()))
+
+    def _require_live_log_dirs(self) -> None:
+        if not self.log_manager.live_log_dirs:
+            raise BrokerStartupError(
+                "every log dir has failed: "
+                + "; ".join(f"{d}: {why}" for d, why in self.log_manager.offline_log_dirs.items())
+            )
+
+    async def _connect_zookeeper(self) -> None:
+        """Connect within ``zookeeper.connection.timeout.ms`` or, unset, Kafka's default
+        (Kafka's ``ZooKeeperClientTimeoutException`` past it). The ZooKeeper calls after
+        it keep their own deadline (``zookeeper.connection.timeout.ms`` as configured)."""
+        timeout_ms = zookeeper_connection_timeout_ms(self.config)
+        try:
+            await asyncio.to_thread(self.zk.start, timeout_ms)
+        except self.zk.client.handler.timeout_exception:
+            raise BrokerStartupError(
+                f"Timed out waiting for connection to ZooKeeper {self.config.zookeeper_connect} "
+                f"(zookeeper.connection.timeout.ms={timeout_ms})"
+            ) from None
 
     async def _register(self, info: BrokerInfo) -> int:
         """Register in ``/brokers/ids``. After a kill -9 the previous process's znode lives

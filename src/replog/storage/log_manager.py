@@ -29,6 +29,13 @@ manager is told through ``on_log_dir_failure``, after the call that found the fa
 A dir that cannot be loaded at ``startup`` is offline from the start. With no live log
 dir left, the broker cannot serve anything: Kafka halts it.
 
+Before anything is written, ``lock_log_dirs`` locks every log dir (``<dir>/.lock``, see
+``replog.storage.log_dir_lock``) for the broker's life: ``shutdown`` releases the locks
+last, and a dir going offline releases its own, as Kafka does. ``read_broker_metadata``
+and ``checkpoint_broker_metadata`` read and write each live dir's ``meta.properties``
+(``replog.storage.meta_properties``); a dir whose file cannot be read or written goes
+offline.
+
 Concurrency: owned by the broker's event loop; not thread-safe. ``flush_dirty_logs`` and
 ``checkpoint`` do fsyncs: run them where blocking is acceptable, without other calls on
 the same logs meanwhile; ``flush_dirty_log_steps`` allows other calls between its steps. ``stop_cleaner`` waits for the cleaner threads,
@@ -58,6 +65,12 @@ from replog.storage.cleaner_manager import LogCleanerManager
 from replog.storage.cleaner_threads import CleanerConfig, LogCleaner, Owner
 from replog.storage.log import Log, parse_topic_partition
 from replog.storage.log_config import LogConfig
+from replog.storage.log_dir_lock import LogDirLock
+from replog.storage.meta_properties import (
+    BrokerMetadata,
+    read_meta_properties,
+    write_meta_properties,
+)
 from replog.storage.partition_metadata import (
     PartitionMetadataError,
     flush_partition_metadata,
@@ -109,6 +122,8 @@ class LogManager:
         ``LogDirFailureChannel``); they stay offline until the broker restarts."""
         self.on_log_dir_failure: Callable[[Path], None] | None = None
         """Called once per dir newly offline, after the call that found it."""
+        self._dir_locks: dict[Path, LogDirLock] = {}
+        self._broker_metadata: dict[Path, BrokerMetadata] = {}
         for d in self.log_dirs:
             try:
                 d.mkdir(parents=True, exist_ok=True)
@@ -137,6 +152,9 @@ class LogManager:
         ``LogManager.handleLogDirFailure``); returns their partitions. Files stay on disk
         as they are: a restart with the disk repaired loads them again."""
         gone = sorted(tp for tp, d in self._dir_of.items() if d == log_dir)
+        lock = self._dir_locks.pop(log_dir, None)
+        if lock is not None:
+            lock.release()
         for tp in gone:
             target = self._logs.pop(tp)
             del self._dir_of[tp]
@@ -154,6 +172,57 @@ class LogManager:
         time, ``on_log_dir_failure`` is told (every failed disk access comes here)."""
         if self.mark_offline(log_dir, f"{what} failed: {exc}") and self.on_log_dir_failure:
             self.on_log_dir_failure(log_dir)
+
+    # -- the dirs' lock and meta.properties ----------------------------------
+    def lock_log_dirs(self) -> None:
+        """Lock every live log dir (Kafka ``lockLogDirs``). ``LogDirLockedError`` if another
+        broker holds one (the locks taken so far are released); a dir whose lock file
+        cannot be used goes offline."""
+        for log_dir in self.live_log_dirs:
+            if log_dir in self._dir_locks:
+                continue
+            try:
+                self._dir_locks[log_dir] = LogDirLock.acquire(log_dir)
+            except OSError as exc:
+                self.mark_offline(log_dir, f"locking it failed: {exc}")
+            except BaseException:
+                self.release_locks()
+                raise
+
+    def release_locks(self) -> None:
+        """Release every log dir lock (``shutdown`` does, last)."""
+        for lock in self._dir_locks.values():
+            lock.release()
+        self._dir_locks.clear()
+
+    def read_broker_metadata(self) -> dict[Path, BrokerMetadata]:
+        """Each live dir's ``meta.properties``, for the dirs that have one (Kafka
+        ``getBrokerMetadataAndOfflineDirs``); a dir whose file is unreadable goes offline.
+        ``MetaPropertiesError`` for a file without a valid ``broker.id``."""
+        found = {}
+        for log_dir in self.live_log_dirs:
+            try:
+                metadata = read_meta_properties(log_dir)
+            except OSError as exc:
+                self.mark_offline(log_dir, f"reading its meta.properties failed: {exc}")
+                continue
+            if metadata is not None:
+                found[log_dir] = metadata
+        self._broker_metadata = dict(found)
+        return found
+
+    def checkpoint_broker_metadata(self, metadata: BrokerMetadata, now_s: float) -> None:
+        """Write ``meta.properties`` into every live dir whose file is missing or differs
+        (Kafka ``checkpointBrokerMetadata``, once the broker is registered)."""
+        for log_dir in self.live_log_dirs:
+            if self._broker_metadata.get(log_dir) == metadata:
+                continue
+            try:
+                write_meta_properties(log_dir, metadata, now_s)
+            except OSError as exc:
+                self.fail_log_dir(log_dir, "writing its meta.properties", exc)
+                continue
+            self._broker_metadata[log_dir] = metadata
 
     # -- loading ---------------------------------------------------------
     def startup(self, now_ms: int, topic_configs: Mapping[str, LogConfig] | None = None) -> None:
@@ -448,4 +517,5 @@ class LogManager:
                 atomic_write(log_dir / CLEAN_SHUTDOWN_FILE, b"")
             except OSError as exc:
                 self.mark_offline(log_dir, f"writing the clean shutdown marker failed: {exc}")
+        self.release_locks()
         log.info("log manager shut down cleanly (%d logs)", len(self._logs))

@@ -128,18 +128,20 @@ class KafkaZkClient(ControllerZnodes, TopicZnodes, NotificationZnodes):
 
     # --- lifecycle -------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Connect (creating the chroot if needed) and ensure Kafka's persistent paths."""
+    def start(self, timeout_ms: int | None = None) -> None:
+        """Connect (creating the chroot if needed) and ensure Kafka's persistent paths.
+        ``timeout_ms``: the wait for a connection (default: the connection timeout)."""
+        timeout_s = self._connection_timeout_s if timeout_ms is None else timeout_ms / 1000
         if self._chroot:
             bootstrap = self._new_kazoo(self._hosts)
             try:
-                bootstrap.start(timeout=self._connection_timeout_s)
+                bootstrap.start(timeout=timeout_s)
                 bootstrap.ensure_path(self._chroot)
             finally:
                 bootstrap.stop()
                 bootstrap.close()
         try:
-            self._zk.start(timeout=self._connection_timeout_s)
+            self._zk.start(timeout=timeout_s)
         except Exception:
             self._zk.stop()
             raise
