@@ -395,6 +395,23 @@ def test_a_follower_answers_no_leader_requests() -> None:
     assert (error, answer) == (ErrorCode.not_leader_or_follower, UNDEFINED_EPOCH_END_OFFSET)
 
 
+def test_a_replica_checks_the_leader_epoch_before_leadership() -> None:
+    """Kafka ``Partition.getLocalLog``: a follower (or a resigned leader) that knows a
+    newer leader epoch than the request's fences it; an older one does not know it yet;
+    only at its own epoch (or none) does it answer NOT_LEADER_OR_FOLLOWER."""
+    m, _ = following(epoch=5)
+    assert m.validate_leader_request(4) is ErrorCode.fenced_leader_epoch
+    assert m.validate_leader_request(6) is ErrorCode.unknown_leader_epoch
+    assert m.validate_leader_request(5) is ErrorCode.not_leader_or_follower
+    assert m.validate_leader_request(-1) is ErrorCode.not_leader_or_follower
+    assert m.on_fetch(CONSUMER, 0, 4, 0).error is ErrorCode.fenced_leader_epoch
+    assert m.answer_offsets_for_leader_epoch(4, 3)[0] is ErrorCode.fenced_leader_epoch
+    resigned, _ = leading(epoch=5)
+    resigned.on_session_expired()
+    assert resigned.validate_leader_request(4) is ErrorCode.fenced_leader_epoch
+    assert resigned.validate_leader_request(5) is ErrorCode.not_leader_or_follower
+
+
 def test_followers_read_to_the_log_end_and_consumers_to_the_hw() -> None:
     m, _ = leading(leo=10, hw=4)
     d = m.on_fetch(2, 5, 5, 0)

@@ -444,11 +444,19 @@ class PartitionMachine:
     # -- requests answered as leader ----------------------------------------------------------
 
     def validate_leader_request(self, current_leader_epoch: int) -> ErrorCode:
-        """NOT_LEADER_OR_FOLLOWER unless leading; then KIP-320 fencing of the request's epoch."""
+        """KIP-320 fencing of the request's epoch against the one this replica knows,
+        leader or not, then NOT_LEADER_OR_FOLLOWER unless leading (Kafka
+        ``Partition.getLocalLog``: a broker that knows a newer leader epoch answers
+        FENCED_LEADER_EPOCH, so the client refreshes its metadata instead of retrying
+        the same broker; one that knows an older one, UNKNOWN_LEADER_EPOCH)."""
+        if self.state is not None:
+            error = validate_current_leader_epoch(current_leader_epoch, self.state.leader_epoch)
+            if error is not ErrorCode.none:
+                return error
         ls = self.leader_state
         if ls is None or not ls.is_leading:
             return ErrorCode.not_leader_or_follower
-        return validate_current_leader_epoch(current_leader_epoch, ls.leader_epoch)
+        return ErrorCode.none
 
     def on_fetch(
         self,
