@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from kio.schema.errors import ErrorCode
 
 from replog.replication.fetch_rules import FetchPartitionRequest
-from replog.replication.follower import EpochRequest, RestartAt
+from replog.replication.follower import EpochRequest
 from replog.replication.leader_endpoint import LeaderEndpoint, RemoteLeaderEndpoint
 from replog.replication.partition import Partition
-from replog.replication.quota import ReplicationQuota, follower_should_throttle, is_throttled
+from replog.replication.quota import ReplicationQuota, follower_should_throttle
 from replog.replication.truncation import EpochEndOffset, TruncationDecision
 from replog.security.client_security import PLAINTEXT, ClientSecurity
 from replog.storage.log import UnexpectedAppendOffset
@@ -84,7 +84,7 @@ class FollowedPartition:
 
     @property
     def current(self) -> bool:
-        return self.partition.machine.term == self.term
+        return self.partition.term == self.term
 
     def due(self, now: float) -> bool:
         return self.retry_at <= now
@@ -107,9 +107,9 @@ class FollowedPartition:
         """What to fetch now; the same object as last time while nothing changed, which
         the fetch session compares first (most partitions of an idle leader)."""
         part = self.partition
-        offset = part.machine.fetch_offset
+        offset = part.fetch_offset
         epoch = part.leader_epoch
-        log_start = part.log.log_start_offset
+        log_start = part.log_start_offset
         last = self._request
         if (
             last is None
@@ -197,9 +197,7 @@ class ReplicaFetcher:
 
     def _throttled(self, followed: FollowedPartition) -> bool:
         """The topic's follower.replication.throttled.replicas lists this replica."""
-        part = followed.partition
-        raw = part.log.config.follower_replication_throttled_replicas
-        return is_throttled(raw, part.partition, self.config.broker_id)
+        return followed.partition.throttled_as_follower()
 
     def _still_followed(self, tp: TopicPartition, followed: FollowedPartition) -> bool:
         return self.partitions.get(tp) is followed and followed.current
@@ -209,10 +207,10 @@ class ReplicaFetcher:
         requests: dict[TopicPartition, tuple[int, int]] = {}
         now = time.monotonic()
         for tp, followed in list(self.partitions.items()):
-            machine = followed.partition.machine
-            if not followed.current or not machine.is_truncating or not followed.due(now):
+            part = followed.partition
+            if not followed.current or not part.is_truncating or not followed.due(now):
                 continue
-            step = machine.next_truncation_step()
+            step = part.next_truncation_step()
             if isinstance(step, TruncationDecision):
                 self._truncate(followed.partition, step)
                 continue
@@ -229,7 +227,7 @@ class ReplicaFetcher:
             if answer is None:
                 followed.failed(time.monotonic(), self.config.fetch_backoff_ms / 1000)
                 continue
-            decision = followed.partition.machine.on_epoch_response(
+            decision = followed.partition.on_epoch_response(
                 answer.error, EpochEndOffset(answer.leader_epoch, answer.end_offset)
             )
             if decision is None:
@@ -254,13 +252,15 @@ class ReplicaFetcher:
         self.on_storage_error(part, what, exc)
 
     def _truncate(self, part: Partition, decision: TruncationDecision) -> None:
-        before = part.log.log_end_offset
         try:
-            part.log.truncate_to(decision.offset)
+            before, after = part.truncate(decision)
         except OSError as exc:
             self._storage_failed(part, f"truncation of {part.topic}-{part.partition}", exc)
             return
-        after = part.log.log_end_offset
+        self._log_truncation(part, before, after)
+
+    @staticmethod
+    def _log_truncation(part: Partition, before: int, after: int) -> None:
         if after < before:
             log.info(
                 "%s-%d: truncated from %d to %d (leader epoch %d)",
@@ -270,7 +270,6 @@ class ReplicaFetcher:
                 after,
                 part.leader_epoch,
             )
-        part.machine.on_truncated(decision)
 
     async def _fetch_round(self) -> bool:
         now = time.monotonic()
@@ -281,7 +280,7 @@ class ReplicaFetcher:
         ready: dict[TopicPartition, FollowedPartition] = {}
         requests: list[FetchPartitionRequest] = []
         for tp, f in self.partitions.items():
-            if not (f.current and f.partition.machine.is_fetching and f.due(now)):
+            if not (f.current and f.partition.is_fetching and f.due(now)):
                 continue
             if throttling and follower_should_throttle(
                 self.quota, self._throttled(f), f.caught_up, now
@@ -303,45 +302,39 @@ class ReplicaFetcher:
             followed = ready.get(tp)
             if followed is None:
                 continue  # not asked for: the session handler refuses such answers
-            if not self._still_followed(tp, followed) or not followed.partition.machine.is_fetching:
+            if not self._still_followed(tp, followed) or not followed.partition.is_fetching:
                 continue
             part = followed.partition
-            machine = part.machine
             if result.error == ErrorCode.none:
                 followed.succeeded()
-                if result.records:
-                    try:
-                        part.log.append_as_follower(result.records, now_ms=now_ms())
-                    except UnexpectedAppendOffset as exc:
-                        log.warning("%s-%d: %s; truncating again", tp[0], tp[1], exc)
-                        machine.on_append_mismatch()
-                        continue
-                    except OSError as exc:
-                        self._storage_failed(part, f"follower append to {tp[0]}-{tp[1]}", exc)
-                        continue
-                    if self._throttled(followed):
-                        self.quota.record(len(result.records), time.monotonic())
-                followed.caught_up = part.log.log_end_offset >= result.high_watermark
-                part.carry_out(
-                    machine.on_fetch_response(
+                try:
+                    part.append_as_follower(
+                        result.records,
                         leader_high_watermark=result.high_watermark,
                         leader_log_start_offset=result.log_start_offset,
+                        now_ms=now_ms(),
                     )
-                )
+                except UnexpectedAppendOffset as exc:
+                    log.warning("%s-%d: %s; truncating again", tp[0], tp[1], exc)
+                    continue
+                except OSError as exc:
+                    self._storage_failed(part, f"follower append to {tp[0]}-{tp[1]}", exc)
+                    continue
+                if result.records and self._throttled(followed):
+                    self.quota.record(len(result.records), time.monotonic())
+                followed.caught_up = part.log_end_offset >= result.high_watermark
                 progressed = True
             elif result.error == ErrorCode.offset_out_of_range:
                 # The leader's HW stands in for its log end (Fetch carries no LEO).
-                effect = machine.on_fetch_offset_out_of_range(
-                    result.log_start_offset, result.high_watermark
-                )
-                if isinstance(effect, TruncationDecision):
-                    self._truncate(part, effect)
-                elif isinstance(effect, RestartAt):
-                    try:
-                        part.log.truncate_fully_and_start_at(effect.offset)
-                    except OSError as exc:
-                        self._storage_failed(part, f"restart of {tp[0]}-{tp[1]}", exc)
-                        continue
+                try:
+                    moved = part.on_fetch_offset_out_of_range(
+                        result.log_start_offset, result.high_watermark
+                    )
+                except OSError as exc:
+                    self._storage_failed(part, f"truncation of {tp[0]}-{tp[1]}", exc)
+                    continue
+                if moved is not None:
+                    self._log_truncation(part, *moved)
                 progressed = True
             else:
                 followed.failed(time.monotonic(), self.config.fetch_backoff_ms / 1000)
@@ -389,7 +382,7 @@ class ReplicaFetcherManager:
     ) -> None:
         tp = (part.topic, part.partition)
         self.remove_partition(*tp)
-        if leader_address is None or not part.machine.is_truncating:
+        if leader_address is None or not part.is_truncating:
             log.warning(
                 "%s-%d: leader %d has no known address; not fetching", tp[0], tp[1], leader_id
             )
@@ -406,7 +399,7 @@ class ReplicaFetcherManager:
             )
             self.fetchers[key] = fetcher
             fetcher.start()
-        fetcher.add(FollowedPartition(part, part.machine.term))
+        fetcher.add(FollowedPartition(part, part.term))
         self._where[tp] = key
 
     def _storage_error(self, part: Partition, what: str, exc: OSError) -> None:

@@ -26,34 +26,40 @@ safe across awaits. A driver that awaits between asking and acting re-checks
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
 
+from replog.replication.actions import (
+    NO_LEADER,
+    Action,
+    AdvanceLogStart,
+    AssignLeaderEpoch,
+    DeleteRecordsDecision,
+    FetchDecision,
+    IsrCommitted,
+    LogView,
+    PartitionLeadership,
+    Role,
+    RoleChange,
+    StartFetching,
+    StopFetching,
+    TruncationRule,
+)
 from replog.replication.core import (
     AcksAllStatus,
     HwChange,
     LeaderState,
     ReplicationInvariantError,
-    StopLeading,
 )
 from replog.replication.delete_records import (
-    UNKNOWN_LOW_WATERMARK,
     DeleteRecordsStatus,
     delete_records_progress,
     delete_records_target,
     low_watermark,
 )
-from replog.replication.fetch_rules import (
-    READ_UNCOMMITTED,
-    FetchBounds,
-    fetch_bounds,
-    fetch_isolation,
-    validate_current_leader_epoch,
-)
+from replog.replication.fetch_decision import decide_fetch
+from replog.replication.fetch_rules import READ_UNCOMMITTED, validate_current_leader_epoch
 from replog.replication.follower import EpochRequest, FollowerPhase, FollowerState, RestartAt
 from replog.replication.isr import IsrChangeProposal
 from replog.replication.truncation import (
@@ -63,146 +69,6 @@ from replog.replication.truncation import (
     end_offset_for_epoch,
     high_watermark_truncation,
 )
-
-NO_LEADER = -1
-
-
-class Role(enum.Enum):
-    NONE = "none"  # no leader, not yet told, stopped, or fenced after a rejected ISR write
-    LEADER = "leader"
-    FOLLOWER = "follower"
-
-
-class TruncationRule(enum.Enum):
-    """How a new follower finds where to truncate."""
-
-    LEADER_EPOCH = "leader_epoch"  # KIP-101 / KIP-279: what replog does
-    HIGH_WATERMARK = "high_watermark"  # the pre-KIP-101 rule; only to show it loses data
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionLeadership:
-    """What the controller says about one partition (one partition of a LeaderAndIsr)."""
-
-    leader: int
-    leader_epoch: int
-    isr: tuple[int, ...]
-    replicas: tuple[int, ...]
-    zk_version: int
-    controller_epoch: int
-
-    def assigns(self, broker_id: int) -> bool:
-        """Whether ``broker_id`` holds a replica of the partition."""
-        return broker_id in self.replicas
-
-
-class LogView(Protocol):
-    """The in-memory facts of the replica's log the rules need; the driver owns the log."""
-
-    @property
-    def log_end_offset(self) -> int: ...
-
-    @property
-    def log_start_offset(self) -> int: ...
-
-    def epoch_entries(self) -> Sequence[tuple[int, int]]: ...
-
-
-# -- actions ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class AssignLeaderEpoch:
-    """Record in the log's epoch cache that ``leader_epoch`` starts at ``start_offset``."""
-
-    leader_epoch: int
-    start_offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class RoleChange:
-    """The role changed: wake every waiter so it re-checks (its term is over)."""
-
-    role: Role
-    leader_epoch: int
-    term: int
-
-
-@dataclass(frozen=True, slots=True)
-class StartFetching:
-    """Follow ``leader_id`` at ``leader_epoch``: truncate first, then fetch."""
-
-    leader_id: int
-    leader_epoch: int
-
-
-@dataclass(frozen=True, slots=True)
-class StopFetching:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class IsrCommitted:
-    """ZooKeeper took the ISR change: announce it to the controller (isr_change_notification)."""
-
-    in_sync_replicas: tuple[int, ...]
-    zk_version: int
-
-
-@dataclass(frozen=True, slots=True)
-class AdvanceLogStart:
-    """Follower: move the log start offset up to ``offset`` (the leader deleted below it)."""
-
-    offset: int
-
-
-Action = (
-    AssignLeaderEpoch
-    | RoleChange
-    | StartFetching
-    | StopFetching
-    | HwChange
-    | IsrChangeProposal
-    | IsrCommitted
-    | StopLeading
-    | AdvanceLogStart
-)
-
-
-@dataclass(frozen=True, slots=True)
-class FetchDecision:
-    """The answer to a fetch arriving at this replica.
-
-    On ``ErrorCode.none`` the driver reads ``[bounds.start_offset,
-    bounds.end_offset)`` (within its byte budget), carries out ``actions`` (a
-    new high watermark, an ISR change to write) and answers with
-    ``high_watermark``.
-    """
-
-    error: ErrorCode
-    bounds: FetchBounds | None = None
-    high_watermark: int = -1
-    actions: tuple[Action, ...] = ()
-    follower_lost_records: bool = False
-    # The follower reported a higher log start offset: the low watermark may have
-    # moved, so DeleteRecords waiting on it should look again.
-    follower_log_start_advanced: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteRecordsDecision:
-    """The leader's answer to one partition of a DeleteRecords (Kafka ``deleteRecordsOnLeader``).
-
-    On ``ErrorCode.none`` the driver carries out ``actions`` (the log start moves
-    up to ``requested_offset``), then answers at once if ``low_watermark`` has
-    reached it, or waits (``delete_records_status``) until every live replica has
-    followed.
-    """
-
-    error: ErrorCode
-    requested_offset: int = -1
-    low_watermark: int = UNKNOWN_LOW_WATERMARK
-    actions: tuple[Action, ...] = ()
 
 
 class PartitionMachine:
@@ -469,8 +335,21 @@ class PartitionMachine:
         broker_epoch: int = -1,
         isr_eligible: bool = True,
         follower_log_start_offset: int = -1,
+        last_fetched_epoch: int = -1,
+        replication_throttled: bool = False,
     ) -> FetchDecision:
-        """A fetch from a follower (``replica_id >= 0``) or a consumer arrived.
+        """A fetch from a follower (``replica_id >= 0``) or a consumer arrived (Kafka
+        ``Partition.fetchRecords``), in Kafka's order:
+
+        1. KIP-320 fencing, then leadership (``validate_leader_request``);
+        2. KIP-595: a fetcher that says which epoch its last record had
+           (``last_fetched_epoch``, -1: none) and whose log diverges from ours gets
+           ``diverging_epoch`` and no records (or OFFSET_OUT_OF_RANGE);
+        3. the leader's throttle: ``replication_throttled`` (the replica is listed in
+           ``leader.replication.throttled.replicas`` and the leader is over its quota,
+           the driver's meter) answers a follower out of the ISR empty;
+        4. the bounds of the read (``fetch_rules.fetch_bounds``);
+        5. a follower's fetch moves its replica state (HW, ISR).
 
         ``isr_eligible`` is False when the controller does not count the follower
         as a live broker: a late fetch from a crashed follower must not bring it
@@ -482,42 +361,29 @@ class PartitionMachine:
             return FetchDecision(error)
         ls = self.leader_state
         assert ls is not None
-        bounds = fetch_bounds(
-            fetch_offset=fetch_offset,
-            log_start_offset=self.log.log_start_offset,
-            high_watermark=ls.high_watermark,
-            log_end_offset=self.log.log_end_offset,
-            isolation=fetch_isolation(replica_id, isolation_level),
+        return decide_fetch(
+            ls,
+            self.log,
+            replica_id,
+            fetch_offset,
+            now_ms,
+            isolation_level=isolation_level,
+            broker_epoch=broker_epoch,
+            isr_eligible=isr_eligible,
+            follower_log_start_offset=follower_log_start_offset,
+            last_fetched_epoch=last_fetched_epoch,
+            replication_throttled=replication_throttled,
         )
-        if bounds.error is not ErrorCode.none:
-            return FetchDecision(bounds.error, high_watermark=ls.high_watermark)
-        actions: list[Action] = []
-        lost = False
-        log_start_advanced = False
-        if replica_id >= 0 and replica_id != self.broker_id and replica_id in ls.assigned_replicas:
-            log_start_before = ls.follower_log_start_offset(replica_id)
-            outcome = ls.on_follower_fetch(
-                replica_id,
-                fetch_offset,
-                now_ms,
-                broker_epoch=broker_epoch,
-                isr_eligible=isr_eligible,
-                log_start_offset=follower_log_start_offset,
-            )
-            log_start_advanced = follower_log_start_offset > log_start_before
-            lost = outcome.follower_lost_records
-            if outcome.high_watermark_change is not None:
-                actions.append(outcome.high_watermark_change)
-            if outcome.isr_change is not None:
-                actions.append(outcome.isr_change)
-        return FetchDecision(
-            ErrorCode.none,
-            bounds,
-            ls.high_watermark,
-            tuple(actions),
-            follower_lost_records=lost,
-            follower_log_start_advanced=log_start_advanced,
-        )
+
+    def fetch_ready(self, replica_id: int, fetch_offset: int) -> bool:
+        """Whether a fetch waiting at ``fetch_offset`` (Kafka ``DelayedFetch``) has
+        something to read now (a follower up to the log end, a consumer up to the high
+        watermark), or must be answered because this replica stopped leading."""
+        ls = self.leader_state
+        if ls is None or not ls.is_leading:
+            return True
+        end = self.log.log_end_offset if replica_id >= 0 else ls.high_watermark
+        return end > fetch_offset
 
     def answer_offsets_for_leader_epoch(
         self, current_leader_epoch: int, requested_epoch: int
