@@ -6,7 +6,8 @@ truncates its partitions where their logs diverge from the leader's
 (OffsetsForLeaderEpoch, KIP-101/279), then fetches all of them in each round.
 The endpoint keeps an incremental fetch session with the leader (KIP-227): a
 request names only the partitions whose fetch changed, and an answer only those
-with news; a partition left out of an answer has nothing new. The rules live in
+with news; a partition left out of an answer has nothing new. A fetcher left
+with no partition stops, closing its session (Kafka ``shutdownIdleFetcherThreads``). The rules live in
 ``FollowerState``; this module does the IO.
 
 Concurrency: a fetcher's partition map is changed by the manager on the event
@@ -373,6 +374,8 @@ class ReplicaFetcherManager:
         self._where: dict[TopicPartition, tuple[int, int, str, int]] = {}
         self.on_storage_error: StorageErrorHandler | None = None
         """The replica manager's ``storage_failed``: a follower's disk failed."""
+        self._idle_check: asyncio.Handle | None = None
+        self._stopping: set[asyncio.Task[None]] = set()
 
     def _fetcher_id(self, tp: TopicPartition) -> int:
         return zlib.crc32(f"{tp[0]}-{tp[1]}".encode()) % self.config.num_fetchers
@@ -410,11 +413,42 @@ class ReplicaFetcherManager:
 
     def remove_partition(self, topic: str, partition: int) -> None:
         key = self._where.pop((topic, partition), None)
-        if key is not None and key in self.fetchers:
-            self.fetchers[key].remove((topic, partition))
+        fetcher = self.fetchers.get(key) if key is not None else None
+        if fetcher is not None:
+            fetcher.remove((topic, partition))
+            if not fetcher.partitions:
+                self._schedule_idle_check()
+
+    def _schedule_idle_check(self) -> None:
+        """After the request being handled (a whole LeaderAndIsr or StopReplica, which
+        runs without awaiting), stop the fetchers it left idle."""
+        if self._idle_check is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._idle_check = loop.call_soon(self.shutdown_idle_fetchers)
+
+    def shutdown_idle_fetchers(self) -> None:
+        """Kafka ``shutdownIdleFetcherThreads``: a fetcher left with no partition stops,
+        and closes its fetch session with the leader (``RemoteLeaderEndpoint.close``)."""
+        self._idle_check = None
+        for key, fetcher in list(self.fetchers.items()):
+            if not fetcher.partitions:
+                del self.fetchers[key]
+                log.info("no partition left to fetch from broker %d", fetcher.source_broker)
+                task = asyncio.create_task(fetcher.stop())
+                self._stopping.add(task)
+                task.add_done_callback(self._stopping.discard)
 
     async def shutdown(self) -> None:
+        if self._idle_check is not None:
+            self._idle_check.cancel()
+            self._idle_check = None
         for fetcher in self.fetchers.values():
             await fetcher.stop()
         self.fetchers.clear()
         self._where.clear()
+        if self._stopping:
+            await asyncio.gather(*self._stopping, return_exceptions=True)
