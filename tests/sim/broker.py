@@ -133,7 +133,7 @@ class Role(enum.Enum):
 class PendingAck:
     required_offset: int
     payload: str
-    term: int  # the machine's term (leadership) the record was appended in
+    leader_epoch: int  # the leader epoch the record was appended at
 
 
 class SimBroker:
@@ -173,7 +173,7 @@ class SimBroker:
         )
         self.controller_epoch = -1
         self.pending_acks: list[PendingAck] = []
-        self.timers_term = -1  # the leadership the ISR timers run for
+        self.timers_role_epoch = -1  # the leadership the ISR timers run for
         self.outstanding: tuple[str, int] | None = None
         self.next_corr = 0
         self.last_corr_from: dict[tuple[int, int], int] = {}
@@ -285,12 +285,13 @@ class SimBroker:
                         f"leader at epoch {action.leader_epoch} leo={self.log.log_end_offset} "
                         f"hw={m.high_watermark} isr={list(m.in_sync_replicas)}"
                     )
-                if action.role is MachineRole.LEADER and action.term != self.timers_term:
-                    self.timers_term = action.term
+                role_epoch = m.role_leader_epoch
+                if action.role is MachineRole.LEADER and role_epoch != self.timers_role_epoch:
+                    self.timers_role_epoch = role_epoch
                     interval = isr_expiration_interval_ms(cfg.replica_lag_time_max_ms)
-                    self._arm(interval, "isr_expiration", action.term)
+                    self._arm(interval, "isr_expiration", role_epoch)
                     self._arm(
-                        ISR_CHANGE_PROPAGATION_CHECK_INTERVAL_MS, "isr_propagation", action.term
+                        ISR_CHANGE_PROPAGATION_CHECK_INTERVAL_MS, "isr_propagation", role_epoch
                     )
                 elif action.role is MachineRole.NONE:
                     self._trace(f"no role at epoch {action.leader_epoch}")
@@ -369,7 +370,7 @@ class SimBroker:
             self._trace(f"truncated {before} -> {self.log.log_end_offset}")
         self.machine.on_truncated(decision)
         if self.machine.is_fetching:
-            self._arm(0, "send_fetch", self.machine.term)
+            self._arm(0, "send_fetch", self.machine.role_leader_epoch)
         else:
             self._advance_truncation()
 
@@ -409,7 +410,7 @@ class SimBroker:
         self.outstanding = None
         m = self.machine
         cfg = self.world.config
-        term = m.term
+        role_epoch = m.role_leader_epoch
         if msg.error is ErrorCode.offset_out_of_range:
             action = m.on_fetch_offset_out_of_range(msg.log_start_offset, msg.log_end_offset)
             self._trace(f"fetch out of range (leader leo {msg.log_end_offset}): {action}")
@@ -418,10 +419,10 @@ class SimBroker:
             elif isinstance(action, RestartAt):
                 raise AssertionError("log start offsets are always 0 in the simulation")
             else:
-                self._arm(cfg.fetch_backoff_ms, "send_fetch", term)
+                self._arm(cfg.fetch_backoff_ms, "send_fetch", role_epoch)
             return
         if msg.error is not ErrorCode.none:
-            self._arm(cfg.fetch_backoff_ms, "send_fetch", term)
+            self._arm(cfg.fetch_backoff_ms, "send_fetch", role_epoch)
             return
         if msg.base_offset != self.log.log_end_offset:
             raise AssertionError(
@@ -436,7 +437,7 @@ class SimBroker:
             )
         )
         self.responses_in_term += 1
-        self._arm(0 if msg.records else cfg.fetch_wait_ms, "send_fetch", term)
+        self._arm(0 if msg.records else cfg.fetch_wait_ms, "send_fetch", role_epoch)
 
     def on_epoch_response(self, msg: EpochResponse) -> None:
         if not self._response_is_current("epoch", msg.dst_incarnation, msg.corr, msg.src):
@@ -444,7 +445,11 @@ class SimBroker:
         self.outstanding = None
         decision = self.machine.on_epoch_response(msg.error, msg.answer)
         if decision is None:
-            self._arm(self.world.config.fetch_backoff_ms, "retry_truncation", self.machine.term)
+            self._arm(
+                self.world.config.fetch_backoff_ms,
+                "retry_truncation",
+                self.machine.role_leader_epoch,
+            )
             return
         self._trace(f"epoch answer {msg.answer} -> truncate to {decision.offset}")
         self._apply_truncation(decision)
@@ -512,7 +517,7 @@ class SimBroker:
         self.log.append(
             Record(m.leader_epoch, req.payload), flush=self.world.config.flush_on_append
         )
-        self.pending_acks.append(PendingAck(self.log.log_end_offset, req.payload, m.term))
+        self.pending_acks.append(PendingAck(self.log.log_end_offset, req.payload, m.leader_epoch))
         self._trace(f"append {req.payload}@{self.log.log_end_offset - 1}")
         m.on_local_append()
         self._complete_acks()
@@ -520,7 +525,7 @@ class SimBroker:
     def _complete_acks(self) -> None:
         keep: list[PendingAck] = []
         for ack in self.pending_acks:
-            status = self.machine.acks_all_status(ack.required_offset, ack.term)
+            status = self.machine.acks_all_status(ack.required_offset, ack.leader_epoch)
             if status is AcksAllStatus.SATISFIED:
                 self.world.on_acked(self, ack.required_offset - 1, ack.payload)
             elif status is AcksAllStatus.PENDING:
@@ -536,13 +541,18 @@ class SimBroker:
             self.world.now,
             self.id,
             IsrUpdateResult(
-                self.id, self.incarnation, self.machine.term, proposal, version, ineligible
+                self.id,
+                self.incarnation,
+                self.machine.role_leader_epoch,
+                proposal,
+                version,
+                ineligible,
             ),
             channel="zookeeper",
         )
 
     def on_isr_update_result(self, msg: IsrUpdateResult) -> None:
-        if msg.dst_incarnation != self.incarnation or msg.owner != self.machine.term:
+        if msg.dst_incarnation != self.incarnation or msg.owner != self.machine.role_leader_epoch:
             return
         if msg.ineligible:
             self._trace(f"ISR expansion {list(msg.proposal.new_isr)} refused: stale broker epoch")
@@ -557,7 +567,7 @@ class SimBroker:
     def on_timer(self, t: Timer) -> None:
         cfg = self.world.config
         m = self.machine
-        current = t.token == m.term
+        current = t.token == m.role_leader_epoch
         if t.kind == "send_fetch":
             if current:
                 self._send_fetch()

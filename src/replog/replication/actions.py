@@ -14,7 +14,6 @@ from typing import Protocol
 from kio.schema.errors import ErrorCode
 
 from replog.replication.core import HwChange, StopLeading
-from replog.replication.delete_records import UNKNOWN_LOW_WATERMARK
 from replog.replication.fetch_rules import FetchBounds
 from replog.replication.isr import IsrChangeProposal
 from replog.storage.epoch_entries import EpochEndOffset
@@ -76,11 +75,10 @@ class AssignLeaderEpoch:
 
 @dataclass(frozen=True, slots=True)
 class RoleChange:
-    """The role changed: wake every waiter so it re-checks (its term is over)."""
+    """The role changed (or went on at a newer epoch): delayed operations re-check."""
 
     role: Role
     leader_epoch: int
-    term: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,19 +153,3 @@ class FetchDecision:
     def answer_now(self) -> bool:
         """Nothing to wait for: the fetch is answered at once (an error, a divergence)."""
         return self.error is not ErrorCode.none or self.diverging_epoch is not None
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteRecordsDecision:
-    """The leader's answer to one partition of a DeleteRecords (Kafka ``deleteRecordsOnLeader``).
-
-    On ``ErrorCode.none`` the driver carries out ``actions`` (the log start moves
-    up to ``requested_offset``), then answers at once if ``low_watermark`` has
-    reached it, or waits (``delete_records_status``) until every live replica has
-    followed.
-    """
-
-    error: ErrorCode
-    requested_offset: int = -1
-    low_watermark: int = UNKNOWN_LOW_WATERMARK
-    actions: tuple[Action, ...] = ()

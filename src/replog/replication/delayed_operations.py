@@ -30,7 +30,7 @@ class ProduceResult:
     log_start_offset: int = -1
     error_message: str | None = None
     required_offset: int = -1  # HW that acks=all waits for
-    term: int = -1  # the leadership the append was made in
+    leader_epoch: int = -1  # the leader epoch the append was made at
 
 
 @dataclass(slots=True)
@@ -41,7 +41,7 @@ class DeleteRecordsResult:
     error: ErrorCode
     low_watermark: int = -1
     requested_offset: int = -1
-    term: int = -1  # the leadership the log start moved in
+    leader_epoch: int = -1  # the leader epoch the log start moved at
     pending: bool = False
 
     def __post_init__(self) -> None:
@@ -77,7 +77,7 @@ class DelayedProduce(DelayedOperation):
             status = (
                 AcksAllStatus.NOT_LEADER_OR_FOLLOWER
                 if part is None
-                else part.acks_all_status(result.required_offset, result.term)
+                else part.acks_all_status(result.required_offset, result.leader_epoch)
             )
             if status is not AcksAllStatus.PENDING:
                 result.error = status.error or ErrorCode.none
@@ -125,7 +125,9 @@ class DelayedDeleteRecords(DelayedOperation):
             if part is None:
                 result.settle(ErrorCode.not_leader_or_follower, -1)
                 continue
-            status = part.delete_records_status(result.requested_offset, result.term, self._is_live)
+            status = part.delete_records_status(
+                result.requested_offset, result.leader_epoch, self._is_live
+            )
             if status.done:
                 result.settle(status.error, status.low_watermark)
             else:

@@ -74,10 +74,12 @@ class FetcherConfig:
 
 @dataclass
 class FollowedPartition:
-    """A partition this fetcher carries, for as long as its machine stays in ``term``."""
+    """A partition this fetcher carries, for as long as it goes on following in the role
+    it began at ``role_leader_epoch`` (a follower of the same leader at a newer epoch
+    goes on; any other role change ends it)."""
 
     partition: Partition
-    term: int
+    role_leader_epoch: int
     retry_at: float = 0.0  # monotonic time before which an answer with an error is not retried
     backoff_s: float = 0.0
     caught_up: bool = False  # fetched up to the leader's HW last time (Kafka isReplicaInSync)
@@ -85,7 +87,7 @@ class FollowedPartition:
 
     @property
     def current(self) -> bool:
-        return self.partition.term == self.term
+        return self.partition.role_leader_epoch == self.role_leader_epoch
 
     def due(self, now: float) -> bool:
         return self.retry_at <= now
@@ -402,7 +404,7 @@ class ReplicaFetcherManager:
             )
             self.fetchers[key] = fetcher
             fetcher.start()
-        fetcher.add(FollowedPartition(part, part.term))
+        fetcher.add(FollowedPartition(part, part.role_leader_epoch))
         self._where[tp] = key
 
     def _storage_error(self, part: Partition, what: str, exc: OSError) -> None:

@@ -72,7 +72,7 @@ class IsrWriter:
             ),
             part.state.controller_epoch,
         )
-        term = part.term
+        role_leader_epoch = part.role_leader_epoch
         while True:
             try:
                 version = await asyncio.to_thread(
@@ -88,7 +88,7 @@ class IsrWriter:
                     "%s-%d: ISR update failed (%s); retrying", part.topic, part.partition, exc
                 )
                 await asyncio.sleep(self.retry_backoff_ms / 1000)
-                if part.term != term:
+                if part.role_leader_epoch != role_leader_epoch or not part.is_leader:
                     return
         if not self._is_hosted(part):
             return

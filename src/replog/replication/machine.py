@@ -21,7 +21,9 @@ both drivers of this class; neither decides anything itself.
 
 Concurrency: owned by the event loop (the broker) or the simulated world; not
 safe across awaits. A driver that awaits between asking and acting re-checks
-``term``: it changes on every role change.
+``role_leader_epoch``, the leader epoch at which the current role began (-1 with
+no role): it changes on every role change, and stays while a leader goes on
+leading (or a follower following the same leader) at a newer epoch.
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ from replog.replication.actions import (
     Action,
     AdvanceLogStart,
     AssignLeaderEpoch,
-    DeleteRecordsDecision,
     FetchDecision,
     IsrCommitted,
     LogView,
@@ -53,10 +54,11 @@ from replog.replication.core import (
     ReplicationInvariantError,
 )
 from replog.replication.delete_records import (
+    DeleteRecordsDecision,
     DeleteRecordsStatus,
+    decide_delete_records,
     delete_records_progress,
-    delete_records_target,
-    low_watermark,
+    leader_low_watermark,
 )
 from replog.replication.fetch_decision import decide_fetch
 from replog.replication.fetch_rules import READ_UNCOMMITTED, validate_current_leader_epoch
@@ -96,7 +98,7 @@ class PartitionMachine:
         self.truncation_rule = truncation_rule
         self.state: PartitionLeadership | None = None
         self.role = Role.NONE
-        self.term = 0
+        self.role_leader_epoch = -1  # the leader epoch the current role began at
         self.leader_state: LeaderState | None = None
         self.follower_state: FollowerState | None = None
         # A restart: the checkpointed HW, within what the log still holds.
@@ -186,8 +188,7 @@ class PartitionMachine:
         if state.leader == self.broker_id:
             actions += self._become_leader(state, now_ms)
         elif state.leader == NO_LEADER:
-            self.term += 1
-            actions.append(RoleChange(Role.NONE, state.leader_epoch, self.term))
+            actions.append(RoleChange(Role.NONE, state.leader_epoch))
         else:
             actions += self._become_follower(state)
         self.check_invariants()
@@ -204,15 +205,13 @@ class PartitionMachine:
             return []
         stop = ls.resign("ZooKeeper session expired")
         self._end_role()
-        self.term += 1
-        return [stop, RoleChange(Role.NONE, self.leader_epoch, self.term)]
+        return [stop, RoleChange(Role.NONE, self.leader_epoch)]
 
     def stop(self) -> list[Action]:
         """StopReplica: no role any more; the high watermark is kept for the checkpoint."""
         actions = self._end_role()
         self.state = None
-        self.term += 1
-        actions.append(RoleChange(Role.NONE, -1, self.term))
+        actions.append(RoleChange(Role.NONE, -1))
         return actions
 
     def _end_role(self) -> list[Action]:
@@ -228,6 +227,7 @@ class PartitionMachine:
             self.follower_state = None
             actions.append(StopFetching())
         self.role = Role.NONE
+        self.role_leader_epoch = -1
         return actions
 
     def _continues_following(self, state: PartitionLeadership) -> bool:
@@ -245,7 +245,7 @@ class PartitionMachine:
         """Still the leader at a newer epoch (the controller shrank the ISR, say): the
         ``LeaderState`` moves to it in place, as Kafka's ``makeLeader`` does for a leader
         that was leading. The log was not truncated in between, so produces waiting on
-        acks=all keep their term."""
+        acks=all keep their ``role_leader_epoch``."""
         ls = self.leader_state
         assert ls is not None
         self.state = state
@@ -260,7 +260,7 @@ class PartitionMachine:
         )
         actions: list[Action] = [
             AssignLeaderEpoch(state.leader_epoch, leo),
-            RoleChange(Role.LEADER, state.leader_epoch, self.term),
+            RoleChange(Role.LEADER, state.leader_epoch),
         ]
         if change is not None:
             actions.append(change)
@@ -283,10 +283,10 @@ class PartitionMachine:
             partition_zk_version=state.zk_version,
         )
         self.role = Role.LEADER
-        self.term += 1
+        self.role_leader_epoch = state.leader_epoch
         actions: list[Action] = [
             AssignLeaderEpoch(state.leader_epoch, leo),
-            RoleChange(Role.LEADER, state.leader_epoch, self.term),
+            RoleChange(Role.LEADER, state.leader_epoch),
         ]
         if self.leader_state.high_watermark != before:
             actions.append(HwChange(before, self.leader_state.high_watermark))
@@ -301,9 +301,9 @@ class PartitionMachine:
             high_watermark=self._high_watermark,
         )
         self.role = Role.FOLLOWER
-        self.term += 1
+        self.role_leader_epoch = state.leader_epoch
         return [
-            RoleChange(Role.FOLLOWER, state.leader_epoch, self.term),
+            RoleChange(Role.FOLLOWER, state.leader_epoch),
             StartFetching(state.leader, state.leader_epoch),
         ]
 
@@ -422,44 +422,27 @@ class PartitionMachine:
         ls = self.leader_state
         if ls is None or not ls.is_leading:
             return DeleteRecordsDecision(ErrorCode.not_leader_or_follower)
-        error, target = delete_records_target(
-            offset, ls.high_watermark, delete_allowed=delete_allowed
+        return decide_delete_records(
+            ls, self.log.log_start_offset, offset, delete_allowed=delete_allowed, is_live=is_live
         )
-        if error is not ErrorCode.none:
-            return DeleteRecordsDecision(error)
-        start = self.log.log_start_offset
-        actions: tuple[Action, ...] = (AdvanceLogStart(target),) if target > start else ()
-        low = self._low_watermark(ls, max(start, target), is_live)
-        return DeleteRecordsDecision(ErrorCode.none, target, low, actions)
 
     def low_watermark(self, is_live: Callable[[int], bool]) -> int | None:
         """Kafka ``lowWatermarkIfLeader``; None unless leading."""
         ls = self.leader_state
         if ls is None or not ls.is_leading:
             return None
-        return self._low_watermark(ls, self.log.log_start_offset, is_live)
-
-    def _low_watermark(
-        self, ls: LeaderState, leader_log_start: int, is_live: Callable[[int], bool]
-    ) -> int:
-        return low_watermark(
-            leader_log_start,
-            (
-                ls.follower_log_start_offset(r)
-                for r in ls.assigned_replicas
-                if r != self.broker_id and is_live(r)
-            ),
-        )
+        return leader_low_watermark(ls, self.log.log_start_offset, is_live)
 
     def delete_records_status(
-        self, requested_offset: int, term: int, is_live: Callable[[int], bool]
+        self, requested_offset: int, leader_epoch: int, is_live: Callable[[int], bool]
     ) -> DeleteRecordsStatus:
-        """Whether a DeleteRecords accepted in ``term`` is done: the low watermark reached
-        ``requested_offset``, or this replica stopped leading (NOT_LEADER_OR_FOLLOWER)."""
+        """Whether a DeleteRecords accepted at ``leader_epoch`` is done: the low watermark
+        reached ``requested_offset``, or the leadership it was accepted in ended
+        (NOT_LEADER_OR_FOLLOWER)."""
         ls = self.leader_state
-        if term != self.term or ls is None or not ls.is_leading:
+        if not self._leads_since(leader_epoch) or ls is None:
             return DeleteRecordsStatus(True, ErrorCode.not_leader_or_follower)
-        low = self._low_watermark(ls, self.log.log_start_offset, is_live)
+        low = leader_low_watermark(ls, self.log.log_start_offset, is_live)
         return delete_records_progress(low, requested_offset)
 
     # -- produce ------------------------------------------------------------------------------
@@ -482,17 +465,27 @@ class PartitionMachine:
             )
         return ls.on_local_append(self.log.log_end_offset)
 
-    def acks_all_status(self, required_offset: int, term: int) -> AcksAllStatus:
-        """Whether an acks=all append made in ``term`` (ending before ``required_offset``) is done.
+    def _leads_since(self, leader_epoch: int) -> bool:
+        """Leading, in the leadership that was current at ``leader_epoch`` (it began at
+        that epoch or before, and has gone on since)."""
+        return (
+            self.is_leader
+            and self.role_leader_epoch >= 0
+            and self.role_leader_epoch <= leader_epoch <= self.leader_epoch
+        )
+
+    def acks_all_status(self, required_offset: int, leader_epoch: int) -> AcksAllStatus:
+        """Whether an acks=all append made at ``leader_epoch`` (ending before
+        ``required_offset``) is done.
 
         Tied to the leadership it was appended in: once that ends (even if this
-        broker leads again later, its log may have been truncated and rewritten
-        meanwhile) the answer is NOT_LEADER_OR_FOLLOWER. A newer leader epoch
-        that keeps this broker leading continues the term, as Kafka's delayed
+        broker leads again later, at a newer epoch, its log may have been truncated
+        and rewritten meanwhile) the answer is NOT_LEADER_OR_FOLLOWER. A newer
+        leader epoch that keeps this broker leading continues it, as Kafka's delayed
         produce survives it.
         """
         ls = self.leader_state
-        if term != self.term or ls is None or not ls.is_leading:
+        if not self._leads_since(leader_epoch) or ls is None:
             return AcksAllStatus.NOT_LEADER_OR_FOLLOWER
         return ls.acks_all_status(required_offset)
 
@@ -525,8 +518,7 @@ class PartitionMachine:
         outcome = ls.on_isr_update_result(proposal, new_zk_version)
         if outcome.stop_leading is not None:
             self._end_role()
-            self.term += 1
-            return [outcome.stop_leading, RoleChange(Role.NONE, self.leader_epoch, self.term)]
+            return [outcome.stop_leading, RoleChange(Role.NONE, self.leader_epoch)]
         assert self.state is not None
         self.state = PartitionLeadership(
             leader=self.state.leader,

@@ -109,9 +109,10 @@ class Partition:
         return self._machine.leader_epoch
 
     @property
-    def term(self) -> int:
-        """Bumped on every role change; a waiter or fetcher made in one role checks it."""
-        return self._machine.term
+    def role_leader_epoch(self) -> int:
+        """The leader epoch the current role began at (-1: no role); a fetcher or ISR
+        write made in one role checks it after an await."""
+        return self._machine.role_leader_epoch
 
     @property
     def high_watermark(self) -> int:
@@ -155,13 +156,13 @@ class Partition:
     ) -> tuple[ErrorCode, EpochEndOffset]:
         return self._machine.answer_offsets_for_leader_epoch(current_leader_epoch, requested_epoch)
 
-    def acks_all_status(self, required_offset: int, term: int) -> AcksAllStatus:
-        return self._machine.acks_all_status(required_offset, term)
+    def acks_all_status(self, required_offset: int, leader_epoch: int) -> AcksAllStatus:
+        return self._machine.acks_all_status(required_offset, leader_epoch)
 
     def delete_records_status(
-        self, requested_offset: int, term: int, is_live: Callable[[int], bool]
+        self, requested_offset: int, leader_epoch: int, is_live: Callable[[int], bool]
     ) -> DeleteRecordsStatus:
-        return self._machine.delete_records_status(requested_offset, term, is_live)
+        return self._machine.delete_records_status(requested_offset, leader_epoch, is_live)
 
     def fetch_ready(self, replica_id: int, fetch_offset: int) -> bool:
         return self._machine.fetch_ready(replica_id, fetch_offset)

@@ -193,7 +193,7 @@ class ReplicaManager:
             log_append_time=info.log_append_time,
             log_start_offset=part.log_start_offset,
             required_offset=info.last_offset + 1,
-            term=part.term,
+            leader_epoch=part.leader_epoch,
         )
 
     async def wait_for_acks_all(
@@ -233,7 +233,7 @@ class ReplicaManager:
             ErrorCode.none,
             low_watermark=decision.low_watermark,
             requested_offset=decision.requested_offset,
-            term=part.term,
+            leader_epoch=part.leader_epoch,
         )
 
     async def wait_for_delete_records(
