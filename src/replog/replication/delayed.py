@@ -32,6 +32,9 @@ class DelayedOperation:
 
     Subclasses define ``ready`` (the condition, asked of the partitions, settling
     what it can) and may define ``on_expiration`` (the timeout's answer).
+    ``ready(changed)`` is told which watched partition moved (None: look at all of
+    them): what it reads of the others has not moved since it last looked, since
+    their moves try it too, so it need only look at that one.
     """
 
     __slots__ = ("_future", "done")
@@ -40,17 +43,18 @@ class DelayedOperation:
         self._future: asyncio.Future[bool] | None = None
         self.done = False  # completed, or expired: no watch list needs to keep it
 
-    def ready(self) -> bool:
+    def ready(self, changed: Watchable | None) -> bool:
         raise NotImplementedError
 
     def on_expiration(self) -> None:
         """Time ran out: the answer for what is still pending (default: nothing)."""
 
-    def try_complete(self) -> bool:
-        """Complete the operation if its condition holds now; whether it is done."""
+    def try_complete(self, changed: Watchable | None = None) -> bool:
+        """Complete the operation if its condition holds now (``changed``: the watched
+        partition that moved, None for all); whether it is done."""
         if self.done:
             return True
-        if not self.ready():
+        if not self.ready(changed):
             return False
         self.done = True
         if self._future is not None and not self._future.done():
@@ -84,11 +88,12 @@ class DelayedOperation:
 
 
 class WatchList:
-    """The delayed operations waiting on one partition (Kafka's ``WatcherList``)."""
+    """The delayed operations waiting on one partition, ``owner`` (Kafka's ``WatcherList``)."""
 
-    __slots__ = ("_operations",)
+    __slots__ = ("_operations", "_owner")
 
-    def __init__(self) -> None:
+    def __init__(self, owner: Watchable) -> None:
+        self._owner = owner
         self._operations: list[DelayedOperation] = []
 
     def watch(self, operation: DelayedOperation) -> None:
@@ -100,7 +105,8 @@ class WatchList:
         """Something the watchers read moved: try each, keep those still waiting."""
         if not self._operations:
             return
-        self._operations = [op for op in self._operations if not op.try_complete()]
+        owner = self._owner
+        self._operations = [op for op in self._operations if not op.try_complete(owner)]
 
     def __len__(self) -> int:
         return len(self._operations)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -18,6 +19,7 @@ from replog.replication.delayed import DelayedOperation
 from replog.replication.partition import Partition
 
 TopicPartition = tuple[str, int]
+_R = TypeVar("_R")
 PartitionLookup = Callable[[str, int], Partition | None]
 """The replica manager's ``get_partition``: the replica hosted now (a stopped one is gone)."""
 
@@ -71,8 +73,8 @@ class DelayedProduce(DelayedOperation):
     def partitions(self) -> list[Partition]:
         return [p for tp in self._pending if (p := self._lookup(*tp)) is not None]
 
-    def ready(self) -> bool:
-        for tp, result in list(self._pending.items()):
+    def ready(self, changed: Partition | None) -> bool:
+        for tp, result in _to_check(self._pending, changed):
             part = self._lookup(*tp)
             status = (
                 AcksAllStatus.NOT_LEADER_OR_FOLLOWER
@@ -96,7 +98,7 @@ class DelayedDeleteRecords(DelayedOperation):
     timeout, REQUEST_TIMED_OUT with the low watermark known when the request arrived.
     Settles ``results`` in place."""
 
-    __slots__ = ("_is_live", "_lookup", "_results")
+    __slots__ = ("_is_live", "_lookup", "_pending")
 
     def __init__(
         self,
@@ -106,38 +108,30 @@ class DelayedDeleteRecords(DelayedOperation):
     ) -> None:
         super().__init__()
         self._lookup = lookup
-        self._results = results
+        self._pending = {tp: r for tp, r in results.items() if r.pending}
         self._is_live = is_live
 
     def partitions(self) -> list[Partition]:
-        return [
-            p
-            for tp, r in self._results.items()
-            if r.pending and (p := self._lookup(*tp)) is not None
-        ]
+        return [p for tp in self._pending if (p := self._lookup(*tp)) is not None]
 
-    def ready(self) -> bool:
-        waiting = False
-        for tp, result in self._results.items():
-            if not result.pending:
-                continue
+    def ready(self, changed: Partition | None) -> bool:
+        for tp, result in _to_check(self._pending, changed):
             part = self._lookup(*tp)
             if part is None:
                 result.settle(ErrorCode.not_leader_or_follower, -1)
-                continue
-            status = part.delete_records_status(
-                result.requested_offset, result.leader_epoch, self._is_live
-            )
-            if status.done:
-                result.settle(status.error, status.low_watermark)
             else:
-                waiting = True
-        return not waiting
+                status = part.delete_records_status(
+                    result.requested_offset, result.leader_epoch, self._is_live
+                )
+                if not status.done:
+                    continue
+                result.settle(status.error, status.low_watermark)
+            del self._pending[tp]
+        return not self._pending
 
     def on_expiration(self) -> None:
-        for result in self._results.values():
-            if result.pending:
-                result.settle(ErrorCode.request_timed_out, result.low_watermark)
+        for result in self._pending.values():
+            result.settle(ErrorCode.request_timed_out, result.low_watermark)
 
 
 class DelayedFetch(DelayedOperation):
@@ -151,14 +145,17 @@ class DelayedFetch(DelayedOperation):
     def __init__(self, replica_id: int, watched: list[tuple[Partition, int]]) -> None:
         super().__init__()
         self._replica_id = replica_id
-        self._watched = watched
+        self._watched = dict(watched)  # partition -> the fetch offset it waits beyond
 
     def partitions(self) -> list[Partition]:
-        return [p for p, _ in self._watched]
+        return list(self._watched)
 
-    def ready(self) -> bool:
+    def ready(self, changed: Partition | None) -> bool:
         replica_id = self._replica_id
-        return any(p.fetch_ready(replica_id, offset) for p, offset in self._watched)
+        if changed is not None:
+            offset = self._watched.get(changed)
+            return offset is not None and changed.fetch_ready(replica_id, offset)
+        return any(p.fetch_ready(replica_id, offset) for p, offset in self._watched.items())
 
 
 class DelayedHighWatermark(DelayedOperation):
@@ -173,6 +170,17 @@ class DelayedHighWatermark(DelayedOperation):
         self._partition = partition
         self._target = target
 
-    def ready(self) -> bool:
+    def ready(self, changed: Partition | None) -> bool:
         p = self._partition
         return p.high_watermark >= self._target or not p.is_leader
+
+
+def _to_check(
+    pending: dict[TopicPartition, _R], changed: Partition | None
+) -> list[tuple[TopicPartition, _R]]:
+    """The pending entries to ask again: all of them, or the one of ``changed``."""
+    if changed is None:
+        return list(pending.items())
+    tp = (changed.topic, changed.partition)
+    result = pending.get(tp)
+    return [] if result is None else [(tp, result)]

@@ -80,7 +80,7 @@ class Partition:
         self.partition = partition
         self.local_broker_id = local_broker_id
         self._log = log_
-        self._delayed = WatchList()
+        self._delayed = WatchList(self)
         self._machine = PartitionMachine(
             local_broker_id,
             LogFacts(log_),
