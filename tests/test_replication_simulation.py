@@ -158,7 +158,8 @@ def test_simulation_catches_hw_advanced_before_every_isr_follower_reported(monke
     monkeypatch.setattr(LeaderState, "_maybe_increment_high_watermark", skip_unknown)
     found = _first_violation(range(6), steps=3000)
     assert isinstance(found, SimInvariantViolation)
-    assert found.kind in {"hw_above_isr_leo", "committed_lost"}
+    # the new acknowledgement check sees it first in some seeds: an ack held by one replica
+    assert found.kind in {"hw_above_isr_leo", "committed_lost", "ack_below_min_isr"}
 
 
 def test_simulation_catches_a_controller_electing_outside_the_isr(monkeypatch) -> None:

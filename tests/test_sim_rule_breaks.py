@@ -227,6 +227,21 @@ def test_acks_all_ignores_the_leader_epoch_only(monkeypatch) -> None:
     assert_caught()
 
 
+def test_acks_all_ignores_min_insync_replicas_after_the_append(monkeypatch) -> None:
+    """Rule: an acks=all produce whose ISR shrank below min.insync.replicas before the HW
+    passed it is NOT_ENOUGH_REPLICAS_AFTER_APPEND (Kafka ``checkEnoughReplicasReachOffset``).
+    Break: it is acknowledged once the HW passes it, whatever the ISR. The world sees an
+    acknowledgement held by fewer than min.insync.replicas replicas."""
+
+    def by_high_watermark_only(self: LeaderState, required_offset: int) -> AcksAllStatus:
+        if self._high_watermark < required_offset:
+            return AcksAllStatus.PENDING
+        return AcksAllStatus.SATISFIED
+
+    monkeypatch.setattr(LeaderState, "acks_all_status", by_high_watermark_only)
+    assert assert_caught(world_only=True) == "ack_below_min_isr"
+
+
 def test_fenced_leader_ignores_a_rejected_isr_write(monkeypatch) -> None:
     """Rule (seed 000): a rejected conditional ISR write means a controller moved the
     partition on: stop leading. Break: the machine treats the rejection as a success."""

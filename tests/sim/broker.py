@@ -185,6 +185,8 @@ class SimBroker:
         self.alive = False
         self.paused = False
         if lose_unflushed:
+            flushed = self.log.flushed
+            self.world.on_lost_unflushed(self, flushed, self.log.records[flushed:])
             self.log.lose_unflushed()
         self._reset_volatile()
 
