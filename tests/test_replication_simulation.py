@@ -162,6 +162,22 @@ def test_simulation_catches_hw_advanced_before_every_isr_follower_reported(monke
     assert found.kind in {"hw_above_isr_leo", "committed_lost", "ack_below_min_isr"}
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="open bug: a leader that fences itself on ZooKeeper session expiry "
+    "(PartitionMachine.on_session_expired, the broker's zk_fence) waits for a LeaderAndIsr at "
+    "a newer epoch; when it wins the controller election on its new session, the "
+    "controller sends the partition's current epoch, which the machine takes as a resend, "
+    "and no replica leads again (seed 1, flushed, 20,000 steps)",
+)
+def test_a_leader_fenced_from_zookeeper_leads_again() -> None:
+    """The broker's own fence in the simulated world: a leader cut from ZooKeeper for a
+    whole session timeout stops leading; after the heal the cluster must converge."""
+    config = dataclasses.replace(PROFILES["flushed"], broker_zk_fence=True)
+    world = run_random(1, config, DEFAULT_STEPS, label="flushed+fence")
+    assert world.stats.get("leader_fenced", 0) > 0
+
+
 def test_simulation_catches_a_controller_electing_outside_the_isr(monkeypatch) -> None:
     """A bug planted in the controller's election (first live replica, in sync or not)."""
 

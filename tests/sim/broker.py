@@ -318,6 +318,18 @@ class SimBroker:
 
     # -- controller ----------------------------------------------------------------------------
 
+    def fence_from_zookeeper(self) -> None:
+        """The broker's own fence (``replog.server.zk_fence``): cut from ZooKeeper for a
+        whole session timeout, its session is surely gone, so it stops leading until a
+        LeaderAndIsr at a newer epoch (``PartitionMachine.on_session_expired``)."""
+        if not self.alive:
+            return
+        actions = self.machine.on_session_expired()
+        if actions:
+            self._trace("cut from ZooKeeper for a session timeout: stops leading")
+            self.world.count("leader_fenced")
+            self._carry_out(actions)
+
     def on_leader_and_isr(self, msg: LeaderAndIsr) -> None:
         if msg.broker_epoch != self.broker_epoch:
             return  # addressed to an earlier registration of this broker (KIP-380)

@@ -99,6 +99,11 @@ class SimConfig:
     one_way_links: bool = True
     slow_disks: bool = True
     clock_jumps: bool = True
+    # a leader cut from ZooKeeper for a session timeout fences itself
+    # (``PartitionMachine.on_session_expired``, as the broker's zk_fence does); off by
+    # default: with it, a fenced leader that becomes controller itself is never given a
+    # newer epoch and the partition stays leaderless (see test_replication_simulation)
+    broker_zk_fence: bool = False
     # some crashes are controlled shutdowns instead (ControlledShutdown to the controller,
     # then a clean stop); off by default so the other profiles' random streams stay as
     # their regression seeds were found
@@ -317,6 +322,8 @@ class World:
             if self.zk_cut.get(b.id) == ev.token:
                 self.trace(f"b{b.id}: ZooKeeper session expired while cut from ZooKeeper")
                 self._zookeeper_expires_session(b.id)
+                if self.config.broker_zk_fence and not b.paused:  # its fence fires too
+                    b.fence_from_zookeeper()
         elif ev.kind == "zk_heal":
             if self.zk_cut.get(b.id) == ev.token:
                 if b.alive and b.paused:
