@@ -35,7 +35,21 @@ def decide_fetch(
     last_fetched_epoch: int,
     replication_throttled: bool,
 ) -> FetchDecision:
-    """Steps 2 to 5 of ``PartitionMachine.on_fetch`` (see there), as leader ``ls``."""
+    """A fetch at leader ``ls``, after fencing and leadership passed, in Kafka's order:
+
+    1. KIP-595: a fetcher that says which epoch its last record had
+       (``last_fetched_epoch``, -1: none) and whose log diverges from ours gets
+       ``diverging_epoch`` and no records (or OFFSET_OUT_OF_RANGE);
+    2. the leader's throttle: ``replication_throttled`` (the replica is listed in
+       ``leader.replication.throttled.replicas`` and the leader is over its quota, the
+       driver's meter) answers a follower out of the ISR empty;
+    3. the bounds of the read (``fetch_rules.fetch_bounds``);
+    4. a follower's fetch moves its replica state (HW, ISR). ``isr_eligible`` is False
+       when the controller does not count the follower as a live broker: a late fetch
+       from a crashed follower must not bring it back into the ISR (KIP-903).
+       ``follower_log_start_offset`` is the one the follower's fetch carries (the low
+       watermark is the least of them).
+    """
     log_start = log.log_start_offset
     if last_fetched_epoch >= 0:
         check = check_last_fetched_epoch(

@@ -20,10 +20,8 @@ to ZooKeeper, publish a new high watermark. The broker (``Partition``,
 both drivers of this class; neither decides anything itself.
 
 Concurrency: owned by the event loop (the broker) or the simulated world; not
-safe across awaits. A driver that awaits between asking and acting re-checks
-``role_leader_epoch``, the leader epoch at which the current role began (-1 with
-no role): it changes on every role change, and stays while a leader goes on
-leading (or a follower following the same leader) at a newer epoch.
+safe across awaits: a driver that awaits between asking and acting re-checks
+``role_leader_epoch`` (see ``__init__``).
 """
 
 from __future__ import annotations
@@ -98,7 +96,10 @@ class PartitionMachine:
         self.truncation_rule = truncation_rule
         self.state: PartitionLeadership | None = None
         self.role = Role.NONE
-        self.role_leader_epoch = -1  # the leader epoch the current role began at
+        # The leader epoch the current role began at (-1: no role). It changes on every
+        # role change and stays while a leader goes on leading (or a follower following
+        # the same leader) at a newer epoch.
+        self.role_leader_epoch = -1
         self.leader_state: LeaderState | None = None
         self.follower_state: FollowerState | None = None
         # A restart: the checkpointed HW, within what the log still holds.
@@ -339,22 +340,9 @@ class PartitionMachine:
         replication_throttled: bool = False,
     ) -> FetchDecision:
         """A fetch from a follower (``replica_id >= 0``) or a consumer arrived (Kafka
-        ``Partition.fetchRecords``), in Kafka's order:
-
-        1. KIP-320 fencing, then leadership (``validate_leader_request``);
-        2. KIP-595: a fetcher that says which epoch its last record had
-           (``last_fetched_epoch``, -1: none) and whose log diverges from ours gets
-           ``diverging_epoch`` and no records (or OFFSET_OUT_OF_RANGE);
-        3. the leader's throttle: ``replication_throttled`` (the replica is listed in
-           ``leader.replication.throttled.replicas`` and the leader is over its quota,
-           the driver's meter) answers a follower out of the ISR empty;
-        4. the bounds of the read (``fetch_rules.fetch_bounds``);
-        5. a follower's fetch moves its replica state (HW, ISR).
-
-        ``isr_eligible`` is False when the controller does not count the follower
-        as a live broker: a late fetch from a crashed follower must not bring it
-        back into the ISR (KIP-903). ``follower_log_start_offset`` is the one the
-        follower's fetch carries (the low watermark is the least of them).
+        ``Partition.fetchRecords``): KIP-320 fencing and leadership here, then the
+        KIP-595 check, the leader's throttle, the bounds and the follower's state in
+        ``fetch_decision.decide_fetch`` (see there for the arguments).
         """
         error = self.validate_leader_request(current_leader_epoch)
         if error is not ErrorCode.none:
