@@ -14,12 +14,16 @@ outstanding.
 from __future__ import annotations
 
 import enum
+import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from replog.protocol.fetch_metadata import FetchMetadata
 from replog.replication.core import AcksAllStatus, HwChange, LeaderState, StopLeading
+from replog.replication.fetch_rules import FetchPartitionRequest
+from replog.replication.fetch_session_handler import FetchSessionHandler
 from replog.replication.follower import EpochRequest as EpochStep
 from replog.replication.follower import FollowerState, RestartAt
 from replog.replication.isr import (
@@ -48,6 +52,7 @@ from replog.replication.truncation import (
     latest_epoch,
     truncate_epochs_from_end,
 )
+from replog.server.fetch_session import CachedPartition, FetchManager, FetchSessionCache
 from sim.controller import INELIGIBLE
 from sim.network import (
     EpochRequest,
@@ -68,6 +73,10 @@ if TYPE_CHECKING:
 __all__ = ["NO_LEADER", "DurableLog", "Role", "SimBroker", "TruncationRule"]
 
 MAX_RECORDS_PER_FETCH = 25
+FETCH_VERSION = 11  # the shipped follower's (topics by name, sessions)
+FETCH_MAX_BYTES = 1 << 20
+SESSION_CACHE_SLOTS = 1_000  # Kafka's max.incremental.fetch.session.cache.slots
+SESSION_EVICTION_MS = 120_000  # Kafka's min.incremental.fetch.session.eviction.ms
 
 
 class DurableLog:
@@ -180,6 +189,16 @@ class SimBroker:
         self.max_incarnation_from: dict[int, int] = {}
         self.propagation = IsrChangePropagation.starting_at(self._clock())
         self.deferred = []
+        # KIP-227 with the shipped code: the follower's session per leader, the leader's
+        # session cache (its own random stream, so the world's stays as it was)
+        self.fetch_sessions: dict[int, FetchSessionHandler] = {}
+        self.fetch_manager = FetchManager(
+            FetchSessionCache(
+                SESSION_CACHE_SLOTS,
+                SESSION_EVICTION_MS,
+                random.Random(self.world.seed * 1_000_003 + self.id * 1_009 + self.incarnation),
+            )
+        )
 
     def crash(self, *, lose_unflushed: bool) -> None:
         self.alive = False
@@ -302,6 +321,7 @@ class SimBroker:
                 self._advance_truncation()
             elif isinstance(action, StopFetching):
                 self.outstanding = None
+                self.fetch_sessions.clear()  # a new leadership starts a new session
             elif isinstance(action, HwChange):
                 self._complete_acks()
             elif isinstance(action, IsrChangeProposal):
@@ -394,6 +414,19 @@ class SimBroker:
             return
         corr = self._corr()
         self.outstanding = ("fetch", corr)
+        # The shipped follower's session handler says what the request carries (KIP-227).
+        data = self._fetch_session(m.leader_id).build(
+            [
+                FetchPartitionRequest(
+                    "t",
+                    0,
+                    m.fetch_offset,
+                    FETCH_MAX_BYTES,
+                    current_leader_epoch=m.leader_epoch,
+                    log_start_offset=self.log.log_start_offset,
+                )
+            ]
+        )
         self.world.network.send(
             self.world.now,
             self.id,
@@ -406,9 +439,18 @@ class SimBroker:
                 m.leader_epoch,
                 m.fetch_offset,
                 self.broker_epoch,
+                session_id=data.metadata.session_id,
+                session_epoch=data.metadata.epoch,
+                names_partition=bool(data.to_send),
             ),
         )
         self._arm(self.world.config.request_timeout_ms, "request_timeout", corr)
+
+    def _fetch_session(self, leader: int) -> FetchSessionHandler:
+        handler = self.fetch_sessions.get(leader)
+        if handler is None:
+            handler = self.fetch_sessions[leader] = FetchSessionHandler(leader)
+        return handler
 
     def _response_is_current(self, kind: str, dst_incarnation: int, corr: int, src: int) -> bool:
         return (
@@ -425,6 +467,17 @@ class SimBroker:
         m = self.machine
         cfg = self.world.config
         role_epoch = m.role_leader_epoch
+        named = [("t", 0)] if msg.names_partition else []
+        if not self._fetch_session(msg.src).handle_response(
+            msg.session_error, msg.session_id, named
+        ):
+            self._arm(cfg.fetch_backoff_ms, "send_fetch", role_epoch)
+            return
+        if not msg.names_partition:  # left out of an incremental answer: nothing new
+            self.world.count("fetch_session_nothing_new")
+            self.responses_in_term += 1
+            self._arm(cfg.fetch_wait_ms, "send_fetch", role_epoch)
+            return
         if msg.error is ErrorCode.offset_out_of_range:
             action = m.on_fetch_offset_out_of_range(msg.log_start_offset, msg.log_end_offset)
             self._trace(f"fetch out of range (leader leo {msg.log_end_offset}): {action}")
@@ -439,9 +492,14 @@ class SimBroker:
             self._arm(cfg.fetch_backoff_ms, "send_fetch", role_epoch)
             return
         if msg.base_offset != self.log.log_end_offset:
-            raise AssertionError(
-                f"fetch answer at {msg.base_offset}, log ends at {self.log.log_end_offset}"
+            # the leader read at another offset than the follower asks from (its fetch
+            # session holds a stale one, say)
+            self.world.violation(
+                "fetch_answer_misplaced",
+                f"b{self.id}: fetch answer at {msg.base_offset}, "
+                f"log ends at {self.log.log_end_offset}",
             )
+            return
         for record in msg.records:
             self.log.append(record, flush=cfg.flush_on_append)
         self._carry_out(
@@ -473,25 +531,84 @@ class SimBroker:
     def on_fetch_request(self, req: FetchRequest) -> None:
         if not self._accept_request(req.src, req.src_incarnation, req.corr):
             return
-        decision = self.machine.on_fetch(
-            req.src,
-            req.fetch_offset,
-            req.current_leader_epoch,
-            self._clock(),
-            broker_epoch=req.broker_epoch,
+        # The shipped leader side of KIP-227 (``FetchManager``), as the Fetch handler uses
+        # it: the context says which partitions to read and which answers go out.
+        asked = (
+            [
+                CachedPartition(
+                    topic="t",
+                    partition=0,
+                    topic_id=None,
+                    fetch_offset=req.fetch_offset,
+                    max_bytes=FETCH_MAX_BYTES,
+                    current_leader_epoch=req.current_leader_epoch,
+                    log_start_offset=self.log.log_start_offset,
+                )
+            ]
+            if req.names_partition
+            else []
         )
-        if decision.error is not ErrorCode.none or decision.bounds is None:
-            self._reply_fetch(req, decision.error, ())
+        context = self.fetch_manager.new_context(
+            FETCH_VERSION,
+            FetchMetadata(req.session_id, req.session_epoch),
+            True,
+            asked,
+            [],
+            self._clock(),
+        )
+        if context.error is not ErrorCode.none:
+            self._reply_fetch(req, ErrorCode.none, (), session_error=context.error)
             return
-        if decision.follower_lost_records:
-            self._trace(f"b{req.src} fetched at {req.fetch_offset} below HW: lost records")
-        self._carry_out(decision.actions)
-        start = decision.bounds.start_offset
-        end = min(decision.bounds.end_offset, start + MAX_RECORDS_PER_FETCH)
-        self._reply_fetch(req, ErrorCode.none, tuple(self.log.records[start:end]))
+        answered = False
+        error, records, offset = ErrorCode.none, (), req.fetch_offset
+        for cached in context.partitions():
+            read = cached.read_request()
+            offset = read.fetch_offset
+            decision = self.machine.on_fetch(
+                req.src,
+                read.fetch_offset,
+                read.current_leader_epoch,
+                self._clock(),
+                broker_epoch=req.broker_epoch,
+            )
+            error = decision.error
+            if error is ErrorCode.none and decision.bounds is not None:
+                if decision.follower_lost_records:
+                    self._trace(f"b{req.src} fetched at {offset} below HW: lost records")
+                self._carry_out(decision.actions)
+                start = decision.bounds.start_offset
+                end = min(decision.bounds.end_offset, start + MAX_RECORDS_PER_FETCH)
+                records = tuple(self.log.records[start:end])
+            answered = context.must_respond(
+                cached,
+                error,
+                self.high_watermark,
+                self.high_watermark,
+                self.log.log_start_offset,
+                bool(records),
+                False,
+            )
+        session_error = context.response_error()
+        self._reply_fetch(
+            req,
+            error,
+            records,
+            base_offset=offset,
+            session_id=context.response_session_id(self._clock()),
+            session_error=session_error,
+            names_partition=answered and session_error is ErrorCode.none,
+        )
 
     def _reply_fetch(
-        self, req: FetchRequest, error: ErrorCode, records: tuple[Record, ...]
+        self,
+        req: FetchRequest,
+        error: ErrorCode,
+        records: tuple[Record, ...],
+        *,
+        base_offset: int | None = None,
+        session_id: int = 0,
+        session_error: ErrorCode = ErrorCode.none,
+        names_partition: bool = False,
     ) -> None:
         self.world.network.send(
             self.world.now,
@@ -503,11 +620,14 @@ class SimBroker:
                 req.src_incarnation,
                 req.corr,
                 error,
-                req.fetch_offset,
+                req.fetch_offset if base_offset is None else base_offset,
                 records,
                 self.high_watermark,
                 self.log.log_start_offset,
                 self.log.log_end_offset,
+                session_id=session_id,
+                session_error=session_error,
+                names_partition=names_partition,
             ),
         )
 
@@ -593,6 +713,8 @@ class SimBroker:
                 kind = self.outstanding[0]
                 self.outstanding = None
                 if kind == "fetch":
+                    if m.is_fetching:  # the next request is a full fetch (KIP-227)
+                        self._fetch_session(m.leader_id).handle_error()
                     self._send_fetch()
                 elif m.is_truncating:
                     self._advance_truncation()
