@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 
 from replog.replication.isr import IsrChangePropagation, IsrChangeProposal, IsrState
@@ -27,10 +26,6 @@ from replog.zk.client import KafkaZkClient
 from replog.zk.data import LeaderAndIsr, LeaderIsrAndControllerEpoch
 
 log = logging.getLogger(__name__)
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class IsrWriter:
@@ -44,12 +39,14 @@ class IsrWriter:
         *,
         is_hosted: Callable[[Partition], bool],
         carry_out: Callable[[Partition, list[Action]], None],
+        now_ms: Callable[[], int],
     ) -> None:
         self.broker_id = broker_id
         self.zk = zk
         self.retry_backoff_ms = retry_backoff_ms
         self._is_hosted = is_hosted
         self._carry_out = carry_out
+        self._now_ms = now_ms  # the broker's wall clock, in ms
         self.propagation = IsrChangePropagation.starting_at(now_ms())
         self._tasks: set[asyncio.Task[None]] = set()
         # ISR changes this broker wrote as leader (Kafka IsrShrinksPerSec / IsrExpandsPerSec)
@@ -101,7 +98,7 @@ class IsrWriter:
 
     def committed(self, part: Partition) -> None:
         """ZooKeeper took a change of ``part``'s ISR: announce it with the next batch."""
-        self.propagation.record_isr_change((part.topic, part.partition), now_ms())
+        self.propagation.record_isr_change((part.topic, part.partition), self._now_ms())
 
     async def maybe_propagate(self, now: int) -> None:
         changed = self.propagation.maybe_propagate(now)

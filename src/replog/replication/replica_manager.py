@@ -111,6 +111,7 @@ class ReplicaManager:
             config.replica_fetch_backoff_ms,
             is_hosted=lambda part: self.partitions.get((part.topic, part.partition)) is part,
             carry_out=self._carry_out,
+            now_ms=now_ms,
         )
         self.hw_checkpoints = HighWatermarkCheckpoints(log_manager)
 
