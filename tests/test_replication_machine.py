@@ -1075,6 +1075,26 @@ def test_truncation_never_goes_past_the_local_log_end() -> None:
 # -- a ZooKeeper session surely expired ----------------------------------------------------
 
 
+def test_a_fenced_leader_takes_its_epoch_again_once_registered_anew() -> None:
+    """Fenced at epoch 5 (session expired), the same epoch is a resend until the broker
+    registered again; after that, the controller naming it leader at 5 is obeyed (nobody
+    else led: every election bumps the epoch), once. A follower role is never retaken."""
+    m, _ = leading(epoch=5)
+    m.on_session_expired()
+    assert m.on_leader_and_isr(lai(1, 5), 0) == (ErrorCode.none, [])  # before the new session
+    assert not m.is_leader
+    m.on_session_renewed()
+    error, actions = m.on_leader_and_isr(lai(1, 5), 0)
+    assert error is ErrorCode.none and RoleChange(Role.LEADER, 5) in actions
+    assert m.is_leader and m.role_leader_epoch == 5
+    assert m.on_leader_and_isr(lai(1, 5), 0) == (ErrorCode.none, [])  # a resend again
+    # renewed without having fenced itself: nothing changes
+    f, _ = following(epoch=5)
+    f.on_session_renewed()
+    assert f.on_leader_and_isr(lai(1, 5), 0) == (ErrorCode.none, [])
+    assert f.role is Role.FOLLOWER
+
+
 def test_an_expired_session_ends_leadership_until_a_newer_leader_and_isr() -> None:
     m, _ = leading(epoch=5)
     actions = m.on_session_expired()

@@ -350,6 +350,10 @@ class SimBroker:
             self.world.count("leader_fenced")
             self._carry_out(actions)
 
+    def on_session_renewed(self) -> None:
+        """Registered again at a new broker epoch (``replog.server.broker._reregister``)."""
+        self.machine.on_session_renewed()
+
     def on_leader_and_isr(self, msg: LeaderAndIsr) -> None:
         if msg.broker_epoch != self.broker_epoch:
             return  # addressed to an earlier registration of this broker (KIP-380)

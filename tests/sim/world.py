@@ -100,10 +100,8 @@ class SimConfig:
     slow_disks: bool = True
     clock_jumps: bool = True
     # a leader cut from ZooKeeper for a session timeout fences itself
-    # (``PartitionMachine.on_session_expired``, as the broker's zk_fence does); off by
-    # default: with it, a fenced leader that becomes controller itself is never given a
-    # newer epoch and the partition stays leaderless (see test_replication_simulation)
-    broker_zk_fence: bool = False
+    # (``PartitionMachine.on_session_expired``, as the broker's zk_fence does)
+    broker_zk_fence: bool = True
     # some crashes are controlled shutdowns instead (ControlledShutdown to the controller,
     # then a clean stop); off by default so the other profiles' random streams stay as
     # their regression seeds were found
@@ -381,6 +379,7 @@ class World:
             self.controller.run(in_flight)
         b.session_expired = False
         b.broker_epoch = self.controller.session_renewed(broker)
+        b.on_session_renewed()
         self.trace(f"b{broker}: new ZooKeeper session, broker epoch {b.broker_epoch}")
 
     def _zk_reconnect(self, broker: int) -> None:

@@ -100,6 +100,9 @@ class PartitionMachine:
         # role change and stays while a leader goes on leading (or a follower following
         # the same leader) at a newer epoch.
         self.role_leader_epoch = -1
+        # (leader epoch, session renewed since) of a leadership this replica fenced
+        # itself out of on ZooKeeper session expiry
+        self._fenced_at: tuple[int, bool] | None = None
         self.leader_state: LeaderState | None = None
         self.follower_state: FollowerState | None = None
         # A restart: the checkpointed HW, within what the log still holds.
@@ -170,7 +173,7 @@ class PartitionMachine:
         if self.state is not None:
             if state.leader_epoch < self.state.leader_epoch:
                 return ErrorCode.stale_controller_epoch, []  # Kafka's answer to an old epoch
-            if state.leader_epoch == self.state.leader_epoch:
+            if state.leader_epoch == self.state.leader_epoch and not self._retakes(state):
                 return ErrorCode.none, []  # a resend (controller failover): already applied
         if self.is_leader and state.leader == self.broker_id:
             return ErrorCode.none, self._continue_leading(state, now_ms)
@@ -198,15 +201,35 @@ class PartitionMachine:
     def on_session_expired(self) -> list[Action]:
         """This broker's ZooKeeper session is surely gone (disconnected for a whole
         session timeout): a controller may already have elected another leader, so a
-        leader stops leading until the next LeaderAndIsr, which the re-registration
-        brings at a newer epoch. Followers keep following. (Kafka's ZooKeeper mode
-        keeps leading; this is the fence KRaft's broker heartbeats give.)"""
+        leader stops leading until the controller speaks again after the broker
+        registered anew (``on_session_renewed``). Followers keep following. (Kafka's
+        ZooKeeper mode keeps leading; this is the fence KRaft's broker heartbeats give.)"""
         ls = self.leader_state
         if ls is None or not ls.is_leading:
             return []
         stop = ls.resign("ZooKeeper session expired")
         self._end_role()
+        self._fenced_at = (self.leader_epoch, False)
         return [stop, RoleChange(Role.NONE, self.leader_epoch)]
+
+    def on_session_renewed(self) -> None:
+        """The broker registered again (a new broker epoch; the driver drops LeaderAndIsr
+        requests addressed to the old one, KIP-380). A controller that names this
+        replica leader at the epoch it fenced itself at has read ZooKeeper since: nobody
+        else led in between (every election bumps the epoch), so that LeaderAndIsr is
+        obeyed, not taken for a resend. Without this, a fenced leader that wins the
+        controller election itself would never be given a newer epoch."""
+        if self._fenced_at is not None:
+            self._fenced_at = (self._fenced_at[0], True)
+
+    def _retakes(self, state: PartitionLeadership) -> bool:
+        fenced = self._fenced_at
+        return (
+            fenced is not None
+            and fenced == (state.leader_epoch, True)
+            and state.leader == self.broker_id
+            and self.role is Role.NONE
+        )
 
     def stop(self) -> list[Action]:
         """StopReplica: no role any more; the high watermark is kept for the checkpoint."""
@@ -285,6 +308,7 @@ class PartitionMachine:
         )
         self.role = Role.LEADER
         self.role_leader_epoch = state.leader_epoch
+        self._fenced_at = None
         actions: list[Action] = [
             AssignLeaderEpoch(state.leader_epoch, leo),
             RoleChange(Role.LEADER, state.leader_epoch),

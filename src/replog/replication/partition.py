@@ -274,6 +274,9 @@ class Partition:
     def on_session_expired(self) -> list[Action]:
         return self._carry_out(self._machine.on_session_expired())
 
+    def on_session_renewed(self) -> None:
+        self._machine.on_session_renewed()
+
     def maybe_shrink_isr(self, now_ms: int) -> IsrChangeProposal | None:
         return self._machine.maybe_shrink_isr(now_ms)
 

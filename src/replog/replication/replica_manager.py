@@ -550,6 +550,13 @@ class ReplicaManager:
                 self._carry_out(part, actions)
         return resigned
 
+    def on_session_renewed(self) -> None:
+        """The broker registered anew (a new broker epoch) after its session expired:
+        replicas that fenced themselves take the controller's next LeaderAndIsr at their
+        epoch (``PartitionMachine.on_session_renewed``)."""
+        for part in self.partitions.values():
+            part.on_session_renewed()
+
     def stop_replica(self, topic: str, partition: int, delete: bool) -> None:
         if delete:
             self.offline_partitions.discard((topic, partition))
