@@ -100,17 +100,17 @@ def test_low_watermark_waits_for_every_live_follower() -> None:
     assert decision.actions == (AdvanceLogStart(6),)
     assert decision.requested_offset == 6 and decision.low_watermark == -1
     log.log_start_offset = 6  # the driver carried the action out
-    term = m.term
-    assert m.delete_records_status(6, term, everyone) == DeleteRecordsStatus(
+    epoch = m.leader_epoch  # the DeleteRecords was accepted at it
+    assert m.delete_records_status(6, epoch, everyone) == DeleteRecordsStatus(
         False, low_watermark=-1
     )
     assert fetch(m, 2, 10, 0).follower_log_start_advanced
     assert fetch(m, 3, 10, 6).follower_log_start_advanced
     assert m.low_watermark(everyone) == 0
-    assert not m.delete_records_status(6, term, everyone).done
+    assert not m.delete_records_status(6, epoch, everyone).done
     assert not fetch(m, 3, 10, 6).follower_log_start_advanced  # no news
     assert fetch(m, 2, 10, 6).follower_log_start_advanced
-    assert m.delete_records_status(6, term, everyone) == DeleteRecordsStatus(
+    assert m.delete_records_status(6, epoch, everyone) == DeleteRecordsStatus(
         True, ErrorCode.none, 6
     )
 
@@ -134,15 +134,15 @@ def test_an_offset_below_the_log_start_changes_nothing() -> None:
     decision = m.delete_records(3, delete_allowed=True, is_live=everyone)
     assert decision.error is ErrorCode.none and decision.actions == ()
     assert (decision.requested_offset, decision.low_watermark) == (3, 7)
-    assert m.delete_records_status(3, m.term, everyone).done
+    assert m.delete_records_status(3, m.leader_epoch, everyone).done
 
 
 def test_a_lost_leadership_ends_the_wait() -> None:
     m, _ = leader()
     decision = m.delete_records(5, delete_allowed=True, is_live=everyone)
-    term = m.term
+    epoch = m.leader_epoch  # the DeleteRecords was accepted at it
     m.on_leader_and_isr(lai(2, 6), 0)
-    assert m.delete_records_status(decision.requested_offset, term, everyone) == (
+    assert m.delete_records_status(decision.requested_offset, epoch, everyone) == (
         DeleteRecordsStatus(True, ErrorCode.not_leader_or_follower)
     )
 

@@ -156,3 +156,18 @@ def test_a_full_answer_that_leaves_out_a_partition_is_not_used() -> None:
     assert h.next_metadata == INITIAL
     h.build([req(0)])
     assert not h.handle_response(ErrorCode.none, SESSION, [("t", 0), ("t", 9)])
+
+
+def test_a_follower_that_stops_fetching_closes_its_session_at_the_final_epoch() -> None:
+    """Its last request names the session at epoch FINAL (-1), which the leader takes as
+    a close; with no session there is nothing to send; a later fetch starts over."""
+    assert FetchSessionHandler(1).close() is None
+    h = in_session([req(0), req(1)])
+    assert h.close() == FetchMetadata(SESSION, -1)
+    assert h.close() is None  # once
+    data = h.build([req(0)])
+    assert data.metadata == INITIAL and tps(data.to_send) == [("t", 0)]
+    # a failed request keeps the session's id (a full fetch closes it): still closed at FINAL
+    h = in_session([req(0)])
+    h.handle_error()
+    assert h.close() == FetchMetadata(SESSION, -1)

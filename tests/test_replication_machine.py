@@ -139,7 +139,12 @@ def fetching(**kw) -> tuple[PartitionMachine, MemLog]:
 
 def test_new_machine_has_no_role_and_keeps_the_checkpointed_hw_within_the_log() -> None:
     m, _ = make(leo=10, hw=4)
-    assert (m.role, m.term, m.leader_epoch, m.leader_id) == (Role.NONE, 0, -1, NO_LEADER)
+    assert (m.role, m.role_leader_epoch, m.leader_epoch, m.leader_id) == (
+        Role.NONE,
+        -1,
+        -1,
+        NO_LEADER,
+    )
     assert m.high_watermark == 4 and m.in_sync_replicas == ()
     assert not m.is_leader and not m.is_fetching and not m.is_truncating
     assert make(leo=10, hw=50)[0].high_watermark == 10  # checkpoint past a lost tail
@@ -153,7 +158,7 @@ def test_requests_to_a_replica_without_a_role_are_not_leader_or_follower() -> No
     assert m.check_append(acks=1) is ErrorCode.not_leader_or_follower
     assert m.on_fetch(2, 0, -1, 0).error is ErrorCode.not_leader_or_follower
     assert m.maybe_shrink_isr(10**9) is None
-    assert m.acks_all_status(1, m.term) is AcksAllStatus.NOT_LEADER_OR_FOLLOWER
+    assert m.acks_all_status(1, m.leader_epoch) is AcksAllStatus.NOT_LEADER_OR_FOLLOWER
     with pytest.raises(ReplicationInvariantError):
         m.on_local_append()
     with pytest.raises(ReplicationInvariantError):
@@ -167,15 +172,15 @@ def test_leader_and_isr_for_a_partition_not_assigned_here_is_refused() -> None:
     m, _ = make(broker_id=7)
     error, actions = m.on_leader_and_isr(lai(1, 5), 0)
     assert (error, actions) == (ErrorCode.unknown_topic_or_partition, [])
-    assert m.state is None and m.term == 0 and m.leader_epoch == -1
+    assert m.state is None and m.role_leader_epoch == -1 and m.leader_epoch == -1
 
 
 def test_become_leader_assigns_the_epoch_at_the_log_end_and_keeps_the_hw() -> None:
     m, _ = make(leo=10, hw=4)
     error, actions = m.on_leader_and_isr(lai(1, 5, zk_version=10), 123)
     assert error is ErrorCode.none
-    assert actions == [AssignLeaderEpoch(5, 10), RoleChange(Role.LEADER, 5, 1)]
-    assert m.role is Role.LEADER and m.is_leader and m.term == 1
+    assert actions == [AssignLeaderEpoch(5, 10), RoleChange(Role.LEADER, 5)]
+    assert m.role is Role.LEADER and m.is_leader and m.role_leader_epoch == 5
     assert (m.leader_epoch, m.leader_id, m.high_watermark) == (5, 1, 4)
     assert m.in_sync_replicas == (1, 2, 3)
     ls = m.leader_state
@@ -189,7 +194,7 @@ def test_become_leader_assigns_the_epoch_at_the_log_end_and_keeps_the_hw() -> No
 def test_leader_alone_in_the_isr_commits_its_log_at_once() -> None:
     m, _ = make(leo=10, hw=4, min_isr=1)
     _, actions = m.on_leader_and_isr(lai(1, 5, isr=(1,)), 0)
-    assert actions == [AssignLeaderEpoch(5, 10), RoleChange(Role.LEADER, 5, 1), HwChange(4, 10)]
+    assert actions == [AssignLeaderEpoch(5, 10), RoleChange(Role.LEADER, 5), HwChange(4, 10)]
     assert m.high_watermark == 10
 
 
@@ -197,8 +202,8 @@ def test_become_follower_starts_fetching_after_truncation() -> None:
     m, _ = make(leo=10, hw=4)
     error, actions = m.on_leader_and_isr(lai(2, 5, isr=(2, 3)), 0)
     assert error is ErrorCode.none
-    assert actions == [RoleChange(Role.FOLLOWER, 5, 1), StartFetching(2, 5)]
-    assert m.role is Role.FOLLOWER and not m.is_leader and m.term == 1
+    assert actions == [RoleChange(Role.FOLLOWER, 5), StartFetching(2, 5)]
+    assert m.role is Role.FOLLOWER and not m.is_leader and m.role_leader_epoch == 5
     assert (m.leader_epoch, m.leader_id, m.high_watermark) == (5, 2, 4)
     assert m.in_sync_replicas == (2, 3)  # as the controller said
     fs = m.follower_state
@@ -212,28 +217,28 @@ def test_following_a_new_leader_stops_fetching_from_the_old_one_first() -> None:
     m, _ = fetching(leader=2, epoch=5)
     error, actions = m.on_leader_and_isr(lai(3, 6), 0)
     assert error is ErrorCode.none
-    assert actions == [StopFetching(), RoleChange(Role.FOLLOWER, 6, 2), StartFetching(3, 6)]
+    assert actions == [StopFetching(), RoleChange(Role.FOLLOWER, 6), StartFetching(3, 6)]
     assert m.leader_id == 3 and m.is_truncating
 
 
 def test_no_leader_means_no_role() -> None:
     m, _ = make(leo=10, hw=4)
     error, actions = m.on_leader_and_isr(lai(NO_LEADER, 5, isr=(2,)), 0)
-    assert (error, actions) == (ErrorCode.none, [RoleChange(Role.NONE, 5, 1)])
-    assert m.role is Role.NONE and m.term == 1 and m.leader_epoch == 5
+    assert (error, actions) == (ErrorCode.none, [RoleChange(Role.NONE, 5)])
+    assert m.role is Role.NONE and m.role_leader_epoch == -1 and m.leader_epoch == 5
     assert m.leader_id == NO_LEADER and m.in_sync_replicas == (2,) and m.high_watermark == 4
     assert m.leader_state is None and m.follower_state is None
 
 
 def test_older_leader_epoch_is_refused_and_the_same_one_is_a_resend() -> None:
     m, _ = leading(epoch=5)
-    before = (m.term, m.leader_state, m.state)
+    before = (m.role_leader_epoch, m.leader_state, m.state)
     error, actions = m.on_leader_and_isr(lai(2, 4), 0)
     assert (error, actions) == (ErrorCode.stale_controller_epoch, [])
     # the same epoch again, even saying something else, changes nothing
     error, actions = m.on_leader_and_isr(lai(2, 5, isr=(2, 3)), 0)
     assert (error, actions) == (ErrorCode.none, [])
-    assert (m.term, m.leader_state, m.state) == before and m.is_leader
+    assert (m.role_leader_epoch, m.leader_state, m.state) == before and m.is_leader
 
 
 def test_newer_epoch_ends_leadership_and_the_follower_keeps_the_leaders_hw() -> None:
@@ -245,7 +250,7 @@ def test_newer_epoch_ends_leadership_and_the_follower_keeps_the_leaders_hw() -> 
     assert m.high_watermark == 8
     error, actions = m.on_leader_and_isr(lai(2, 6), 2)
     assert error is ErrorCode.none
-    assert actions == [RoleChange(Role.FOLLOWER, 6, 2), StartFetching(2, 6)]
+    assert actions == [RoleChange(Role.FOLLOWER, 6), StartFetching(2, 6)]
     assert not old.is_leading and m.leader_state is None
     assert m.high_watermark == 8 and m.follower_state.high_watermark == 8
     assert m.acks_all_status(1, 1) is AcksAllStatus.NOT_LEADER_OR_FOLLOWER
@@ -256,7 +261,7 @@ def test_newer_epoch_ends_following_and_the_leader_keeps_the_followers_hw() -> N
     log.log_end_offset = 12
     m.on_fetch_response(leader_high_watermark=7, leader_log_start_offset=0)
     _, actions = m.on_leader_and_isr(lai(1, 6), 0)
-    assert actions == [StopFetching(), AssignLeaderEpoch(6, 12), RoleChange(Role.LEADER, 6, 2)]
+    assert actions == [StopFetching(), AssignLeaderEpoch(6, 12), RoleChange(Role.LEADER, 6)]
     assert m.follower_state is None and m.high_watermark == 7
 
 
@@ -274,10 +279,10 @@ def test_leader_kept_at_a_newer_epoch_moves_its_leader_state_in_place() -> None:
     # count, so the HW reaches what the smaller ISR holds at once
     assert actions == [
         AssignLeaderEpoch(6, 12),
-        RoleChange(Role.LEADER, 6, 1),
+        RoleChange(Role.LEADER, 6),
         HwChange(10, 12),
     ]
-    assert m.term == 1 and m.leader_state is first and first.is_leading
+    assert m.role_leader_epoch == 5 and m.leader_state is first and first.is_leading
     assert first.leader_epoch == 6 and first.leader_epoch_start_offset == 12
     assert first.partition_zk_version == 11
     assert m.in_sync_replicas == (1, 2) and m.high_watermark == 12
@@ -320,11 +325,10 @@ def test_leader_kept_at_a_newer_epoch_forgets_an_isr_member_below_the_hw() -> No
 def test_follower_of_the_same_leader_at_the_next_epoch_keeps_fetching() -> None:
     m, _ = fetching(leo=10, hw=4, epoch=5, leader=2)
     before = m.follower_state
-    term = m.term
     error, actions = m.on_leader_and_isr(lai(2, 6, isr=(2, 3)), 0)
     # no truncation round: the leader led throughout, so the logs still agree
     assert error is ErrorCode.none and actions == []
-    assert m.follower_state is before and m.is_fetching and m.term == term
+    assert m.follower_state is before and m.is_fetching and m.role_leader_epoch == 5
     assert m.leader_epoch == 6 and m.follower_state.leader_epoch == 6
 
 
@@ -332,40 +336,41 @@ def test_follower_of_the_same_leader_after_a_missed_epoch_truncates_again() -> N
     m, _ = fetching(leo=10, hw=4, epoch=5, leader=2)
     # epoch 6 (someone else led, perhaps) never reached this broker
     _, actions = m.on_leader_and_isr(lai(2, 7), 0)
-    assert actions == [StopFetching(), RoleChange(Role.FOLLOWER, 7, m.term), StartFetching(2, 7)]
+    assert actions == [StopFetching(), RoleChange(Role.FOLLOWER, 7), StartFetching(2, 7)]
+    assert m.role_leader_epoch == 7
     assert m.is_truncating
 
 
-def test_leading_again_after_another_role_is_a_new_term() -> None:
+def test_leading_again_after_another_role_is_a_new_role_leader_epoch() -> None:
     m, _ = leading(epoch=5)
     m.on_leader_and_isr(lai(NO_LEADER, 6), 0)
     _, actions = m.on_leader_and_isr(lai(1, 7), 0)
-    assert RoleChange(Role.LEADER, 7, 3) in actions and m.term == 3
+    assert RoleChange(Role.LEADER, 7) in actions and m.role_leader_epoch == 7
     m, _ = leading(epoch=5)
     m.on_leader_and_isr(lai(2, 6), 0)
     _, actions = m.on_leader_and_isr(lai(1, 7), 0)
-    assert RoleChange(Role.LEADER, 7, 3) in actions and m.term == 3
+    assert RoleChange(Role.LEADER, 7) in actions and m.role_leader_epoch == 7
 
 
 def test_hw_of_a_new_leader_is_capped_at_its_log_end() -> None:
     m, log = make(leo=10, hw=8)
     log.log_end_offset = 6  # the log lost its tail while the replica had no role
     _, actions = m.on_leader_and_isr(lai(1, 6), 0)
-    assert actions == [AssignLeaderEpoch(6, 6), RoleChange(Role.LEADER, 6, 1), HwChange(8, 6)]
+    assert actions == [AssignLeaderEpoch(6, 6), RoleChange(Role.LEADER, 6), HwChange(8, 6)]
     assert m.high_watermark == 6
 
 
 def test_stop_replica_drops_the_role_and_keeps_the_hw() -> None:
     m, _ = leading(leo=10, hw=4)
-    assert m.stop() == [RoleChange(Role.NONE, -1, 2)]
+    assert m.stop() == [RoleChange(Role.NONE, -1)]
     assert m.state is None and m.role is Role.NONE and m.leader_epoch == -1
     assert m.high_watermark == 4 and m.leader_state is None
     m, _ = following(leo=10, hw=4)
-    assert m.stop() == [StopFetching(), RoleChange(Role.NONE, -1, 2)]
+    assert m.stop() == [StopFetching(), RoleChange(Role.NONE, -1)]
     assert m.high_watermark == 4 and m.follower_state is None
     # after StopReplica any epoch is taken again
     error, _ = m.on_leader_and_isr(lai(1, 1), 0)
-    assert error is ErrorCode.none and m.is_leader and m.term == 3
+    assert error is ErrorCode.none and m.is_leader and m.role_leader_epoch == 1
 
 
 # -- KIP-320 and fetch bounds -------------------------------------------------------------
@@ -393,6 +398,23 @@ def test_a_follower_answers_no_leader_requests() -> None:
     assert decision.high_watermark == -1 and decision.actions == ()
     error, answer = m.answer_offsets_for_leader_epoch(5, 3)
     assert (error, answer) == (ErrorCode.not_leader_or_follower, UNDEFINED_EPOCH_END_OFFSET)
+
+
+def test_a_replica_checks_the_leader_epoch_before_leadership() -> None:
+    """Kafka ``Partition.getLocalLog``: a follower (or a resigned leader) that knows a
+    newer leader epoch than the request's fences it; an older one does not know it yet;
+    only at its own epoch (or none) does it answer NOT_LEADER_OR_FOLLOWER."""
+    m, _ = following(epoch=5)
+    assert m.validate_leader_request(4) is ErrorCode.fenced_leader_epoch
+    assert m.validate_leader_request(6) is ErrorCode.unknown_leader_epoch
+    assert m.validate_leader_request(5) is ErrorCode.not_leader_or_follower
+    assert m.validate_leader_request(-1) is ErrorCode.not_leader_or_follower
+    assert m.on_fetch(CONSUMER, 0, 4, 0).error is ErrorCode.fenced_leader_epoch
+    assert m.answer_offsets_for_leader_epoch(4, 3)[0] is ErrorCode.fenced_leader_epoch
+    resigned, _ = leading(epoch=5)
+    resigned.on_session_expired()
+    assert resigned.validate_leader_request(4) is ErrorCode.fenced_leader_epoch
+    assert resigned.validate_leader_request(5) is ErrorCode.not_leader_or_follower
 
 
 def test_followers_read_to_the_log_end_and_consumers_to_the_hw() -> None:
@@ -518,12 +540,13 @@ def test_rejected_isr_write_stops_leading_until_a_newer_leader_and_isr() -> None
     stop, role = actions
     assert isinstance(stop, StopLeading) and stop.leader_epoch == 5
     assert stop.partition_zk_version == 10
-    assert role == RoleChange(Role.NONE, 5, 2)
-    assert m.role is Role.NONE and not m.is_leader and m.leader_state is None and m.term == 2
+    assert role == RoleChange(Role.NONE, 5)
+    assert m.role is Role.NONE and not m.is_leader and m.leader_state is None
+    assert m.role_leader_epoch == -1
     assert m.high_watermark == 4 and m.leader_epoch == 5
     assert m.check_append(acks=-1) is ErrorCode.not_leader_or_follower
     assert m.on_fetch(2, 10, 5, 0).error is ErrorCode.not_leader_or_follower
-    assert m.acks_all_status(4, 1) is AcksAllStatus.NOT_LEADER_OR_FOLLOWER
+    assert m.acks_all_status(4, 5) is AcksAllStatus.NOT_LEADER_OR_FOLLOWER
     assert m.maybe_shrink_isr(10 * LAG) is None
     # the answer again (a duplicate) is ignored
     assert m.on_isr_update_result(proposal, None) == []
@@ -531,14 +554,14 @@ def test_rejected_isr_write_stops_leading_until_a_newer_leader_and_isr() -> None
     assert m.on_leader_and_isr(lai(1, 5), 0) == (ErrorCode.none, [])
     assert not m.is_leader
     error, actions = m.on_leader_and_isr(lai(1, 6), 0)
-    assert error is ErrorCode.none and RoleChange(Role.LEADER, 6, 3) in actions
+    assert error is ErrorCode.none and RoleChange(Role.LEADER, 6) in actions
 
 
 def test_ineligible_expansion_keeps_leading_and_may_be_proposed_again() -> None:
     m, _ = leading(leo=10, hw=10, isr=(1, 2))
     (proposal,) = m.on_fetch(3, 10, 5, 1, broker_epoch=7).actions
     assert m.on_isr_update_result(proposal, None, ineligible=True) == []
-    assert m.is_leader and m.term == 1 and m.in_sync_replicas == (1, 2)
+    assert m.is_leader and m.role_leader_epoch == 5 and m.in_sync_replicas == (1, 2)
     assert m.leader_state.pending_isr_change is None
     (again,) = m.on_fetch(3, 10, 5, 2, broker_epoch=8).actions
     assert again.added_broker_epochs == ((3, 8),)
@@ -555,7 +578,7 @@ def test_isr_answer_for_a_proposal_that_is_not_pending_is_ignored() -> None:
     m.on_leader_and_isr(lai(2, 6), 0)
     assert m.on_isr_update_result(proposal, 11) == []
     assert m.on_isr_update_result(proposal, None) == []
-    assert m.role is Role.FOLLOWER and m.term == 2
+    assert m.role is Role.FOLLOWER and m.role_leader_epoch == 6
 
 
 def test_follower_in_the_isr_fetching_below_the_hw_lost_records() -> None:
@@ -595,31 +618,33 @@ def test_local_append_moves_the_hw_of_a_leader_alone() -> None:
 
 def test_acks_all_is_tied_to_the_leadership_it_was_appended_in() -> None:
     m, log = leading(leo=10, hw=4)
-    term = m.term
+    epoch = m.leader_epoch  # the produce's: it was appended at this leader epoch
     log.log_end_offset = 11
     m.on_local_append()
-    assert m.acks_all_status(11, term) is AcksAllStatus.PENDING
-    assert m.acks_all_status(11, term + 1) is AcksAllStatus.NOT_LEADER_OR_FOLLOWER
-    assert m.acks_all_status(4, term - 1) is AcksAllStatus.NOT_LEADER_OR_FOLLOWER
+    assert m.acks_all_status(11, epoch) is AcksAllStatus.PENDING
+    assert m.acks_all_status(11, epoch + 1) is AcksAllStatus.NOT_LEADER_OR_FOLLOWER
+    assert m.acks_all_status(4, epoch - 1) is AcksAllStatus.NOT_LEADER_OR_FOLLOWER
     m.on_fetch(2, 11, 5, 1)
     m.on_fetch(3, 11, 5, 1)
-    assert m.acks_all_status(11, term) is AcksAllStatus.SATISFIED
-    # a newer epoch that keeps this broker leading continues the term (Kafka's delayed
-    # produce survives it): a produce still waiting completes in the new leadership
+    assert m.acks_all_status(11, epoch) is AcksAllStatus.SATISFIED
+    # a newer epoch that keeps this broker leading continues the leadership (Kafka's
+    # delayed produce survives it): a produce still waiting completes in the new epoch
     log.log_end_offset = 12
     m.on_local_append()
     m.on_leader_and_isr(lai(1, 6), 0)
-    assert m.term == term
-    assert m.acks_all_status(12, term) is AcksAllStatus.PENDING
+    assert m.role_leader_epoch == epoch and m.leader_epoch == 6
+    assert m.acks_all_status(12, epoch) is AcksAllStatus.PENDING
     m.on_fetch(2, 12, 6, 2)
     m.on_fetch(3, 12, 6, 2)
-    assert m.acks_all_status(12, term) is AcksAllStatus.SATISFIED
+    assert m.acks_all_status(12, epoch) is AcksAllStatus.SATISFIED
+    assert m.acks_all_status(12, 6) is AcksAllStatus.SATISFIED
     # leading again after another role (the log may have been rewritten meanwhile): over
     m.on_leader_and_isr(lai(2, 7), 0)
     m.on_leader_and_isr(lai(1, 8), 0)
     assert m.is_leader
-    assert m.acks_all_status(4, term) is AcksAllStatus.NOT_LEADER_OR_FOLLOWER
-    assert m.acks_all_status(4, m.term) is AcksAllStatus.SATISFIED
+    assert m.acks_all_status(4, epoch) is AcksAllStatus.NOT_LEADER_OR_FOLLOWER
+    assert m.acks_all_status(4, 6) is AcksAllStatus.NOT_LEADER_OR_FOLLOWER
+    assert m.acks_all_status(4, m.leader_epoch) is AcksAllStatus.SATISFIED
 
 
 def test_acks_all_fails_when_the_isr_shrank_below_min_insync_meanwhile() -> None:
@@ -628,7 +653,7 @@ def test_acks_all_fails_when_the_isr_shrank_below_min_insync_meanwhile() -> None
     proposal = m.maybe_shrink_isr(LAG + 1)
     m.on_isr_update_result(proposal, 11)
     assert m.in_sync_replicas == (1,) and m.high_watermark == 10
-    assert m.acks_all_status(10, m.term) is AcksAllStatus.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    assert m.acks_all_status(10, m.leader_epoch) is AcksAllStatus.NOT_ENOUGH_REPLICAS_AFTER_APPEND
     assert m.check_append(acks=-1) is ErrorCode.not_enough_replicas
 
 
@@ -1050,11 +1075,31 @@ def test_truncation_never_goes_past_the_local_log_end() -> None:
 # -- a ZooKeeper session surely expired ----------------------------------------------------
 
 
+def test_a_fenced_leader_takes_its_epoch_again_once_registered_anew() -> None:
+    """Fenced at epoch 5 (session expired), the same epoch is a resend until the broker
+    registered again; after that, the controller naming it leader at 5 is obeyed (nobody
+    else led: every election bumps the epoch), once. A follower role is never retaken."""
+    m, _ = leading(epoch=5)
+    m.on_session_expired()
+    assert m.on_leader_and_isr(lai(1, 5), 0) == (ErrorCode.none, [])  # before the new session
+    assert not m.is_leader
+    m.on_session_renewed()
+    error, actions = m.on_leader_and_isr(lai(1, 5), 0)
+    assert error is ErrorCode.none and RoleChange(Role.LEADER, 5) in actions
+    assert m.is_leader and m.role_leader_epoch == 5
+    assert m.on_leader_and_isr(lai(1, 5), 0) == (ErrorCode.none, [])  # a resend again
+    # renewed without having fenced itself: nothing changes
+    f, _ = following(epoch=5)
+    f.on_session_renewed()
+    assert f.on_leader_and_isr(lai(1, 5), 0) == (ErrorCode.none, [])
+    assert f.role is Role.FOLLOWER
+
+
 def test_an_expired_session_ends_leadership_until_a_newer_leader_and_isr() -> None:
     m, _ = leading(epoch=5)
     actions = m.on_session_expired()
     assert [type(a) for a in actions] == [StopLeading, RoleChange]
-    assert actions[1] == RoleChange(Role.NONE, 5, 2)
+    assert actions[1] == RoleChange(Role.NONE, 5)
     assert m.check_append(-1) is ErrorCode.not_leader_or_follower
     assert m.check_append(1) is ErrorCode.not_leader_or_follower
     assert m.validate_leader_request(5) is ErrorCode.not_leader_or_follower
@@ -1064,7 +1109,7 @@ def test_an_expired_session_ends_leadership_until_a_newer_leader_and_isr() -> No
     assert m.on_leader_and_isr(lai(1, 5), 0) == (ErrorCode.none, [])
     assert not m.is_leader
     error, actions = m.on_leader_and_isr(lai(1, 6), 0)
-    assert error is ErrorCode.none and RoleChange(Role.LEADER, 6, 3) in actions
+    assert error is ErrorCode.none and RoleChange(Role.LEADER, 6) in actions
     assert m.check_append(-1) is ErrorCode.none
 
 

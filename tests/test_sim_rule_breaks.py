@@ -189,11 +189,11 @@ def test_follower_truncates_to_its_hw_instead_of_the_divergence_point(monkeypatc
 
 
 def test_acks_all_answered_whatever_the_leadership(monkeypatch) -> None:
-    """Rule: an acks=all produce is tied to the leadership (term) it was appended in.
-    Break: a pending produce completes once this replica's HW passes it, whatever
+    """Rule: an acks=all produce is tied to the leadership it was appended in (a leader
+    epoch at or after the one that leadership began at). Break: a pending produce completes once this replica's HW passes it, whatever
     role the replica has by then (a deposed leader acknowledges as a follower)."""
 
-    def by_high_watermark(self: PartitionMachine, required_offset: int, term: int):
+    def by_high_watermark(self: PartitionMachine, required_offset: int, leader_epoch: int):
         ls = self.leader_state
         if ls is not None and ls.is_leading:
             return ls.acks_all_status(required_offset)
@@ -209,22 +209,37 @@ def test_acks_all_answered_whatever_the_leadership(monkeypatch) -> None:
     strict=True,
     reason="not caught: the simulator's driver settles every pending acks=all produce "
     "synchronously at each RoleChange, so a produce never outlives the role it was "
-    "appended in and the machine's term check never decides (the broker's waiters "
-    "re-check after an await, where it does)",
+    "appended in and the machine's leader epoch check never decides (the broker's "
+    "DelayedProduce re-checks after an await, where it does)",
 )
-def test_acks_all_ignores_the_term_only(monkeypatch) -> None:
-    """Rule: as above. Break: only the term check goes; leadership is still required,
+def test_acks_all_ignores_the_leader_epoch_only(monkeypatch) -> None:
+    """Rule: as above. Break: only the leader epoch check goes; leadership is still required,
     so a produce appended in an earlier leadership of this broker may complete in a
     later one, whose log may have been truncated and rewritten in between."""
 
-    def any_term(self: PartitionMachine, required_offset: int, term: int):
+    def any_epoch(self: PartitionMachine, required_offset: int, leader_epoch: int):
         ls = self.leader_state
         if ls is None or not ls.is_leading:
             return AcksAllStatus.NOT_LEADER_OR_FOLLOWER
         return ls.acks_all_status(required_offset)
 
-    monkeypatch.setattr(PartitionMachine, "acks_all_status", any_term)
+    monkeypatch.setattr(PartitionMachine, "acks_all_status", any_epoch)
     assert_caught()
+
+
+def test_acks_all_ignores_min_insync_replicas_after_the_append(monkeypatch) -> None:
+    """Rule: an acks=all produce whose ISR shrank below min.insync.replicas before the HW
+    passed it is NOT_ENOUGH_REPLICAS_AFTER_APPEND (Kafka ``checkEnoughReplicasReachOffset``).
+    Break: it is acknowledged once the HW passes it, whatever the ISR. The world sees an
+    acknowledgement held by fewer than min.insync.replicas replicas."""
+
+    def by_high_watermark_only(self: LeaderState, required_offset: int) -> AcksAllStatus:
+        if self._high_watermark < required_offset:
+            return AcksAllStatus.PENDING
+        return AcksAllStatus.SATISFIED
+
+    monkeypatch.setattr(LeaderState, "acks_all_status", by_high_watermark_only)
+    assert assert_caught(world_only=True) == "ack_below_min_isr"
 
 
 def test_fenced_leader_ignores_a_rejected_isr_write(monkeypatch) -> None:

@@ -14,12 +14,16 @@ outstanding.
 from __future__ import annotations
 
 import enum
+import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from replog.protocol.fetch_metadata import FetchMetadata
 from replog.replication.core import AcksAllStatus, HwChange, LeaderState, StopLeading
+from replog.replication.fetch_rules import FetchPartitionRequest
+from replog.replication.fetch_session_handler import FetchSessionHandler
 from replog.replication.follower import EpochRequest as EpochStep
 from replog.replication.follower import FollowerState, RestartAt
 from replog.replication.isr import (
@@ -48,6 +52,7 @@ from replog.replication.truncation import (
     latest_epoch,
     truncate_epochs_from_end,
 )
+from replog.server.fetch_session import CachedPartition, FetchManager, FetchSessionCache
 from sim.controller import INELIGIBLE
 from sim.network import (
     EpochRequest,
@@ -68,6 +73,10 @@ if TYPE_CHECKING:
 __all__ = ["NO_LEADER", "DurableLog", "Role", "SimBroker", "TruncationRule"]
 
 MAX_RECORDS_PER_FETCH = 25
+FETCH_VERSION = 11  # the shipped follower's (topics by name, sessions)
+FETCH_MAX_BYTES = 1 << 20
+SESSION_CACHE_SLOTS = 1_000  # Kafka's max.incremental.fetch.session.cache.slots
+SESSION_EVICTION_MS = 120_000  # Kafka's min.incremental.fetch.session.eviction.ms
 
 
 class DurableLog:
@@ -133,7 +142,7 @@ class Role(enum.Enum):
 class PendingAck:
     required_offset: int
     payload: str
-    term: int  # the machine's term (leadership) the record was appended in
+    leader_epoch: int  # the leader epoch the record was appended at
 
 
 class SimBroker:
@@ -173,18 +182,30 @@ class SimBroker:
         )
         self.controller_epoch = -1
         self.pending_acks: list[PendingAck] = []
-        self.timers_term = -1  # the leadership the ISR timers run for
+        self.timers_role_epoch = -1  # the leadership the ISR timers run for
         self.outstanding: tuple[str, int] | None = None
         self.next_corr = 0
         self.last_corr_from: dict[tuple[int, int], int] = {}
         self.max_incarnation_from: dict[int, int] = {}
         self.propagation = IsrChangePropagation.starting_at(self._clock())
         self.deferred = []
+        # KIP-227 with the shipped code: the follower's session per leader, the leader's
+        # session cache (its own random stream, so the world's stays as it was)
+        self.fetch_sessions: dict[int, FetchSessionHandler] = {}
+        self.fetch_manager = FetchManager(
+            FetchSessionCache(
+                SESSION_CACHE_SLOTS,
+                SESSION_EVICTION_MS,
+                random.Random(self.world.seed * 1_000_003 + self.id * 1_009 + self.incarnation),
+            )
+        )
 
     def crash(self, *, lose_unflushed: bool) -> None:
         self.alive = False
         self.paused = False
         if lose_unflushed:
+            flushed = self.log.flushed
+            self.world.on_lost_unflushed(self, flushed, self.log.records[flushed:])
             self.log.lose_unflushed()
         self._reset_volatile()
 
@@ -285,12 +306,13 @@ class SimBroker:
                         f"leader at epoch {action.leader_epoch} leo={self.log.log_end_offset} "
                         f"hw={m.high_watermark} isr={list(m.in_sync_replicas)}"
                     )
-                if action.role is MachineRole.LEADER and action.term != self.timers_term:
-                    self.timers_term = action.term
+                role_epoch = m.role_leader_epoch
+                if action.role is MachineRole.LEADER and role_epoch != self.timers_role_epoch:
+                    self.timers_role_epoch = role_epoch
                     interval = isr_expiration_interval_ms(cfg.replica_lag_time_max_ms)
-                    self._arm(interval, "isr_expiration", action.term)
+                    self._arm(interval, "isr_expiration", role_epoch)
                     self._arm(
-                        ISR_CHANGE_PROPAGATION_CHECK_INTERVAL_MS, "isr_propagation", action.term
+                        ISR_CHANGE_PROPAGATION_CHECK_INTERVAL_MS, "isr_propagation", role_epoch
                     )
                 elif action.role is MachineRole.NONE:
                     self._trace(f"no role at epoch {action.leader_epoch}")
@@ -299,6 +321,7 @@ class SimBroker:
                 self._advance_truncation()
             elif isinstance(action, StopFetching):
                 self.outstanding = None
+                self.fetch_sessions.clear()  # a new leadership starts a new session
             elif isinstance(action, HwChange):
                 self._complete_acks()
             elif isinstance(action, IsrChangeProposal):
@@ -314,6 +337,22 @@ class SimBroker:
                 raise AssertionError(f"unknown action {action!r}")
 
     # -- controller ----------------------------------------------------------------------------
+
+    def fence_from_zookeeper(self) -> None:
+        """The broker's own fence (``replog.server.zk_fence``): cut from ZooKeeper for a
+        whole session timeout, its session is surely gone, so it stops leading until a
+        LeaderAndIsr at a newer epoch (``PartitionMachine.on_session_expired``)."""
+        if not self.alive:
+            return
+        actions = self.machine.on_session_expired()
+        if actions:
+            self._trace("cut from ZooKeeper for a session timeout: stops leading")
+            self.world.count("leader_fenced")
+            self._carry_out(actions)
+
+    def on_session_renewed(self) -> None:
+        """Registered again at a new broker epoch (``replog.server.broker._reregister``)."""
+        self.machine.on_session_renewed()
 
     def on_leader_and_isr(self, msg: LeaderAndIsr) -> None:
         if msg.broker_epoch != self.broker_epoch:
@@ -369,7 +408,7 @@ class SimBroker:
             self._trace(f"truncated {before} -> {self.log.log_end_offset}")
         self.machine.on_truncated(decision)
         if self.machine.is_fetching:
-            self._arm(0, "send_fetch", self.machine.term)
+            self._arm(0, "send_fetch", self.machine.role_leader_epoch)
         else:
             self._advance_truncation()
 
@@ -379,6 +418,19 @@ class SimBroker:
             return
         corr = self._corr()
         self.outstanding = ("fetch", corr)
+        # The shipped follower's session handler says what the request carries (KIP-227).
+        data = self._fetch_session(m.leader_id).build(
+            [
+                FetchPartitionRequest(
+                    "t",
+                    0,
+                    m.fetch_offset,
+                    FETCH_MAX_BYTES,
+                    current_leader_epoch=m.leader_epoch,
+                    log_start_offset=self.log.log_start_offset,
+                )
+            ]
+        )
         self.world.network.send(
             self.world.now,
             self.id,
@@ -391,9 +443,18 @@ class SimBroker:
                 m.leader_epoch,
                 m.fetch_offset,
                 self.broker_epoch,
+                session_id=data.metadata.session_id,
+                session_epoch=data.metadata.epoch,
+                names_partition=bool(data.to_send),
             ),
         )
         self._arm(self.world.config.request_timeout_ms, "request_timeout", corr)
+
+    def _fetch_session(self, leader: int) -> FetchSessionHandler:
+        handler = self.fetch_sessions.get(leader)
+        if handler is None:
+            handler = self.fetch_sessions[leader] = FetchSessionHandler(leader)
+        return handler
 
     def _response_is_current(self, kind: str, dst_incarnation: int, corr: int, src: int) -> bool:
         return (
@@ -409,7 +470,18 @@ class SimBroker:
         self.outstanding = None
         m = self.machine
         cfg = self.world.config
-        term = m.term
+        role_epoch = m.role_leader_epoch
+        named = [("t", 0)] if msg.names_partition else []
+        if not self._fetch_session(msg.src).handle_response(
+            msg.session_error, msg.session_id, named
+        ):
+            self._arm(cfg.fetch_backoff_ms, "send_fetch", role_epoch)
+            return
+        if not msg.names_partition:  # left out of an incremental answer: nothing new
+            self.world.count("fetch_session_nothing_new")
+            self.responses_in_term += 1
+            self._arm(cfg.fetch_wait_ms, "send_fetch", role_epoch)
+            return
         if msg.error is ErrorCode.offset_out_of_range:
             action = m.on_fetch_offset_out_of_range(msg.log_start_offset, msg.log_end_offset)
             self._trace(f"fetch out of range (leader leo {msg.log_end_offset}): {action}")
@@ -418,15 +490,20 @@ class SimBroker:
             elif isinstance(action, RestartAt):
                 raise AssertionError("log start offsets are always 0 in the simulation")
             else:
-                self._arm(cfg.fetch_backoff_ms, "send_fetch", term)
+                self._arm(cfg.fetch_backoff_ms, "send_fetch", role_epoch)
             return
         if msg.error is not ErrorCode.none:
-            self._arm(cfg.fetch_backoff_ms, "send_fetch", term)
+            self._arm(cfg.fetch_backoff_ms, "send_fetch", role_epoch)
             return
         if msg.base_offset != self.log.log_end_offset:
-            raise AssertionError(
-                f"fetch answer at {msg.base_offset}, log ends at {self.log.log_end_offset}"
+            # the leader read at another offset than the follower asks from (its fetch
+            # session holds a stale one, say)
+            self.world.violation(
+                "fetch_answer_misplaced",
+                f"b{self.id}: fetch answer at {msg.base_offset}, "
+                f"log ends at {self.log.log_end_offset}",
             )
+            return
         for record in msg.records:
             self.log.append(record, flush=cfg.flush_on_append)
         self._carry_out(
@@ -436,7 +513,7 @@ class SimBroker:
             )
         )
         self.responses_in_term += 1
-        self._arm(0 if msg.records else cfg.fetch_wait_ms, "send_fetch", term)
+        self._arm(0 if msg.records else cfg.fetch_wait_ms, "send_fetch", role_epoch)
 
     def on_epoch_response(self, msg: EpochResponse) -> None:
         if not self._response_is_current("epoch", msg.dst_incarnation, msg.corr, msg.src):
@@ -444,7 +521,11 @@ class SimBroker:
         self.outstanding = None
         decision = self.machine.on_epoch_response(msg.error, msg.answer)
         if decision is None:
-            self._arm(self.world.config.fetch_backoff_ms, "retry_truncation", self.machine.term)
+            self._arm(
+                self.world.config.fetch_backoff_ms,
+                "retry_truncation",
+                self.machine.role_leader_epoch,
+            )
             return
         self._trace(f"epoch answer {msg.answer} -> truncate to {decision.offset}")
         self._apply_truncation(decision)
@@ -454,25 +535,84 @@ class SimBroker:
     def on_fetch_request(self, req: FetchRequest) -> None:
         if not self._accept_request(req.src, req.src_incarnation, req.corr):
             return
-        decision = self.machine.on_fetch(
-            req.src,
-            req.fetch_offset,
-            req.current_leader_epoch,
-            self._clock(),
-            broker_epoch=req.broker_epoch,
+        # The shipped leader side of KIP-227 (``FetchManager``), as the Fetch handler uses
+        # it: the context says which partitions to read and which answers go out.
+        asked = (
+            [
+                CachedPartition(
+                    topic="t",
+                    partition=0,
+                    topic_id=None,
+                    fetch_offset=req.fetch_offset,
+                    max_bytes=FETCH_MAX_BYTES,
+                    current_leader_epoch=req.current_leader_epoch,
+                    log_start_offset=self.log.log_start_offset,
+                )
+            ]
+            if req.names_partition
+            else []
         )
-        if decision.error is not ErrorCode.none or decision.bounds is None:
-            self._reply_fetch(req, decision.error, ())
+        context = self.fetch_manager.new_context(
+            FETCH_VERSION,
+            FetchMetadata(req.session_id, req.session_epoch),
+            True,
+            asked,
+            [],
+            self._clock(),
+        )
+        if context.error is not ErrorCode.none:
+            self._reply_fetch(req, ErrorCode.none, (), session_error=context.error)
             return
-        if decision.follower_lost_records:
-            self._trace(f"b{req.src} fetched at {req.fetch_offset} below HW: lost records")
-        self._carry_out(decision.actions)
-        start = decision.bounds.start_offset
-        end = min(decision.bounds.end_offset, start + MAX_RECORDS_PER_FETCH)
-        self._reply_fetch(req, ErrorCode.none, tuple(self.log.records[start:end]))
+        answered = False
+        error, records, offset = ErrorCode.none, (), req.fetch_offset
+        for cached in context.partitions():
+            read = cached.read_request()
+            offset = read.fetch_offset
+            decision = self.machine.on_fetch(
+                req.src,
+                read.fetch_offset,
+                read.current_leader_epoch,
+                self._clock(),
+                broker_epoch=req.broker_epoch,
+            )
+            error = decision.error
+            if error is ErrorCode.none and decision.bounds is not None:
+                if decision.follower_lost_records:
+                    self._trace(f"b{req.src} fetched at {offset} below HW: lost records")
+                self._carry_out(decision.actions)
+                start = decision.bounds.start_offset
+                end = min(decision.bounds.end_offset, start + MAX_RECORDS_PER_FETCH)
+                records = tuple(self.log.records[start:end])
+            answered = context.must_respond(
+                cached,
+                error,
+                self.high_watermark,
+                self.high_watermark,
+                self.log.log_start_offset,
+                bool(records),
+                False,
+            )
+        session_error = context.response_error()
+        self._reply_fetch(
+            req,
+            error,
+            records,
+            base_offset=offset,
+            session_id=context.response_session_id(self._clock()),
+            session_error=session_error,
+            names_partition=answered and session_error is ErrorCode.none,
+        )
 
     def _reply_fetch(
-        self, req: FetchRequest, error: ErrorCode, records: tuple[Record, ...]
+        self,
+        req: FetchRequest,
+        error: ErrorCode,
+        records: tuple[Record, ...],
+        *,
+        base_offset: int | None = None,
+        session_id: int = 0,
+        session_error: ErrorCode = ErrorCode.none,
+        names_partition: bool = False,
     ) -> None:
         self.world.network.send(
             self.world.now,
@@ -484,11 +624,14 @@ class SimBroker:
                 req.src_incarnation,
                 req.corr,
                 error,
-                req.fetch_offset,
+                req.fetch_offset if base_offset is None else base_offset,
                 records,
                 self.high_watermark,
                 self.log.log_start_offset,
                 self.log.log_end_offset,
+                session_id=session_id,
+                session_error=session_error,
+                names_partition=names_partition,
             ),
         )
 
@@ -512,7 +655,7 @@ class SimBroker:
         self.log.append(
             Record(m.leader_epoch, req.payload), flush=self.world.config.flush_on_append
         )
-        self.pending_acks.append(PendingAck(self.log.log_end_offset, req.payload, m.term))
+        self.pending_acks.append(PendingAck(self.log.log_end_offset, req.payload, m.leader_epoch))
         self._trace(f"append {req.payload}@{self.log.log_end_offset - 1}")
         m.on_local_append()
         self._complete_acks()
@@ -520,7 +663,7 @@ class SimBroker:
     def _complete_acks(self) -> None:
         keep: list[PendingAck] = []
         for ack in self.pending_acks:
-            status = self.machine.acks_all_status(ack.required_offset, ack.term)
+            status = self.machine.acks_all_status(ack.required_offset, ack.leader_epoch)
             if status is AcksAllStatus.SATISFIED:
                 self.world.on_acked(self, ack.required_offset - 1, ack.payload)
             elif status is AcksAllStatus.PENDING:
@@ -536,13 +679,18 @@ class SimBroker:
             self.world.now,
             self.id,
             IsrUpdateResult(
-                self.id, self.incarnation, self.machine.term, proposal, version, ineligible
+                self.id,
+                self.incarnation,
+                self.machine.role_leader_epoch,
+                proposal,
+                version,
+                ineligible,
             ),
             channel="zookeeper",
         )
 
     def on_isr_update_result(self, msg: IsrUpdateResult) -> None:
-        if msg.dst_incarnation != self.incarnation or msg.owner != self.machine.term:
+        if msg.dst_incarnation != self.incarnation or msg.owner != self.machine.role_leader_epoch:
             return
         if msg.ineligible:
             self._trace(f"ISR expansion {list(msg.proposal.new_isr)} refused: stale broker epoch")
@@ -557,7 +705,7 @@ class SimBroker:
     def on_timer(self, t: Timer) -> None:
         cfg = self.world.config
         m = self.machine
-        current = t.token == m.term
+        current = t.token == m.role_leader_epoch
         if t.kind == "send_fetch":
             if current:
                 self._send_fetch()
@@ -569,6 +717,8 @@ class SimBroker:
                 kind = self.outstanding[0]
                 self.outstanding = None
                 if kind == "fetch":
+                    if m.is_fetching:  # the next request is a full fetch (KIP-227)
+                        self._fetch_session(m.leader_id).handle_error()
                     self._send_fetch()
                 elif m.is_truncating:
                     self._advance_truncation()

@@ -60,6 +60,12 @@ class FetchRequest:
     current_leader_epoch: int
     fetch_offset: int
     broker_epoch: int
+    # KIP-227, as the follower's FetchSessionHandler built it: the session and its epoch,
+    # and whether the partition is named (an incremental fetch names it only when its
+    # fetch offset or epoch changed)
+    session_id: int = 0
+    session_epoch: int = -1
+    names_partition: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +80,11 @@ class FetchResponse:
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
+    # KIP-227: the session the leader answers in, its top-level error, and whether the
+    # partition is in the answer (an incremental answer leaves out one with no news)
+    session_id: int = 0
+    session_error: ErrorCode = ErrorCode.none
+    names_partition: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -99,6 +99,9 @@ class SimConfig:
     one_way_links: bool = True
     slow_disks: bool = True
     clock_jumps: bool = True
+    # a leader cut from ZooKeeper for a session timeout fences itself
+    # (``PartitionMachine.on_session_expired``, as the broker's zk_fence does)
+    broker_zk_fence: bool = True
     # some crashes are controlled shutdowns instead (ControlledShutdown to the controller,
     # then a clean stop); off by default so the other profiles' random streams stay as
     # their regression seeds were found
@@ -161,6 +164,8 @@ class World:
         self.committed: list[Record] = []
         self.acked: dict[int, str] = {}
         self.acked_payloads: set[str] = set()
+        # offset -> (broker, record) copies a crash lost from a replica's unflushed tail
+        self._lost_copies: dict[int, list[tuple[int, object]]] = {}
         self.loss_accepted = False
         self._loss_epoch = -1  # ZooKeeper's leader epoch when durability was last given up
         self._unaware_of_loss: dict[int, tuple] = {}  # broker -> _loss_view at that moment
@@ -315,6 +320,8 @@ class World:
             if self.zk_cut.get(b.id) == ev.token:
                 self.trace(f"b{b.id}: ZooKeeper session expired while cut from ZooKeeper")
                 self._zookeeper_expires_session(b.id)
+                if self.config.broker_zk_fence and not b.paused:  # its fence fires too
+                    b.fence_from_zookeeper()
         elif ev.kind == "zk_heal":
             if self.zk_cut.get(b.id) == ev.token:
                 if b.alive and b.paused:
@@ -372,6 +379,7 @@ class World:
             self.controller.run(in_flight)
         b.session_expired = False
         b.broker_epoch = self.controller.session_renewed(broker)
+        b.on_session_renewed()
         self.trace(f"b{broker}: new ZooKeeper session, broker epoch {b.broker_epoch}")
 
     def _zk_reconnect(self, broker: int) -> None:
@@ -803,11 +811,32 @@ class World:
             self.violation(
                 "ack_mismatch", f"b{broker.id} acked {payload}@{offset}, log has {record}"
             )
+        # acks=all: at least min.insync.replicas replicas hold the record, or held it until
+        # a crash lost their unflushed tail (acks=all promises replication, not fsync)
+        holders = sorted(
+            {
+                b.id
+                for b in self.brokers.values()
+                if b.log.log_end_offset > offset and b.log.records[offset] == record
+            }
+            | {b for b, lost in self._lost_copies.get(offset, ()) if lost == record}
+        )
+        if len(holders) < self.config.min_insync_replicas:
+            self.violation(
+                "ack_below_min_isr",
+                f"b{broker.id} acked {payload}@{offset} held by {holders} only "
+                f"(min.insync.replicas={self.config.min_insync_replicas})",
+            )
         self.acked[offset] = payload
         self.acked_payloads.add(payload)
         self.count("acked")
         self.trace(f"b{broker.id}: ACK {payload}@{offset}")
         self._commit(broker, offset + 1)
+
+    def on_lost_unflushed(self, broker: SimBroker, start: int, records: list) -> None:
+        """``broker`` crashed and lost ``records`` from offset ``start`` on."""
+        for i, record in enumerate(records):
+            self._lost_copies.setdefault(start + i, []).append((broker.id, record))
 
     def accept_loss_beyond(self, offset: int, why: str) -> None:
         """A scripted test destroyed every copy past ``offset``: forget those commitments."""

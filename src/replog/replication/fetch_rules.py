@@ -41,6 +41,7 @@ class FetchPartitionRequest:
     max_bytes: int
     current_leader_epoch: int = NO_LEADER_EPOCH
     log_start_offset: int = -1
+    last_fetched_epoch: int = -1  # KIP-595 (Fetch v12+); -1: not given
 
 
 class FetchIsolation(enum.Enum):

@@ -8,6 +8,10 @@ offset, max bytes, current leader epoch), lists those dropped as forgotten, and 
 the next epoch (``fetch_metadata.next_epoch``). A partition the leader leaves out of an
 incremental answer has nothing new.
 
+When the follower stops fetching from the leader (its fetcher is idle or shuts down),
+``close`` gives a last request at epoch FINAL (-1) that frees the leader's session at
+once, as a Kafka consumer does on close, instead of leaving it to eviction.
+
 Back to a full fetch: after a top-level error (FETCH_SESSION_ID_NOT_FOUND: with no
 session; any other, INVALID_FETCH_SESSION_EPOCH among them: closing the old session and
 asking for a new one), after a request that failed or timed out, and after a
@@ -26,7 +30,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from replog.protocol.fetch_metadata import INITIAL, INVALID_SESSION_ID, FetchMetadata
+from replog.protocol.fetch_metadata import FINAL_EPOCH, INITIAL, INVALID_SESSION_ID, FetchMetadata
 from replog.replication.fetch_rules import FetchPartitionRequest
 
 log = logging.getLogger(__name__)
@@ -139,6 +143,18 @@ class FetchSessionHandler:
         else:
             self.next_metadata = metadata.next_incremental()
         return True
+
+    def close(self) -> FetchMetadata | None:
+        """The follower stops fetching from this leader (the fetcher is idle or shutting
+        down): the metadata of a last request that closes the session (its id at epoch
+        FINAL, -1, naming no partition), or None when there is no session to close. The
+        next request, if any, is a full fetch that asks for a new session."""
+        session_id = self.next_metadata.session_id
+        self.next_metadata = INITIAL
+        self.session_partitions = {}
+        if session_id == INVALID_SESSION_ID:
+            return None
+        return FetchMetadata(session_id, FINAL_EPOCH)
 
     def handle_error(self) -> None:
         """The request failed, timed out or its connection was replaced: the next one is

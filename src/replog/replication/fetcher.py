@@ -6,7 +6,8 @@ truncates its partitions where their logs diverge from the leader's
 (OffsetsForLeaderEpoch, KIP-101/279), then fetches all of them in each round.
 The endpoint keeps an incremental fetch session with the leader (KIP-227): a
 request names only the partitions whose fetch changed, and an answer only those
-with news; a partition left out of an answer has nothing new. The rules live in
+with news; a partition left out of an answer has nothing new. A fetcher left
+with no partition stops, closing its session (Kafka ``shutdownIdleFetcherThreads``). The rules live in
 ``FollowerState``; this module does the IO.
 
 Concurrency: a fetcher's partition map is changed by the manager on the event
@@ -28,10 +29,10 @@ from kio.schema.errors import ErrorCode
 
 from replog.common.clock import now_ms
 from replog.replication.fetch_rules import FetchPartitionRequest
-from replog.replication.follower import EpochRequest, RestartAt
+from replog.replication.follower import EpochRequest
 from replog.replication.leader_endpoint import LeaderEndpoint, RemoteLeaderEndpoint
 from replog.replication.partition import Partition
-from replog.replication.quota import ReplicationQuota, follower_should_throttle, is_throttled
+from replog.replication.quota import ReplicationQuota, follower_should_throttle
 from replog.replication.truncation import EpochEndOffset, TruncationDecision
 from replog.security.client_security import PLAINTEXT, ClientSecurity
 from replog.storage.log import UnexpectedAppendOffset
@@ -70,10 +71,12 @@ class FetcherConfig:
 
 @dataclass
 class FollowedPartition:
-    """A partition this fetcher carries, for as long as its machine stays in ``term``."""
+    """A partition this fetcher carries, for as long as it goes on following in the role
+    it began at ``role_leader_epoch`` (a follower of the same leader at a newer epoch
+    goes on; any other role change ends it)."""
 
     partition: Partition
-    term: int
+    role_leader_epoch: int
     retry_at: float = 0.0  # monotonic time before which an answer with an error is not retried
     backoff_s: float = 0.0
     caught_up: bool = False  # fetched up to the leader's HW last time (Kafka isReplicaInSync)
@@ -81,7 +84,7 @@ class FollowedPartition:
 
     @property
     def current(self) -> bool:
-        return self.partition.machine.term == self.term
+        return self.partition.role_leader_epoch == self.role_leader_epoch
 
     def due(self, now: float) -> bool:
         return self.retry_at <= now
@@ -104,9 +107,9 @@ class FollowedPartition:
         """What to fetch now; the same object as last time while nothing changed, which
         the fetch session compares first (most partitions of an idle leader)."""
         part = self.partition
-        offset = part.machine.fetch_offset
+        offset = part.fetch_offset
         epoch = part.leader_epoch
-        log_start = part.log.log_start_offset
+        log_start = part.log_start_offset
         last = self._request
         if (
             last is None
@@ -194,9 +197,7 @@ class ReplicaFetcher:
 
     def _throttled(self, followed: FollowedPartition) -> bool:
         """The topic's follower.replication.throttled.replicas lists this replica."""
-        part = followed.partition
-        raw = part.log.config.follower_replication_throttled_replicas
-        return is_throttled(raw, part.partition, self.config.broker_id)
+        return followed.partition.throttled_as_follower()
 
     def _still_followed(self, tp: TopicPartition, followed: FollowedPartition) -> bool:
         return self.partitions.get(tp) is followed and followed.current
@@ -206,10 +207,10 @@ class ReplicaFetcher:
         requests: dict[TopicPartition, tuple[int, int]] = {}
         now = time.monotonic()
         for tp, followed in list(self.partitions.items()):
-            machine = followed.partition.machine
-            if not followed.current or not machine.is_truncating or not followed.due(now):
+            part = followed.partition
+            if not followed.current or not part.is_truncating or not followed.due(now):
                 continue
-            step = machine.next_truncation_step()
+            step = part.next_truncation_step()
             if isinstance(step, TruncationDecision):
                 self._truncate(followed.partition, step)
                 continue
@@ -226,7 +227,7 @@ class ReplicaFetcher:
             if answer is None:
                 followed.failed(time.monotonic(), self.config.fetch_backoff_ms / 1000)
                 continue
-            decision = followed.partition.machine.on_epoch_response(
+            decision = followed.partition.on_epoch_response(
                 answer.error, EpochEndOffset(answer.leader_epoch, answer.end_offset)
             )
             if decision is None:
@@ -251,13 +252,15 @@ class ReplicaFetcher:
         self.on_storage_error(part, what, exc)
 
     def _truncate(self, part: Partition, decision: TruncationDecision) -> None:
-        before = part.log.log_end_offset
         try:
-            part.log.truncate_to(decision.offset)
+            before, after = part.truncate(decision)
         except OSError as exc:
             self._storage_failed(part, f"truncation of {part.topic}-{part.partition}", exc)
             return
-        after = part.log.log_end_offset
+        self._log_truncation(part, before, after)
+
+    @staticmethod
+    def _log_truncation(part: Partition, before: int, after: int) -> None:
         if after < before:
             log.info(
                 "%s-%d: truncated from %d to %d (leader epoch %d)",
@@ -267,7 +270,6 @@ class ReplicaFetcher:
                 after,
                 part.leader_epoch,
             )
-        part.machine.on_truncated(decision)
 
     async def _fetch_round(self) -> bool:
         now = time.monotonic()
@@ -278,7 +280,7 @@ class ReplicaFetcher:
         ready: dict[TopicPartition, FollowedPartition] = {}
         requests: list[FetchPartitionRequest] = []
         for tp, f in self.partitions.items():
-            if not (f.current and f.partition.machine.is_fetching and f.due(now)):
+            if not (f.current and f.partition.is_fetching and f.due(now)):
                 continue
             if throttling and follower_should_throttle(
                 self.quota, self._throttled(f), f.caught_up, now
@@ -300,45 +302,39 @@ class ReplicaFetcher:
             followed = ready.get(tp)
             if followed is None:
                 continue  # not asked for: the session handler refuses such answers
-            if not self._still_followed(tp, followed) or not followed.partition.machine.is_fetching:
+            if not self._still_followed(tp, followed) or not followed.partition.is_fetching:
                 continue
             part = followed.partition
-            machine = part.machine
             if result.error == ErrorCode.none:
                 followed.succeeded()
-                if result.records:
-                    try:
-                        part.log.append_as_follower(result.records, now_ms=now_ms())
-                    except UnexpectedAppendOffset as exc:
-                        log.warning("%s-%d: %s; truncating again", tp[0], tp[1], exc)
-                        machine.on_append_mismatch()
-                        continue
-                    except OSError as exc:
-                        self._storage_failed(part, f"follower append to {tp[0]}-{tp[1]}", exc)
-                        continue
-                    if self._throttled(followed):
-                        self.quota.record(len(result.records), time.monotonic())
-                followed.caught_up = part.log.log_end_offset >= result.high_watermark
-                part.carry_out(
-                    machine.on_fetch_response(
+                try:
+                    part.append_as_follower(
+                        result.records,
                         leader_high_watermark=result.high_watermark,
                         leader_log_start_offset=result.log_start_offset,
+                        now_ms=now_ms(),
                     )
-                )
+                except UnexpectedAppendOffset as exc:
+                    log.warning("%s-%d: %s; truncating again", tp[0], tp[1], exc)
+                    continue
+                except OSError as exc:
+                    self._storage_failed(part, f"follower append to {tp[0]}-{tp[1]}", exc)
+                    continue
+                if result.records and self._throttled(followed):
+                    self.quota.record(len(result.records), time.monotonic())
+                followed.caught_up = part.log_end_offset >= result.high_watermark
                 progressed = True
             elif result.error == ErrorCode.offset_out_of_range:
                 # The leader's HW stands in for its log end (Fetch carries no LEO).
-                effect = machine.on_fetch_offset_out_of_range(
-                    result.log_start_offset, result.high_watermark
-                )
-                if isinstance(effect, TruncationDecision):
-                    self._truncate(part, effect)
-                elif isinstance(effect, RestartAt):
-                    try:
-                        part.log.truncate_fully_and_start_at(effect.offset)
-                    except OSError as exc:
-                        self._storage_failed(part, f"restart of {tp[0]}-{tp[1]}", exc)
-                        continue
+                try:
+                    moved = part.on_fetch_offset_out_of_range(
+                        result.log_start_offset, result.high_watermark
+                    )
+                except OSError as exc:
+                    self._storage_failed(part, f"truncation of {tp[0]}-{tp[1]}", exc)
+                    continue
+                if moved is not None:
+                    self._log_truncation(part, *moved)
                 progressed = True
             else:
                 followed.failed(time.monotonic(), self.config.fetch_backoff_ms / 1000)
@@ -377,6 +373,8 @@ class ReplicaFetcherManager:
         self._where: dict[TopicPartition, tuple[int, int, str, int]] = {}
         self.on_storage_error: StorageErrorHandler | None = None
         """The replica manager's ``storage_failed``: a follower's disk failed."""
+        self._idle_check: asyncio.Handle | None = None
+        self._stopping: set[asyncio.Task[None]] = set()
 
     def _fetcher_id(self, tp: TopicPartition) -> int:
         return zlib.crc32(f"{tp[0]}-{tp[1]}".encode()) % self.config.num_fetchers
@@ -386,7 +384,7 @@ class ReplicaFetcherManager:
     ) -> None:
         tp = (part.topic, part.partition)
         self.remove_partition(*tp)
-        if leader_address is None or not part.machine.is_truncating:
+        if leader_address is None or not part.is_truncating:
             log.warning(
                 "%s-%d: leader %d has no known address; not fetching", tp[0], tp[1], leader_id
             )
@@ -403,7 +401,7 @@ class ReplicaFetcherManager:
             )
             self.fetchers[key] = fetcher
             fetcher.start()
-        fetcher.add(FollowedPartition(part, part.machine.term))
+        fetcher.add(FollowedPartition(part, part.role_leader_epoch))
         self._where[tp] = key
 
     def _storage_error(self, part: Partition, what: str, exc: OSError) -> None:
@@ -414,11 +412,42 @@ class ReplicaFetcherManager:
 
     def remove_partition(self, topic: str, partition: int) -> None:
         key = self._where.pop((topic, partition), None)
-        if key is not None and key in self.fetchers:
-            self.fetchers[key].remove((topic, partition))
+        fetcher = self.fetchers.get(key) if key is not None else None
+        if fetcher is not None:
+            fetcher.remove((topic, partition))
+            if not fetcher.partitions:
+                self._schedule_idle_check()
+
+    def _schedule_idle_check(self) -> None:
+        """After the request being handled (a whole LeaderAndIsr or StopReplica, which
+        runs without awaiting), stop the fetchers it left idle."""
+        if self._idle_check is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._idle_check = loop.call_soon(self.shutdown_idle_fetchers)
+
+    def shutdown_idle_fetchers(self) -> None:
+        """Kafka ``shutdownIdleFetcherThreads``: a fetcher left with no partition stops,
+        and closes its fetch session with the leader (``RemoteLeaderEndpoint.close``)."""
+        self._idle_check = None
+        for key, fetcher in list(self.fetchers.items()):
+            if not fetcher.partitions:
+                del self.fetchers[key]
+                log.info("no partition left to fetch from broker %d", fetcher.source_broker)
+                task = asyncio.create_task(fetcher.stop())
+                self._stopping.add(task)
+                task.add_done_callback(self._stopping.discard)
 
     async def shutdown(self) -> None:
+        if self._idle_check is not None:
+            self._idle_check.cancel()
+            self._idle_check = None
         for fetcher in self.fetchers.values():
             await fetcher.stop()
         self.fetchers.clear()
         self._where.clear()
+        if self._stopping:
+            await asyncio.gather(*self._stopping, return_exceptions=True)

@@ -8,6 +8,7 @@ carries); tests may put an in-memory endpoint in its place.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -70,6 +71,8 @@ class LeaderEndpoint(Protocol):
 # retransmission backoff or the 30 s request timeout.
 DEAD_PEER_S = 5.0
 CONNECT_TIMEOUT_S = 2.0
+# How long a follower that stops fetching waits for the leader to take its session's close.
+CLOSE_SESSION_TIMEOUT_S = 2.0
 
 
 class RemoteLeaderEndpoint:
@@ -202,6 +205,33 @@ class RemoteLeaderEndpoint:
         return out
 
     async def close(self) -> None:
-        if self._conn is not None:
-            await self._conn.close()
-            self._conn = None
+        """Close the fetch session (a last Fetch at epoch FINAL, answered at once), then
+        the connection. A leader that does not answer in time keeps the session until
+        its cache evicts it."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            final = self.session.close()
+            if final is not None and conn.connected:
+                body = fetch_codec.encode_fetch_request(
+                    FETCH_VERSION,
+                    replica_id=self.replica_id,
+                    max_wait_ms=0,
+                    min_bytes=0,
+                    max_bytes=0,
+                    isolation_level=0,
+                    partitions=[],
+                    session_id=final.session_id,
+                    session_epoch=final.epoch,
+                    forgotten=[],
+                )
+                with contextlib.suppress(Exception):
+                    await conn.request_encoded(
+                        ApiKey.FETCH,
+                        FETCH_VERSION,
+                        body,
+                        timeout_s=min(self.timeout_s, CLOSE_SESSION_TIMEOUT_S),
+                    )
+        finally:
+            await conn.close()

@@ -20,40 +20,46 @@ to ZooKeeper, publish a new high watermark. The broker (``Partition``,
 both drivers of this class; neither decides anything itself.
 
 Concurrency: owned by the event loop (the broker) or the simulated world; not
-safe across awaits. A driver that awaits between asking and acting re-checks
-``term``: it changes on every role change.
+safe across awaits: a driver that awaits between asking and acting re-checks
+``role_leader_epoch`` (see ``__init__``).
 """
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
 
+from replog.replication.actions import (
+    NO_LEADER,
+    Action,
+    AdvanceLogStart,
+    AssignLeaderEpoch,
+    FetchDecision,
+    IsrCommitted,
+    LogView,
+    PartitionLeadership,
+    Role,
+    RoleChange,
+    StartFetching,
+    StopFetching,
+    TruncationRule,
+)
 from replog.replication.core import (
     AcksAllStatus,
     HwChange,
     LeaderState,
     ReplicationInvariantError,
-    StopLeading,
 )
 from replog.replication.delete_records import (
-    UNKNOWN_LOW_WATERMARK,
+    DeleteRecordsDecision,
     DeleteRecordsStatus,
+    decide_delete_records,
     delete_records_progress,
-    delete_records_target,
-    low_watermark,
+    leader_low_watermark,
 )
-from replog.replication.fetch_rules import (
-    READ_UNCOMMITTED,
-    FetchBounds,
-    fetch_bounds,
-    fetch_isolation,
-    validate_current_leader_epoch,
-)
+from replog.replication.fetch_decision import decide_fetch
+from replog.replication.fetch_rules import READ_UNCOMMITTED, validate_current_leader_epoch
 from replog.replication.follower import EpochRequest, FollowerPhase, FollowerState, RestartAt
 from replog.replication.isr import IsrChangeProposal
 from replog.replication.truncation import (
@@ -63,146 +69,6 @@ from replog.replication.truncation import (
     end_offset_for_epoch,
     high_watermark_truncation,
 )
-
-NO_LEADER = -1
-
-
-class Role(enum.Enum):
-    NONE = "none"  # no leader, not yet told, stopped, or fenced after a rejected ISR write
-    LEADER = "leader"
-    FOLLOWER = "follower"
-
-
-class TruncationRule(enum.Enum):
-    """How a new follower finds where to truncate."""
-
-    LEADER_EPOCH = "leader_epoch"  # KIP-101 / KIP-279: what replog does
-    HIGH_WATERMARK = "high_watermark"  # the pre-KIP-101 rule; only to show it loses data
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionLeadership:
-    """What the controller says about one partition (one partition of a LeaderAndIsr)."""
-
-    leader: int
-    leader_epoch: int
-    isr: tuple[int, ...]
-    replicas: tuple[int, ...]
-    zk_version: int
-    controller_epoch: int
-
-    def assigns(self, broker_id: int) -> bool:
-        """Whether ``broker_id`` holds a replica of the partition."""
-        return broker_id in self.replicas
-
-
-class LogView(Protocol):
-    """The in-memory facts of the replica's log the rules need; the driver owns the log."""
-
-    @property
-    def log_end_offset(self) -> int: ...
-
-    @property
-    def log_start_offset(self) -> int: ...
-
-    def epoch_entries(self) -> Sequence[tuple[int, int]]: ...
-
-
-# -- actions ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class AssignLeaderEpoch:
-    """Record in the log's epoch cache that ``leader_epoch`` starts at ``start_offset``."""
-
-    leader_epoch: int
-    start_offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class RoleChange:
-    """The role changed: wake every waiter so it re-checks (its term is over)."""
-
-    role: Role
-    leader_epoch: int
-    term: int
-
-
-@dataclass(frozen=True, slots=True)
-class StartFetching:
-    """Follow ``leader_id`` at ``leader_epoch``: truncate first, then fetch."""
-
-    leader_id: int
-    leader_epoch: int
-
-
-@dataclass(frozen=True, slots=True)
-class StopFetching:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class IsrCommitted:
-    """ZooKeeper took the ISR change: announce it to the controller (isr_change_notification)."""
-
-    in_sync_replicas: tuple[int, ...]
-    zk_version: int
-
-
-@dataclass(frozen=True, slots=True)
-class AdvanceLogStart:
-    """Follower: move the log start offset up to ``offset`` (the leader deleted below it)."""
-
-    offset: int
-
-
-Action = (
-    AssignLeaderEpoch
-    | RoleChange
-    | StartFetching
-    | StopFetching
-    | HwChange
-    | IsrChangeProposal
-    | IsrCommitted
-    | StopLeading
-    | AdvanceLogStart
-)
-
-
-@dataclass(frozen=True, slots=True)
-class FetchDecision:
-    """The answer to a fetch arriving at this replica.
-
-    On ``ErrorCode.none`` the driver reads ``[bounds.start_offset,
-    bounds.end_offset)`` (within its byte budget), carries out ``actions`` (a
-    new high watermark, an ISR change to write) and answers with
-    ``high_watermark``.
-    """
-
-    error: ErrorCode
-    bounds: FetchBounds | None = None
-    high_watermark: int = -1
-    actions: tuple[Action, ...] = ()
-    follower_lost_records: bool = False
-    # The follower reported a higher log start offset: the low watermark may have
-    # moved, so DeleteRecords waiting on it should look again.
-    follower_log_start_advanced: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteRecordsDecision:
-    """The leader's answer to one partition of a DeleteRecords (Kafka ``deleteRecordsOnLeader``).
-
-    On ``ErrorCode.none`` the driver carries out ``actions`` (the log start moves
-    up to ``requested_offset``), then answers at once if ``low_watermark`` has
-    reached it, or waits (``delete_records_status``) until every live replica has
-    followed.
-    """
-
-    error: ErrorCode
-    requested_offset: int = -1
-    low_watermark: int = UNKNOWN_LOW_WATERMARK
-    actions: tuple[Action, ...] = ()
 
 
 class PartitionMachine:
@@ -230,7 +96,13 @@ class PartitionMachine:
         self.truncation_rule = truncation_rule
         self.state: PartitionLeadership | None = None
         self.role = Role.NONE
-        self.term = 0
+        # The leader epoch the current role began at (-1: no role). It changes on every
+        # role change and stays while a leader goes on leading (or a follower following
+        # the same leader) at a newer epoch.
+        self.role_leader_epoch = -1
+        # (leader epoch, session renewed since) of a leadership this replica fenced
+        # itself out of on ZooKeeper session expiry
+        self._fenced_at: tuple[int, bool] | None = None
         self.leader_state: LeaderState | None = None
         self.follower_state: FollowerState | None = None
         # A restart: the checkpointed HW, within what the log still holds.
@@ -301,7 +173,7 @@ class PartitionMachine:
         if self.state is not None:
             if state.leader_epoch < self.state.leader_epoch:
                 return ErrorCode.stale_controller_epoch, []  # Kafka's answer to an old epoch
-            if state.leader_epoch == self.state.leader_epoch:
+            if state.leader_epoch == self.state.leader_epoch and not self._retakes(state):
                 return ErrorCode.none, []  # a resend (controller failover): already applied
         if self.is_leader and state.leader == self.broker_id:
             return ErrorCode.none, self._continue_leading(state, now_ms)
@@ -320,8 +192,7 @@ class PartitionMachine:
         if state.leader == self.broker_id:
             actions += self._become_leader(state, now_ms)
         elif state.leader == NO_LEADER:
-            self.term += 1
-            actions.append(RoleChange(Role.NONE, state.leader_epoch, self.term))
+            actions.append(RoleChange(Role.NONE, state.leader_epoch))
         else:
             actions += self._become_follower(state)
         self.check_invariants()
@@ -330,23 +201,41 @@ class PartitionMachine:
     def on_session_expired(self) -> list[Action]:
         """This broker's ZooKeeper session is surely gone (disconnected for a whole
         session timeout): a controller may already have elected another leader, so a
-        leader stops leading until the next LeaderAndIsr, which the re-registration
-        brings at a newer epoch. Followers keep following. (Kafka's ZooKeeper mode
-        keeps leading; this is the fence KRaft's broker heartbeats give.)"""
+        leader stops leading until the controller speaks again after the broker
+        registered anew (``on_session_renewed``). Followers keep following. (Kafka's
+        ZooKeeper mode keeps leading; this is the fence KRaft's broker heartbeats give.)"""
         ls = self.leader_state
         if ls is None or not ls.is_leading:
             return []
         stop = ls.resign("ZooKeeper session expired")
         self._end_role()
-        self.term += 1
-        return [stop, RoleChange(Role.NONE, self.leader_epoch, self.term)]
+        self._fenced_at = (self.leader_epoch, False)
+        return [stop, RoleChange(Role.NONE, self.leader_epoch)]
+
+    def on_session_renewed(self) -> None:
+        """The broker registered again (a new broker epoch; the driver drops LeaderAndIsr
+        requests addressed to the old one, KIP-380). A controller that names this
+        replica leader at the epoch it fenced itself at has read ZooKeeper since: nobody
+        else led in between (every election bumps the epoch), so that LeaderAndIsr is
+        obeyed, not taken for a resend. Without this, a fenced leader that wins the
+        controller election itself would never be given a newer epoch."""
+        if self._fenced_at is not None:
+            self._fenced_at = (self._fenced_at[0], True)
+
+    def _retakes(self, state: PartitionLeadership) -> bool:
+        fenced = self._fenced_at
+        return (
+            fenced is not None
+            and fenced == (state.leader_epoch, True)
+            and state.leader == self.broker_id
+            and self.role is Role.NONE
+        )
 
     def stop(self) -> list[Action]:
         """StopReplica: no role any more; the high watermark is kept for the checkpoint."""
         actions = self._end_role()
         self.state = None
-        self.term += 1
-        actions.append(RoleChange(Role.NONE, -1, self.term))
+        actions.append(RoleChange(Role.NONE, -1))
         return actions
 
     def _end_role(self) -> list[Action]:
@@ -362,6 +251,7 @@ class PartitionMachine:
             self.follower_state = None
             actions.append(StopFetching())
         self.role = Role.NONE
+        self.role_leader_epoch = -1
         return actions
 
     def _continues_following(self, state: PartitionLeadership) -> bool:
@@ -379,7 +269,7 @@ class PartitionMachine:
         """Still the leader at a newer epoch (the controller shrank the ISR, say): the
         ``LeaderState`` moves to it in place, as Kafka's ``makeLeader`` does for a leader
         that was leading. The log was not truncated in between, so produces waiting on
-        acks=all keep their term."""
+        acks=all keep their ``role_leader_epoch``."""
         ls = self.leader_state
         assert ls is not None
         self.state = state
@@ -394,7 +284,7 @@ class PartitionMachine:
         )
         actions: list[Action] = [
             AssignLeaderEpoch(state.leader_epoch, leo),
-            RoleChange(Role.LEADER, state.leader_epoch, self.term),
+            RoleChange(Role.LEADER, state.leader_epoch),
         ]
         if change is not None:
             actions.append(change)
@@ -417,10 +307,11 @@ class PartitionMachine:
             partition_zk_version=state.zk_version,
         )
         self.role = Role.LEADER
-        self.term += 1
+        self.role_leader_epoch = state.leader_epoch
+        self._fenced_at = None
         actions: list[Action] = [
             AssignLeaderEpoch(state.leader_epoch, leo),
-            RoleChange(Role.LEADER, state.leader_epoch, self.term),
+            RoleChange(Role.LEADER, state.leader_epoch),
         ]
         if self.leader_state.high_watermark != before:
             actions.append(HwChange(before, self.leader_state.high_watermark))
@@ -435,20 +326,28 @@ class PartitionMachine:
             high_watermark=self._high_watermark,
         )
         self.role = Role.FOLLOWER
-        self.term += 1
+        self.role_leader_epoch = state.leader_epoch
         return [
-            RoleChange(Role.FOLLOWER, state.leader_epoch, self.term),
+            RoleChange(Role.FOLLOWER, state.leader_epoch),
             StartFetching(state.leader, state.leader_epoch),
         ]
 
     # -- requests answered as leader ----------------------------------------------------------
 
     def validate_leader_request(self, current_leader_epoch: int) -> ErrorCode:
-        """NOT_LEADER_OR_FOLLOWER unless leading; then KIP-320 fencing of the request's epoch."""
+        """KIP-320 fencing of the request's epoch against the one this replica knows,
+        leader or not, then NOT_LEADER_OR_FOLLOWER unless leading (Kafka
+        ``Partition.getLocalLog``: a broker that knows a newer leader epoch answers
+        FENCED_LEADER_EPOCH, so the client refreshes its metadata instead of retrying
+        the same broker; one that knows an older one, UNKNOWN_LEADER_EPOCH)."""
+        if self.state is not None:
+            error = validate_current_leader_epoch(current_leader_epoch, self.state.leader_epoch)
+            if error is not ErrorCode.none:
+                return error
         ls = self.leader_state
         if ls is None or not ls.is_leading:
             return ErrorCode.not_leader_or_follower
-        return validate_current_leader_epoch(current_leader_epoch, ls.leader_epoch)
+        return ErrorCode.none
 
     def on_fetch(
         self,
@@ -461,55 +360,42 @@ class PartitionMachine:
         broker_epoch: int = -1,
         isr_eligible: bool = True,
         follower_log_start_offset: int = -1,
+        last_fetched_epoch: int = -1,
+        replication_throttled: bool = False,
     ) -> FetchDecision:
-        """A fetch from a follower (``replica_id >= 0``) or a consumer arrived.
-
-        ``isr_eligible`` is False when the controller does not count the follower
-        as a live broker: a late fetch from a crashed follower must not bring it
-        back into the ISR (KIP-903). ``follower_log_start_offset`` is the one the
-        follower's fetch carries (the low watermark is the least of them).
+        """A fetch from a follower (``replica_id >= 0``) or a consumer arrived (Kafka
+        ``Partition.fetchRecords``): KIP-320 fencing and leadership here, then the
+        KIP-595 check, the leader's throttle, the bounds and the follower's state in
+        ``fetch_decision.decide_fetch`` (see there for the arguments).
         """
         error = self.validate_leader_request(current_leader_epoch)
         if error is not ErrorCode.none:
             return FetchDecision(error)
         ls = self.leader_state
         assert ls is not None
-        bounds = fetch_bounds(
-            fetch_offset=fetch_offset,
-            log_start_offset=self.log.log_start_offset,
-            high_watermark=ls.high_watermark,
-            log_end_offset=self.log.log_end_offset,
-            isolation=fetch_isolation(replica_id, isolation_level),
+        return decide_fetch(
+            ls,
+            self.log,
+            replica_id,
+            fetch_offset,
+            now_ms,
+            isolation_level=isolation_level,
+            broker_epoch=broker_epoch,
+            isr_eligible=isr_eligible,
+            follower_log_start_offset=follower_log_start_offset,
+            last_fetched_epoch=last_fetched_epoch,
+            replication_throttled=replication_throttled,
         )
-        if bounds.error is not ErrorCode.none:
-            return FetchDecision(bounds.error, high_watermark=ls.high_watermark)
-        actions: list[Action] = []
-        lost = False
-        log_start_advanced = False
-        if replica_id >= 0 and replica_id != self.broker_id and replica_id in ls.assigned_replicas:
-            log_start_before = ls.follower_log_start_offset(replica_id)
-            outcome = ls.on_follower_fetch(
-                replica_id,
-                fetch_offset,
-                now_ms,
-                broker_epoch=broker_epoch,
-                isr_eligible=isr_eligible,
-                log_start_offset=follower_log_start_offset,
-            )
-            log_start_advanced = follower_log_start_offset > log_start_before
-            lost = outcome.follower_lost_records
-            if outcome.high_watermark_change is not None:
-                actions.append(outcome.high_watermark_change)
-            if outcome.isr_change is not None:
-                actions.append(outcome.isr_change)
-        return FetchDecision(
-            ErrorCode.none,
-            bounds,
-            ls.high_watermark,
-            tuple(actions),
-            follower_lost_records=lost,
-            follower_log_start_advanced=log_start_advanced,
-        )
+
+    def fetch_ready(self, replica_id: int, fetch_offset: int) -> bool:
+        """Whether a fetch waiting at ``fetch_offset`` (Kafka ``DelayedFetch``) has
+        something to read now (a follower up to the log end, a consumer up to the high
+        watermark), or must be answered because this replica stopped leading."""
+        ls = self.leader_state
+        if ls is None or not ls.is_leading:
+            return True
+        end = self.log.log_end_offset if replica_id >= 0 else ls.high_watermark
+        return end > fetch_offset
 
     def answer_offsets_for_leader_epoch(
         self, current_leader_epoch: int, requested_epoch: int
@@ -548,44 +434,27 @@ class PartitionMachine:
         ls = self.leader_state
         if ls is None or not ls.is_leading:
             return DeleteRecordsDecision(ErrorCode.not_leader_or_follower)
-        error, target = delete_records_target(
-            offset, ls.high_watermark, delete_allowed=delete_allowed
+        return decide_delete_records(
+            ls, self.log.log_start_offset, offset, delete_allowed=delete_allowed, is_live=is_live
         )
-        if error is not ErrorCode.none:
-            return DeleteRecordsDecision(error)
-        start = self.log.log_start_offset
-        actions: tuple[Action, ...] = (AdvanceLogStart(target),) if target > start else ()
-        low = self._low_watermark(ls, max(start, target), is_live)
-        return DeleteRecordsDecision(ErrorCode.none, target, low, actions)
 
     def low_watermark(self, is_live: Callable[[int], bool]) -> int | None:
         """Kafka ``lowWatermarkIfLeader``; None unless leading."""
         ls = self.leader_state
         if ls is None or not ls.is_leading:
             return None
-        return self._low_watermark(ls, self.log.log_start_offset, is_live)
-
-    def _low_watermark(
-        self, ls: LeaderState, leader_log_start: int, is_live: Callable[[int], bool]
-    ) -> int:
-        return low_watermark(
-            leader_log_start,
-            (
-                ls.follower_log_start_offset(r)
-                for r in ls.assigned_replicas
-                if r != self.broker_id and is_live(r)
-            ),
-        )
+        return leader_low_watermark(ls, self.log.log_start_offset, is_live)
 
     def delete_records_status(
-        self, requested_offset: int, term: int, is_live: Callable[[int], bool]
+        self, requested_offset: int, leader_epoch: int, is_live: Callable[[int], bool]
     ) -> DeleteRecordsStatus:
-        """Whether a DeleteRecords accepted in ``term`` is done: the low watermark reached
-        ``requested_offset``, or this replica stopped leading (NOT_LEADER_OR_FOLLOWER)."""
+        """Whether a DeleteRecords accepted at ``leader_epoch`` is done: the low watermark
+        reached ``requested_offset``, or the leadership it was accepted in ended
+        (NOT_LEADER_OR_FOLLOWER)."""
         ls = self.leader_state
-        if term != self.term or ls is None or not ls.is_leading:
+        if not self._leads_since(leader_epoch) or ls is None:
             return DeleteRecordsStatus(True, ErrorCode.not_leader_or_follower)
-        low = self._low_watermark(ls, self.log.log_start_offset, is_live)
+        low = leader_low_watermark(ls, self.log.log_start_offset, is_live)
         return delete_records_progress(low, requested_offset)
 
     # -- produce ------------------------------------------------------------------------------
@@ -608,17 +477,27 @@ class PartitionMachine:
             )
         return ls.on_local_append(self.log.log_end_offset)
 
-    def acks_all_status(self, required_offset: int, term: int) -> AcksAllStatus:
-        """Whether an acks=all append made in ``term`` (ending before ``required_offset``) is done.
+    def _leads_since(self, leader_epoch: int) -> bool:
+        """Leading, in the leadership that was current at ``leader_epoch`` (it began at
+        that epoch or before, and has gone on since)."""
+        return (
+            self.is_leader
+            and self.role_leader_epoch >= 0
+            and self.role_leader_epoch <= leader_epoch <= self.leader_epoch
+        )
+
+    def acks_all_status(self, required_offset: int, leader_epoch: int) -> AcksAllStatus:
+        """Whether an acks=all append made at ``leader_epoch`` (ending before
+        ``required_offset``) is done.
 
         Tied to the leadership it was appended in: once that ends (even if this
-        broker leads again later, its log may have been truncated and rewritten
-        meanwhile) the answer is NOT_LEADER_OR_FOLLOWER. A newer leader epoch
-        that keeps this broker leading continues the term, as Kafka's delayed
+        broker leads again later, at a newer epoch, its log may have been truncated
+        and rewritten meanwhile) the answer is NOT_LEADER_OR_FOLLOWER. A newer
+        leader epoch that keeps this broker leading continues it, as Kafka's delayed
         produce survives it.
         """
         ls = self.leader_state
-        if term != self.term or ls is None or not ls.is_leading:
+        if not self._leads_since(leader_epoch) or ls is None:
             return AcksAllStatus.NOT_LEADER_OR_FOLLOWER
         return ls.acks_all_status(required_offset)
 
@@ -651,8 +530,7 @@ class PartitionMachine:
         outcome = ls.on_isr_update_result(proposal, new_zk_version)
         if outcome.stop_leading is not None:
             self._end_role()
-            self.term += 1
-            return [outcome.stop_leading, RoleChange(Role.NONE, self.leader_epoch, self.term)]
+            return [outcome.stop_leading, RoleChange(Role.NONE, self.leader_epoch)]
         assert self.state is not None
         self.state = PartitionLeadership(
             leader=self.state.leader,

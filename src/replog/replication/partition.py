@@ -1,10 +1,14 @@
-"""One partition replica on this broker: its log, its state machine, its waiters.
+"""One partition replica on this broker: its log, its state machine, its delayed operations.
 
-Every replication rule lives in ``PartitionMachine``; this class is its driver
-for the real broker: it feeds it events, carries out the actions that touch the
-log (epoch cache, high watermark, log start) or the waiters (produce and fetch
-requests parked until the HW or LEO moves), and hands the rest (fetcher changes,
-ZooKeeper writes) to the ``ReplicaManager``.
+Every replication rule lives in ``PartitionMachine``; this class is its only
+driver on the broker, and the only code that touches the replica's log: it
+feeds the machine events, carries out the actions that touch the log (epoch
+cache, high watermark, log start, a follower's appends and truncations) and
+completes the delayed operations watching the partition (``delayed``: produce,
+fetch and DeleteRecords requests waiting for the HW, the log end, the low
+watermark or a role change), and hands the rest (fetcher changes, ZooKeeper
+writes) back to its caller, the ``ReplicaManager``. Other packages ask it
+through small named methods, never through its machine or log.
 
 Concurrency: owned by the event loop; no method awaits.
 """
@@ -12,10 +16,16 @@ Concurrency: owned by the event loop; no method awaits.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
-from replog.replication.core import HwChange
+from replog.replication.core import AcksAllStatus, HwChange
+from replog.replication.delayed import DelayedOperation, WatchList
+from replog.replication.delete_records import DeleteRecordsStatus
+from replog.replication.fetch_rules import READ_UNCOMMITTED, FetchPartitionRequest
+from replog.replication.follower import EpochRequest, RestartAt
+from replog.replication.isr import IsrChangeProposal
 from replog.replication.machine import (
     Action,
     AdvanceLogStart,
@@ -24,11 +34,15 @@ from replog.replication.machine import (
     FetchDecision,
     PartitionLeadership,
     PartitionMachine,
+    Role,
     RoleChange,
 )
-from replog.replication.waiters import Waiters
-from replog.storage.log import AppendInfo, Log
+from replog.replication.quota import is_throttled
+from replog.replication.truncation import EpochEndOffset, TruncationDecision
+from replog.storage.log import AppendInfo, Log, UnexpectedAppendOffset
 from replog.storage.log_config import LogConfig
+from replog.storage.producer_state import ProducerStateEntry
+from replog.storage.segment import TimestampAndOffset
 
 
 class LogFacts:
@@ -65,78 +79,248 @@ class Partition:
         self.topic = topic
         self.partition = partition
         self.local_broker_id = local_broker_id
-        self.log = log_
-        self.waiters = Waiters()
-        self.machine = PartitionMachine(
+        self._log = log_
+        self._delayed = WatchList(self)
+        self._machine = PartitionMachine(
             local_broker_id,
             LogFacts(log_),
             high_watermark=high_watermark,
             replica_lag_time_max_ms=replica_lag_time_max_ms,
             min_insync_replicas=log_.config.min_insync_replicas,
         )
-        self.log.update_high_watermark(self.machine.high_watermark)
+        self._log.update_high_watermark(self._machine.high_watermark)
 
     # -- queries (the machine's) -------------------------------------------------
 
     @property
     def state(self) -> PartitionLeadership | None:
-        return self.machine.state
+        return self._machine.state
+
+    @property
+    def role(self) -> Role:
+        return self._machine.role
 
     @property
     def is_leader(self) -> bool:
-        return self.machine.is_leader
+        return self._machine.is_leader
 
     @property
     def leader_epoch(self) -> int:
-        return self.machine.leader_epoch
+        return self._machine.leader_epoch
+
+    @property
+    def role_leader_epoch(self) -> int:
+        """The leader epoch the current role began at (-1: no role); a fetcher or ISR
+        write made in one role checks it after an await."""
+        return self._machine.role_leader_epoch
 
     @property
     def high_watermark(self) -> int:
-        return self.machine.high_watermark
+        return self._machine.high_watermark
 
     @property
     def in_sync_replicas(self) -> tuple[int, ...]:
-        return self.machine.in_sync_replicas
+        return self._machine.in_sync_replicas
+
+    @property
+    def min_insync_replicas(self) -> int:
+        return self._machine.min_insync_replicas
+
+    @property
+    def high_watermark_behind_epoch_start(self) -> bool:
+        return self._machine.high_watermark_behind_epoch_start
+
+    @property
+    def is_fetching(self) -> bool:
+        return self._machine.is_fetching
+
+    @property
+    def is_truncating(self) -> bool:
+        return self._machine.is_truncating
+
+    @property
+    def fetch_offset(self) -> int:
+        """A follower's next fetch offset."""
+        return self._machine.fetch_offset
+
+    def validate_leader_request(self, current_leader_epoch: int) -> ErrorCode:
+        """KIP-320 fencing of a request's leader epoch, then NOT_LEADER_OR_FOLLOWER."""
+        return self._machine.validate_leader_request(current_leader_epoch)
+
+    def validate_replica_request(self, current_leader_epoch: int) -> ErrorCode:
+        """KIP-320 fencing for a request any replica answers (a debugging client's)."""
+        return self._machine.validate_replica_request(current_leader_epoch)
+
+    def answer_offsets_for_leader_epoch(
+        self, current_leader_epoch: int, requested_epoch: int
+    ) -> tuple[ErrorCode, EpochEndOffset]:
+        return self._machine.answer_offsets_for_leader_epoch(current_leader_epoch, requested_epoch)
+
+    def acks_all_status(self, required_offset: int, leader_epoch: int) -> AcksAllStatus:
+        return self._machine.acks_all_status(required_offset, leader_epoch)
+
+    def delete_records_status(
+        self, requested_offset: int, leader_epoch: int, is_live: Callable[[int], bool]
+    ) -> DeleteRecordsStatus:
+        return self._machine.delete_records_status(requested_offset, leader_epoch, is_live)
+
+    def fetch_ready(self, replica_id: int, fetch_offset: int) -> bool:
+        return self._machine.fetch_ready(replica_id, fetch_offset)
+
+    # -- queries (the log's) ---------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log.log_end_offset
+
+    @property
+    def log_dir(self) -> Path:
+        """The log dir (a ``log.dirs`` entry) the replica's log lives in."""
+        return self._log.dir.parent
+
+    def size_in_bytes(self) -> int:
+        return self._log.size_in_bytes()
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._log.segments)
+
+    def earliest_epoch(self) -> int | None:
+        return self._log.earliest_epoch()
+
+    def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
+        return self._log.offset_for_timestamp(timestamp)
+
+    def max_timestamp_and_offset(self) -> TimestampAndOffset | None:
+        return self._log.max_timestamp_and_offset()
+
+    def producer_states(self) -> Iterable[ProducerStateEntry]:
+        """The log's active producers (DescribeProducers)."""
+        return self._log.producer_state.producers.values()
+
+    def read_records(self, start_offset: int, max_bytes: int, max_offset: int) -> bytes:
+        """Records from ``start_offset`` below ``max_offset`` (a local reader's, such as
+        the group coordinator loading its partition up to the high watermark)."""
+        return self._log.read(start_offset, max_bytes, max_offset=max_offset).records
+
+    def throttled_as_leader(self) -> bool:
+        """``leader.replication.throttled.replicas`` lists this replica."""
+        raw = self._log.config.leader_replication_throttled_replicas
+        return is_throttled(raw, self.partition, self.local_broker_id)
+
+    def throttled_as_follower(self) -> bool:
+        """``follower.replication.throttled.replicas`` lists this replica."""
+        raw = self._log.config.follower_replication_throttled_replicas
+        return is_throttled(raw, self.partition, self.local_broker_id)
 
     def update_config(self, config: LogConfig) -> None:
         """A topic config change reaches the log and the replication state."""
-        self.log.update_config(config)
-        self.machine.set_min_insync_replicas(config.min_insync_replicas)
+        self._log.update_config(config)
+        self._machine.set_min_insync_replicas(config.min_insync_replicas)
 
-    def check_leader_epoch(self, current_leader_epoch: int) -> ErrorCode:
-        """NOT_LEADER_OR_FOLLOWER, or KIP-320 fencing of a request's leader epoch."""
-        return self.machine.validate_leader_request(current_leader_epoch)
+    # -- delayed operations ------------------------------------------------------------
+
+    def watch(self, operation: DelayedOperation) -> None:
+        """``operation`` waits on this partition: it is tried whenever what it reads moves."""
+        self._delayed.watch(operation)
+
+    def _complete_delayed(self) -> None:
+        self._delayed.try_complete_all()
 
     # -- carrying out actions -----------------------------------------------------
 
-    def carry_out(self, actions: Iterable[Action]) -> list[Action]:
-        """Do the log and waiter actions; return the ones for the replica manager."""
+    def _carry_out(self, actions: Iterable[Action]) -> list[Action]:
+        """Do the log actions and complete what waits on them; return the actions for
+        the replica manager (fetcher changes, ZooKeeper writes)."""
         rest: list[Action] = []
+        moved = False
         for action in actions:
             if isinstance(action, HwChange):
-                self.log.update_high_watermark(action.new)
-                self.waiters.notify()
+                self._log.update_high_watermark(action.new)
+                moved = True
             elif isinstance(action, AssignLeaderEpoch):
-                self.log.leader_epoch_cache.assign(action.leader_epoch, action.start_offset)
+                self._log.leader_epoch_cache.assign(action.leader_epoch, action.start_offset)
             elif isinstance(action, RoleChange):
-                self.log.update_high_watermark(self.machine.high_watermark)
-                self.waiters.wake_all()
+                self._log.update_high_watermark(self._machine.high_watermark)
+                moved = True
                 rest.append(action)
             elif isinstance(action, AdvanceLogStart):
-                if self.log.maybe_increment_log_start_offset(action.offset):
-                    self.log.delete_segments_below_log_start()
+                if self._log.maybe_increment_log_start_offset(action.offset):
+                    self._log.delete_segments_below_log_start()
+                moved = True
             else:
                 rest.append(action)
+        if moved:
+            self._complete_delayed()
         return rest
+
+    # -- the controller and the ISR write --------------------------------------------
+
+    def make_leader_or_follower(
+        self, state: PartitionLeadership, now_ms: int
+    ) -> tuple[ErrorCode, list[Action]]:
+        """One partition of a LeaderAndIsr (``PartitionMachine.on_leader_and_isr``)."""
+        code, actions = self._machine.on_leader_and_isr(state, now_ms)
+        return code, self._carry_out(actions)
+
+    def stop(self) -> list[Action]:
+        """StopReplica, or the log dir went offline."""
+        return self._carry_out(self._machine.stop())
+
+    def on_session_expired(self) -> list[Action]:
+        return self._carry_out(self._machine.on_session_expired())
+
+    def on_session_renewed(self) -> None:
+        self._machine.on_session_renewed()
+
+    def maybe_shrink_isr(self, now_ms: int) -> IsrChangeProposal | None:
+        return self._machine.maybe_shrink_isr(now_ms)
+
+    def on_isr_update_result(
+        self, proposal: IsrChangeProposal, new_zk_version: int | None
+    ) -> list[Action]:
+        return self._carry_out(self._machine.on_isr_update_result(proposal, new_zk_version))
 
     # -- reads ----------------------------------------------------------------------
 
+    def fetch(
+        self,
+        replica_id: int,
+        request: FetchPartitionRequest,
+        now_ms: int,
+        *,
+        isolation_level: int = READ_UNCOMMITTED,
+        isr_eligible: bool,
+        replication_throttled: bool,
+    ) -> tuple[FetchDecision, list[Action]]:
+        """A fetch arrived (``PartitionMachine.on_fetch`` decides); the actions left for
+        the replica manager. Read the records with ``read``."""
+        decision = self._machine.on_fetch(
+            replica_id,
+            request.fetch_offset,
+            request.current_leader_epoch,
+            now_ms,
+            isolation_level=isolation_level,
+            isr_eligible=isr_eligible,
+            follower_log_start_offset=request.log_start_offset,
+            last_fetched_epoch=request.last_fetched_epoch,
+            replication_throttled=replication_throttled,
+        )
+        rest = self._carry_out(decision.actions) if decision.actions else []
+        if decision.follower_log_start_advanced:
+            self._complete_delayed()  # DeleteRecords waiting for the low watermark
+        return decision, rest
+
     def read(self, decision: FetchDecision, max_bytes: int) -> bytes:
-        """The records a fetch may see (``decision`` came from ``machine.on_fetch``)."""
+        """The records a fetch may see (``decision`` came from ``fetch``)."""
         bounds = decision.bounds
         if bounds is None or bounds.is_empty:
             return b""
-        data = self.log.read(bounds.start_offset, max_bytes, max_offset=bounds.end_offset)
+        data = self._log.read(bounds.start_offset, max_bytes, max_offset=bounds.end_offset)
         return data.records
 
     # -- DeleteRecords ------------------------------------------------------------------
@@ -144,25 +328,84 @@ class Partition:
     def delete_records(self, offset: int, is_live: Callable[[int], bool]) -> DeleteRecordsDecision:
         """Move the log start up to ``offset`` as leader (the machine decides; see
         ``PartitionMachine.delete_records``); segments wholly below it are deleted."""
-        decision = self.machine.delete_records(
-            offset, delete_allowed=self.log.config.delete_enabled, is_live=is_live
+        decision = self._machine.delete_records(
+            offset, delete_allowed=self._log.config.delete_enabled, is_live=is_live
         )
-        self.carry_out(decision.actions)
+        self._carry_out(decision.actions)
         return decision
 
-    # -- writes -----------------------------------------------------------------------
+    # -- writes as leader ---------------------------------------------------------------
 
     def append_as_leader(
         self, records: bytearray, *, acks: int, now_ms: int
     ) -> tuple[ErrorCode, AppendInfo | None]:
         """Append a produce request's batch; NOT_LEADER_OR_FOLLOWER / NOT_ENOUGH_REPLICAS first."""
-        error = self.machine.check_append(acks)
+        error = self._machine.check_append(acks)
         if error is not ErrorCode.none:
             return error, None
-        info = self.log.append_as_leader(records, leader_epoch=self.leader_epoch, now_ms=now_ms)
+        info = self._log.append_as_leader(records, leader_epoch=self.leader_epoch, now_ms=now_ms)
         if not info.duplicate:
-            change = self.machine.on_local_append()
+            change = self._machine.on_local_append()
             if change is not None:
-                self.log.update_high_watermark(change.new)
-            self.waiters.notify()  # follower fetches wait for the log end to move
+                self._log.update_high_watermark(change.new)
+            self._complete_delayed()  # follower fetches wait for the log end to move
         return ErrorCode.none, info
+
+    # -- following: truncation and appends (the fetcher's IO, the machine's rules) ----------
+
+    def next_truncation_step(self) -> EpochRequest | TruncationDecision:
+        return self._machine.next_truncation_step()
+
+    def on_epoch_response(
+        self, error: ErrorCode, answer: EpochEndOffset
+    ) -> TruncationDecision | None:
+        return self._machine.on_epoch_response(error, answer)
+
+    def truncate(self, decision: TruncationDecision) -> tuple[int, int]:
+        """Truncate the log as ``decision`` says; (log end before, after). OSError: the
+        disk failed, and the machine was not told."""
+        before = self._log.log_end_offset
+        self._log.truncate_to(decision.offset)
+        self._machine.on_truncated(decision)
+        return before, self._log.log_end_offset
+
+    def append_as_follower(
+        self,
+        records: bytes,
+        *,
+        leader_high_watermark: int,
+        leader_log_start_offset: int,
+        now_ms: int,
+    ) -> list[Action]:
+        """Fetched records (maybe none) and the leader's offsets: append, then tell the
+        machine. ``UnexpectedAppendOffset``: the records do not start at our log end
+        (the machine goes back to truncation); OSError: the disk failed."""
+        if records:
+            try:
+                self._log.append_as_follower(records, now_ms=now_ms)
+            except UnexpectedAppendOffset:
+                self._machine.on_append_mismatch()
+                raise
+        return self._carry_out(
+            self._machine.on_fetch_response(
+                leader_high_watermark=leader_high_watermark,
+                leader_log_start_offset=leader_log_start_offset,
+            )
+        )
+
+    def on_fetch_offset_out_of_range(
+        self, leader_log_start_offset: int, leader_log_end_offset: int
+    ) -> tuple[int, int] | None:
+        """The leader answered OFFSET_OUT_OF_RANGE: truncate, or start over at the
+        leader's log start (Kafka ``fetchOffsetAndTruncate``); (log end before, after),
+        or None when nothing was done. OSError: the disk failed."""
+        effect = self._machine.on_fetch_offset_out_of_range(
+            leader_log_start_offset, leader_log_end_offset
+        )
+        if isinstance(effect, TruncationDecision):
+            return self.truncate(effect)
+        if isinstance(effect, RestartAt):
+            before = self._log.log_end_offset
+            self._log.truncate_fully_and_start_at(effect.offset)
+            return before, self._log.log_end_offset
+        return None

@@ -7,7 +7,6 @@ and they re-check state when they wake.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -19,10 +18,19 @@ from kio.schema.errors import ErrorCode
 from replog.common.clock import now_ms
 from replog.config import KafkaConfig
 from replog.protocol.errors import error_code_for
-from replog.replication.core import AcksAllStatus, StopLeading
+from replog.replication.core import StopLeading
+from replog.replication.delayed_operations import (
+    DelayedDeleteRecords,
+    DelayedFetch,
+    DelayedProduce,
+    DeleteRecordsResult,
+    ProduceResult,
+)
 from replog.replication.fetch_rules import READ_UNCOMMITTED, FetchPartitionRequest
 from replog.replication.fetcher import ReplicaFetcherManager
-from replog.replication.isr import IsrChangePropagation, IsrChangeProposal, IsrState
+from replog.replication.hw_checkpoint import HighWatermarkCheckpoints
+from replog.replication.isr import IsrChangeProposal
+from replog.replication.isr_write import IsrWriter
 from replog.replication.machine import (
     Action,
     IsrCommitted,
@@ -31,17 +39,15 @@ from replog.replication.machine import (
     StopFetching,
 )
 from replog.replication.partition import Partition
-from replog.replication.waiters import wait_until
-from replog.storage.checkpoints import OffsetCheckpointFile
+from replog.replication.quota import ReplicationQuota
+from replog.replication.truncation import EpochEndOffset
 from replog.storage.log_config import LogConfig
 from replog.storage.log_manager import LogManager
 from replog.zk.client import KafkaZkClient
-from replog.zk.data import LeaderAndIsr, LeaderIsrAndControllerEpoch
 
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
-HW_CHECKPOINT = "replication-offset-checkpoint"
 
 
 @dataclass(slots=True)
@@ -52,49 +58,25 @@ class FetchWait:
 
 
 @dataclass(slots=True)
-class ProduceResult:
-    error: ErrorCode
-    base_offset: int = -1
-    log_append_time: int = -1
-    log_start_offset: int = -1
-    error_message: str | None = None
-    required_offset: int = -1  # HW that acks=all waits for
-    term: int = -1  # the leadership the append was made in
-
-
-@dataclass(slots=True)
-class DeleteRecordsResult:
-    """One partition of a DeleteRecords: pending until the low watermark reaches
-    ``requested_offset`` (a success not yet answered), then settled."""
-
-    error: ErrorCode
-    low_watermark: int = -1
-    requested_offset: int = -1
-    term: int = -1  # the leadership the log start moved in
-    pending: bool = False
-
-    def __post_init__(self) -> None:
-        self.pending = self.error is ErrorCode.none and self.low_watermark < self.requested_offset
-
-    def settle(self, error: ErrorCode, low_watermark: int) -> None:
-        self.error, self.low_watermark, self.pending = error, low_watermark, False
-
-
-@dataclass(slots=True)
 class FetchResult:
     error: ErrorCode
     high_watermark: int = -1
     log_start_offset: int = -1
     records: bytes = b""
     last_stable_offset: int = -1
+    diverging_epoch: EpochEndOffset | None = None
+    throttled: bool = False  # a follower's fetch the leader answered empty (its quota)
 
 
 class ReplicaManager:
-    """The broker's partitions; drives each one's ``PartitionMachine``.
+    """The broker's partitions: role changes from the controller, appends, reads, and
+    the requests that wait (``delayed_operations``). Each ``Partition`` drives its own
+    machine and log; this hands a partition's leftover actions to the fetchers and
+    the ISR writer.
 
-    Concurrency: event-loop only. Every role change, append and read runs to
-    its end without awaiting; the waits for acks=all and long-poll fetches, and
-    the ZooKeeper ISR writes, await and re-check the partition's ``term`` after.
+    Concurrency: event-loop only. Every role change, append and read runs to its end
+    without awaiting; the delayed operations and the ZooKeeper ISR writes await, and
+    ask their partitions again when they resume.
     """
 
     def __init__(
@@ -120,12 +102,24 @@ class ReplicaManager:
         self.on_replica_deleted: Callable[[str], None] | None = None  # drops cached topic config
         self.is_live_broker: Callable[[int], bool] = lambda _broker_id: True
         self.zk = zk
-        self.isr_change_propagation = IsrChangePropagation.starting_at(now_ms())
-        self._background: set[asyncio.Task[None]] = set()
-        self._hw_checkpoints: dict[object, dict[tuple[str, int], int]] = {}
-        # ISR changes this broker wrote as leader (the server's metrics read them)
-        self.isr_shrinks = 0
-        self.isr_expands = 0
+        self.isr_writer = IsrWriter(
+            self.broker_id,
+            zk,
+            config.replica_fetch_backoff_ms,
+            is_hosted=lambda part: self.partitions.get((part.topic, part.partition)) is part,
+            carry_out=self._carry_out,
+            now_ms=now_ms,
+        )
+        self.hw_checkpoints = HighWatermarkCheckpoints(log_manager)
+
+    @property
+    def isr_shrinks(self) -> int:
+        """ISR shrinks this broker wrote as leader (the server's metrics read them)."""
+        return self.isr_writer.shrinks
+
+    @property
+    def isr_expands(self) -> int:
+        return self.isr_writer.expands
 
     def get_partition(self, topic: str, partition: int) -> Partition | None:
         return self.partitions.get((topic, partition))
@@ -146,20 +140,19 @@ class ReplicaManager:
     def storage_failed(self, part: Partition, what: str, exc: OSError) -> None:
         """A read or write of ``part``'s log failed for its disk: the whole log dir goes
         offline (Kafka ``LogDirFailureChannel.maybeAddOfflineLogDir``)."""
-        self.log_manager.fail_log_dir(part.log.dir.parent, what, exc)
+        self.log_manager.fail_log_dir(part.log_dir, what, exc)
 
     def handle_log_dir_failure(self, log_dir: Path) -> None:
         """Kafka ``ReplicaManager.handleLogDirFailure``: stop fetching and serving every
         partition in the offline ``log_dir`` (their leaders stop leading, waiting
-        requests wake), close their logs, then the broker tells the controller, which
-        moves their leaderships and ISRs elsewhere."""
+        requests complete), close their logs, then the broker tells the controller,
+        which moves their leaderships and ISRs elsewhere."""
         gone = sorted(tp for tp in self.partitions if self.log_manager.log_dir_of(*tp) == log_dir)
         for tp in gone:
             part = self.partitions.pop(tp)
             if self.fetcher_manager is not None:
                 self.fetcher_manager.remove_partition(*tp)
-            self._carry_out(part, part.machine.stop())
-            part.waiters.wake_all()
+            self._carry_out(part, part.stop())
         offline = sorted({*gone, *self.log_manager.handle_log_dir_failure(log_dir)})
         self.offline_partitions.update(offline)
         log.error(
@@ -196,56 +189,19 @@ class ReplicaManager:
             ErrorCode.none,
             base_offset=info.first_offset,
             log_append_time=info.log_append_time,
-            log_start_offset=part.log.log_start_offset,
+            log_start_offset=part.log_start_offset,
             required_offset=info.last_offset + 1,
-            term=part.machine.term,
+            leader_epoch=part.leader_epoch,
         )
 
     async def wait_for_acks_all(
         self, results: dict[TopicPartition, ProduceResult], timeout_ms: int
     ) -> None:
-        """Wait until every ISR member has each appended batch, or the timeout passes.
-
-        Updates ``results`` in place with REQUEST_TIMED_OUT, NOT_LEADER_OR_FOLLOWER
-        or NOT_ENOUGH_REPLICAS_AFTER_APPEND where those apply.
-        """
-        deadline = time.monotonic() + timeout_ms / 1000
-        while True:
-            waiting = []
-            for (topic, partition), result in results.items():
-                if result.error != ErrorCode.none or result.required_offset < 0:
-                    continue
-                part = self.partitions.get((topic, partition))
-                status = (
-                    AcksAllStatus.NOT_LEADER_OR_FOLLOWER
-                    if part is None
-                    else part.machine.acks_all_status(result.required_offset, result.term)
-                )
-                if status is not AcksAllStatus.PENDING:
-                    result.error = status.error or ErrorCode.none
-                    result.required_offset = -1
-                    continue
-                waiting.append((part, result.required_offset, result.term))
-            if not waiting:
-                return
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                for result in results.values():
-                    if result.error == ErrorCode.none and result.required_offset >= 0:
-                        result.error = ErrorCode.request_timed_out
-                return
-            await wait_until(
-                [
-                    (
-                        part.waiters,
-                        lambda p=part, o=offset, t=term: (
-                            p.high_watermark >= o or p.machine.term != t
-                        ),
-                    )
-                    for part, offset, term in waiting
-                ],
-                remaining,
-            )
+        """Wait until every ISR member has each appended batch, or the timeout passes
+        (``DelayedProduce``, which updates ``results`` in place with REQUEST_TIMED_OUT,
+        NOT_LEADER_OR_FOLLOWER or NOT_ENOUGH_REPLICAS_AFTER_APPEND where those apply)."""
+        operation = DelayedProduce(self.get_partition, results)
+        await operation.wait(operation.partitions(), timeout_ms / 1000)
 
     # -- DeleteRecords --------------------------------------------------------
 
@@ -268,63 +224,24 @@ class ReplicaManager:
             topic,
             partition,
             decision.requested_offset,
-            part.log.log_start_offset,
+            part.log_start_offset,
             decision.low_watermark,
         )
         return DeleteRecordsResult(
             ErrorCode.none,
             low_watermark=decision.low_watermark,
             requested_offset=decision.requested_offset,
-            term=part.machine.term,
+            leader_epoch=part.leader_epoch,
         )
 
     async def wait_for_delete_records(
         self, results: dict[TopicPartition, DeleteRecordsResult], timeout_ms: int
     ) -> None:
-        """Kafka ``DelayedDeleteRecords``: wait until every live replica's log start
-        offset (the low watermark) reaches each requested offset, or the timeout
-        passes (REQUEST_TIMED_OUT, with the low watermark known when the request
-        arrived). Updates ``results`` in place."""
-        deadline = time.monotonic() + timeout_ms / 1000
-        is_live = self.is_live_broker
-        while True:
-            waiting = []
-            for (topic, partition), result in results.items():
-                if not result.pending:
-                    continue
-                part = self.partitions.get((topic, partition))
-                if part is None:
-                    result.settle(ErrorCode.not_leader_or_follower, -1)
-                    continue
-                status = part.machine.delete_records_status(
-                    result.requested_offset, result.term, is_live
-                )
-                if status.done:
-                    result.settle(status.error, status.low_watermark)
-                else:
-                    waiting.append((part, result))
-            if not waiting:
-                return
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                for result in results.values():
-                    if result.pending:
-                        result.settle(ErrorCode.request_timed_out, result.low_watermark)
-                return
-            await wait_until(
-                [
-                    (
-                        part.waiters,
-                        lambda p=part, r=result: (
-                            p.machine.delete_records_status(
-                                r.requested_offset, r.term, is_live
-                            ).done
-                        ),
-                    )
-                    for part, result in waiting
-                ],
-                remaining,
-            )
+        """``DelayedDeleteRecords``: wait until every live replica's log start offset (the
+        low watermark) reaches each requested offset, or the timeout passes. Updates
+        ``results`` in place."""
+        operation = DelayedDeleteRecords(self.get_partition, results, self.is_live_broker)
+        await operation.wait(operation.partitions(), timeout_ms / 1000)
 
     # -- fetch ----------------------------------------------------------------
 
@@ -335,30 +252,39 @@ class ReplicaManager:
         budget: int,
         now: int,
         isolation_level: int = READ_UNCOMMITTED,
+        leader_quota: ReplicationQuota | None = None,
     ) -> FetchResult:
+        """One partition of a fetch: the partition's machine decides (fencing, KIP-595,
+        the leader's throttle, the bounds), the partition reads."""
         part = self.partitions.get((request.topic, request.partition))
         if part is None:
             return FetchResult(self._missing(request.topic, request.partition))
         is_follower = replica_id >= 0
-        decision = part.machine.on_fetch(
+        decision, rest = part.fetch(
             replica_id,
-            request.fetch_offset,
-            request.current_leader_epoch,
+            request,
             now,
             isolation_level=isolation_level,
             isr_eligible=is_follower and self.is_live_broker(replica_id),
-            follower_log_start_offset=request.log_start_offset,
+            # No replica can be over the leader's quota while it is unlimited (the usual
+            # case): then the per-partition check is skipped.
+            replication_throttled=(
+                is_follower
+                and leader_quota is not None
+                and not leader_quota.unthrottled
+                and part.throttled_as_leader()
+                and leader_quota.is_quota_exceeded(time.monotonic())
+            ),
         )
-        if decision.actions:
-            self._carry_out(part, decision.actions)
-        if decision.follower_log_start_advanced:
-            part.waiters.notify()  # DeleteRecords waiting for the low watermark
+        if rest:
+            self._carry_out(part, rest)
         if decision.error is not ErrorCode.none:
             if decision.error is ErrorCode.offset_out_of_range:
                 return FetchResult(
                     decision.error,
                     high_watermark=decision.high_watermark,
-                    log_start_offset=part.log.log_start_offset,
+                    log_start_offset=decision.log_start_offset,
+                    last_stable_offset=decision.last_stable_offset,
                 )
             return FetchResult(decision.error)
         try:
@@ -369,10 +295,90 @@ class ReplicaManager:
         return FetchResult(
             ErrorCode.none,
             high_watermark=decision.high_watermark,
-            log_start_offset=part.log.log_start_offset,
+            log_start_offset=decision.log_start_offset,
             records=records,
-            last_stable_offset=decision.high_watermark,
+            last_stable_offset=decision.last_stable_offset,
+            diverging_epoch=decision.diverging_epoch,
+            throttled=decision.throttled,
         )
+
+    def _read_all(
+        self,
+        replica_id: int,
+        requests: list[FetchPartitionRequest],
+        max_bytes: int,
+        isolation_level: int,
+        leader_quota: ReplicationQuota | None,
+    ) -> tuple[list[FetchResult], int]:
+        now = now_ms()
+        budget = max_bytes
+        results = []
+        total = 0
+        for req in requests:
+            result = self.read_partition(
+                replica_id, req, budget if budget > 0 else 0, now, isolation_level, leader_quota
+            )
+            # KIP-74: the first partition with data may exceed the budget.
+            budget -= len(result.records)
+            total += len(result.records)
+            results.append(result)
+        return results, total
+
+    async def fetch(
+        self,
+        replica_id: int,
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+        requests: list[FetchPartitionRequest],
+        isolation_level: int = READ_UNCOMMITTED,
+        wait: FetchWait | None = None,
+        leader_quota: ReplicationQuota | None = None,
+    ) -> list[FetchResult]:
+        """Read ``requests``; short of ``min_bytes``, wait up to ``max_wait_ms`` for one of
+        them to have data (``DelayedFetch``) and read them all again. An error or a
+        diverging epoch is answered at once. The time spent waiting is added to
+        ``wait``; bytes sent to a follower for a throttled replica count against
+        ``leader_quota``."""
+        results, total = self._read_all(
+            replica_id, requests, max_bytes, isolation_level, leader_quota
+        )
+        if (
+            total < min_bytes
+            and max_wait_ms > 0
+            and all(r.error == ErrorCode.none and r.diverging_epoch is None for r in results)
+        ):
+            watched = []
+            for req, result in zip(requests, results, strict=True):
+                part = self.partitions.get((req.topic, req.partition))
+                if part is not None and not result.throttled:
+                    watched.append((part, req.fetch_offset))
+            operation = DelayedFetch(replica_id, watched)
+            waiting_from = time.monotonic()
+            await operation.wait(operation.partitions(), max_wait_ms / 1000)
+            if wait is not None:
+                wait.waited_s += time.monotonic() - waiting_from
+            # Answered or timed out: one more read, so the answer carries the latest HW.
+            results, total = self._read_all(
+                replica_id, requests, max_bytes, isolation_level, leader_quota
+            )
+        if replica_id >= 0 and leader_quota is not None and total:
+            self._record_leader_bytes(requests, results, leader_quota)
+        return results
+
+    def _record_leader_bytes(
+        self,
+        requests: list[FetchPartitionRequest],
+        results: list[FetchResult],
+        leader_quota: ReplicationQuota,
+    ) -> None:
+        """Bytes sent to a follower for a throttled replica count against the leader's quota."""
+        now = time.monotonic()
+        for req, result in zip(requests, results, strict=True):
+            if result.records:
+                part = self.partitions.get((req.topic, req.partition))
+                if part is not None and part.throttled_as_leader():
+                    leader_quota.record(len(result.records), now)
 
     def _carry_out(
         self,
@@ -384,7 +390,7 @@ class ReplicaManager:
 
         ``leader_addresses`` are a LeaderAndIsr's live leaders, the only source of
         ``StartFetching``."""
-        for action in part.carry_out(actions):
+        for action in actions:
             if isinstance(action, IsrChangeProposal):
                 log.info(
                     "%s-%d: %s ISR %s -> %s",
@@ -394,7 +400,7 @@ class ReplicaManager:
                     list(action.current_isr),
                     list(action.new_isr),
                 )
-                self._submit_isr_change(part, action)
+                self.isr_writer.submit(part, action)
             elif isinstance(action, IsrCommitted):
                 log.info(
                     "%s-%d: ISR is now %s",
@@ -402,9 +408,7 @@ class ReplicaManager:
                     part.partition,
                     list(action.in_sync_replicas),
                 )
-                self.isr_change_propagation.record_isr_change(
-                    (part.topic, part.partition), now_ms()
-                )
+                self.isr_writer.committed(part)
             elif isinstance(action, StopLeading):
                 log.warning(
                     "%s-%d: %s; no longer acting as leader at epoch %d",
@@ -422,55 +426,11 @@ class ReplicaManager:
                 if self.fetcher_manager is not None:
                     self.fetcher_manager.remove_partition(part.topic, part.partition)
 
-    # -- ISR changes: conditional writes to the partition state znode ---------
-
-    def _submit_isr_change(self, part: Partition, proposal: IsrChangeProposal) -> None:
-        task = asyncio.create_task(self._write_isr_change(part, proposal))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    async def _write_isr_change(self, part: Partition, proposal: IsrChangeProposal) -> None:
-        """Seed 000 question 3: a rejected conditional update means we no longer lead."""
-        assert part.state is not None
-        state = LeaderIsrAndControllerEpoch(
-            LeaderAndIsr(
-                leader=self.broker_id,
-                leader_epoch=proposal.leader_epoch,
-                isr=proposal.new_isr,
-                zk_version=proposal.partition_zk_version,
-            ),
-            part.state.controller_epoch,
-        )
-        term = part.machine.term
-        while True:
-            try:
-                version = await asyncio.to_thread(
-                    self.zk.update_leader_and_isr_conditional,
-                    part.topic,
-                    part.partition,
-                    state,
-                    proposal.partition_zk_version,
-                )
-                break
-            except Exception as exc:  # ZooKeeper unreachable: keep the change pending, retry
-                log.warning(
-                    "%s-%d: ISR update failed (%s); retrying", part.topic, part.partition, exc
-                )
-                await asyncio.sleep(self.config.replica_fetch_backoff_ms / 1000)
-                if part.machine.term != term:
-                    return
-        if self.partitions.get((part.topic, part.partition)) is not part:
-            return
-        if version is not None:  # Kafka's IsrShrinksPerSec / IsrExpandsPerSec
-            if proposal.kind is IsrState.PENDING_SHRINK_ISR:
-                self.isr_shrinks += 1
-            elif proposal.kind is IsrState.PENDING_EXPAND_ISR:
-                self.isr_expands += 1
-        self._carry_out(part, part.machine.on_isr_update_result(proposal, version))
+    # -- ISR changes and the HW checkpoint (timers) ---------------------------
 
     def maybe_shrink_isr(self, now: int) -> None:
         for part in list(self.partitions.values()):
-            proposal = part.machine.maybe_shrink_isr(now)
+            proposal = part.maybe_shrink_isr(now)
             if proposal is not None:
                 log.info(
                     "%s-%d: shrinking ISR from %s to %s (not caught up within "
@@ -481,83 +441,13 @@ class ReplicaManager:
                     list(proposal.new_isr),
                     self.config.replica_lag_time_max_ms,
                 )
-                self._submit_isr_change(part, proposal)
+                self.isr_writer.submit(part, proposal)
 
     async def maybe_propagate_isr_changes(self, now: int) -> None:
-        changed = self.isr_change_propagation.maybe_propagate(now)
-        if changed:
-            await asyncio.to_thread(self.zk.propagate_isr_changes, set(changed))
+        await self.isr_writer.maybe_propagate(now)
 
     def checkpoint_high_watermarks(self) -> None:
-        by_dir: dict[Path, dict[tuple[str, int], int]] = {}
-        for (topic, partition), part in self.partitions.items():
-            by_dir.setdefault(part.log.dir.parent, {})[(topic, partition)] = part.high_watermark
-        for log_dir in self.log_manager.live_log_dirs:
-            try:
-                OffsetCheckpointFile(log_dir / HW_CHECKPOINT).write(by_dir.get(log_dir, {}))
-            except OSError as exc:
-                self.log_manager.fail_log_dir(log_dir, f"writing {HW_CHECKPOINT}", exc)
-
-    def _restored_high_watermark(self, topic: str, partition: int, log_dir: Path) -> int:
-        if log_dir not in self._hw_checkpoints:
-            self._hw_checkpoints[log_dir] = OffsetCheckpointFile(log_dir / HW_CHECKPOINT).read()
-        return self._hw_checkpoints[log_dir].get((topic, partition), 0)
-
-    async def fetch(
-        self,
-        replica_id: int,
-        max_wait_ms: int,
-        min_bytes: int,
-        max_bytes: int,
-        requests: list[FetchPartitionRequest],
-        isolation_level: int = READ_UNCOMMITTED,
-        wait: FetchWait | None = None,
-    ) -> list[FetchResult]:
-        """Read ``requests``, waiting up to ``max_wait_ms`` for ``min_bytes`` (Kafka's
-        DelayedFetch); the time spent waiting is added to ``wait``."""
-        deadline = time.monotonic() + max_wait_ms / 1000
-        first = True
-        while True:
-            now = now_ms()
-            budget = max_bytes
-            results = []
-            total = 0
-            for req in requests:
-                result = self.read_partition(
-                    replica_id, req, budget if budget > 0 else 0, now, isolation_level
-                )
-                # KIP-74: the first partition with data may exceed the budget.
-                budget -= len(result.records)
-                total += len(result.records)
-                results.append(result)
-            has_error = any(r.error != ErrorCode.none for r in results)
-            remaining = deadline - time.monotonic()
-            if total >= min_bytes or has_error or remaining <= 0 or (not first and total > 0):
-                return results
-            first = False
-            is_follower = replica_id >= 0
-            registrations = []
-            for req in requests:
-                part = self.partitions.get((req.topic, req.partition))
-                if part is None:
-                    continue
-
-                def ready(
-                    p: Partition = part,
-                    offset: int = req.fetch_offset,
-                    follower: bool = is_follower,
-                ) -> bool:
-                    end = p.log.log_end_offset if follower else p.high_watermark
-                    return end > offset or not p.is_leader
-
-                registrations.append((part.waiters, ready))
-            waiting_from = time.monotonic()
-            woken = await wait_until(registrations, remaining)
-            if wait is not None:
-                wait.waited_s += time.monotonic() - waiting_from
-            if not woken:
-                # Timed out: one last read so the response carries the latest HW.
-                deadline = time.monotonic()
+        self.hw_checkpoints.write(self.partitions.values())
 
     # -- role changes (driven by the controller) ------------------------------
 
@@ -599,17 +489,18 @@ class ReplicaManager:
         except OSError as exc:
             log.error("%s-%d: cannot create its log: %s", topic, partition, exc)
             return ErrorCode.kafka_storage_error
-        code, actions = part.machine.on_leader_and_isr(state, now_ms())
-        if code is ErrorCode.stale_controller_epoch:
-            log.warning(
-                "%s-%d: ignoring LeaderAndIsr at leader epoch %d, current is %d",
-                topic,
-                partition,
-                state.leader_epoch,
-                part.leader_epoch,
-            )
         try:
-            self._carry_out(part, actions, live_leaders)  # may write the leader epoch file
+            # may write the leader epoch file
+            code, actions = part.make_leader_or_follower(state, now_ms())
+            if code is ErrorCode.stale_controller_epoch:
+                log.warning(
+                    "%s-%d: ignoring LeaderAndIsr at leader epoch %d, current is %d",
+                    topic,
+                    partition,
+                    state.leader_epoch,
+                    part.leader_epoch,
+                )
+            self._carry_out(part, actions, live_leaders)
         except OSError as exc:
             self.storage_failed(
                 part, f"becoming {state.leader}'s replica of {topic}-{partition}", exc
@@ -620,11 +511,11 @@ class ReplicaManager:
                 "%s-%d: %s at epoch %d (leader %d, ISR %s, LEO %d)",
                 topic,
                 partition,
-                part.machine.role.value,
+                part.role.value,
                 state.leader_epoch,
                 state.leader,
                 list(state.isr),
-                part.log.log_end_offset,
+                part.log_end_offset,
             )
         return code
 
@@ -639,7 +530,7 @@ class ReplicaManager:
                 partition,
                 self.broker_id,
                 log_,
-                high_watermark=self._restored_high_watermark(topic, partition, log_.dir.parent),
+                high_watermark=self.hw_checkpoints.restored(topic, partition, log_.dir.parent),
                 replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
             )
             self.partitions[(topic, partition)] = part
@@ -650,11 +541,18 @@ class ReplicaManager:
         leading (``PartitionMachine.on_session_expired``); how many did."""
         resigned = 0
         for part in list(self.partitions.values()):
-            actions = part.machine.on_session_expired()
+            actions = part.on_session_expired()
             if actions:
                 resigned += 1
                 self._carry_out(part, actions)
         return resigned
+
+    def on_session_renewed(self) -> None:
+        """The broker registered anew (a new broker epoch) after its session expired:
+        replicas that fenced themselves take the controller's next LeaderAndIsr at their
+        epoch (``PartitionMachine.on_session_renewed``)."""
+        for part in self.partitions.values():
+            part.on_session_renewed()
 
     def stop_replica(self, topic: str, partition: int, delete: bool) -> None:
         if delete:
@@ -663,7 +561,7 @@ class ReplicaManager:
         if self.fetcher_manager is not None:
             self.fetcher_manager.remove_partition(topic, partition)
         if part is not None:
-            self._carry_out(part, part.machine.stop())
+            self._carry_out(part, part.stop())
         if delete:
             self.log_manager.delete_log(topic, partition)
             if self.on_replica_deleted is not None:
@@ -673,16 +571,14 @@ class ReplicaManager:
     async def shutdown(self) -> None:
         if self.fetcher_manager is not None:
             await self.fetcher_manager.shutdown()
-        for task in list(self._background):
-            task.cancel()
-        for part in self.partitions.values():
-            part.waiters.wake_all()
+        self.isr_writer.cancel()
         self.checkpoint_high_watermarks()
 
 
 __all__ = [
     "DeleteRecordsResult",
     "FetchResult",
+    "FetchWait",
     "ProduceResult",
     "ReplicaManager",
 ]

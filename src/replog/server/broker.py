@@ -499,6 +499,8 @@ class Broker:
     async def _reregister(self) -> None:
         """A new ZooKeeper session lost our ephemeral registration: register again."""
         self.broker_epoch = await self._register(self._broker_info)
+        # a leader fenced at an epoch obeys the controller's word at it from now on
+        self.replica_manager.on_session_renewed()
         log.info(
             "broker %d registered again after a new ZooKeeper session (epoch %d)",
             self.config.broker_id,

@@ -130,6 +130,7 @@ class CachedPartition:
                 max_bytes=self.max_bytes,
                 current_leader_epoch=self.current_leader_epoch,
                 log_start_offset=self.log_start_offset,
+                last_fetched_epoch=self.last_fetched_epoch,
             )
         return read
 

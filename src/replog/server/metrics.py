@@ -293,7 +293,7 @@ class BrokerStateCollector(Collector):
             isr = len(p.in_sync_replicas)
             if state is not None and isr < len(state.replicas):
                 under += 1
-            if isr < p.machine.min_insync_replicas:
+            if isr < p.min_insync_replicas:
                 under_min_isr += 1
         prefix = "kafka_server_replicamanager_"
         for name, value, text in (
@@ -352,10 +352,10 @@ class BrokerStateCollector(Collector):
         )
         for (topic, partition), p in self.replica_manager.partitions.items():
             values = [topic, str(partition)]
-            end.add_metric(values, p.log.log_end_offset)
-            start.add_metric(values, p.log.log_start_offset)
-            size.add_metric(values, p.log.size_in_bytes())
-            segments.add_metric(values, len(p.log.segments))
+            end.add_metric(values, p.log_end_offset)
+            start.add_metric(values, p.log_start_offset)
+            size.add_metric(values, p.size_in_bytes())
+            segments.add_metric(values, p.segment_count)
             hw.add_metric(values, p.high_watermark)
         yield from (end, start, size, segments, hw)
 

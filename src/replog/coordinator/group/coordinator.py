@@ -39,7 +39,7 @@ from replog.coordinator.group.offsets import CommittedOffset, OffsetStore, Topic
 from replog.coordinator.group.offsets_topic import partition_for
 from replog.protocol.records import build_batch, encode_record, iter_batches
 from replog.protocol.wire import CodecError
-from replog.replication.waiters import wait_until
+from replog.replication.delayed_operations import DelayedHighWatermark
 from replog.storage.record_reader import iter_records
 
 if TYPE_CHECKING:
@@ -286,25 +286,22 @@ class GroupCoordinator:
         part = self._current_partition(shard)
         if part is None:
             return
-        target = part.log.log_end_offset
+        target = part.log_end_offset
         # Everything a former leader acknowledged is below our log end; wait until the
         # ISR has it too (the high watermark reaches it) before reading up to the HW.
         while part.high_watermark < target:
             # Woken by the HW or a role change; the timeout re-checks a replica that was
             # stopped and replaced meanwhile (its waiters would never fire).
-            await wait_until(
-                [(part.waiters, lambda p=part: p.high_watermark >= target or not p.is_leader)],
-                LOAD_RECHECK_S,
-            )
+            await DelayedHighWatermark(part, target).wait([part], LOAD_RECHECK_S)
             part = self._current_partition(shard)
             if part is None:
                 return
         high_watermark = part.high_watermark
-        offset = part.log.log_start_offset
+        offset = part.log_start_offset
         count = 0
         try:
             while offset < high_watermark:
-                data = part.log.read(offset, LOAD_READ_BYTES, max_offset=high_watermark).records
+                data = part.read_records(offset, LOAD_READ_BYTES, high_watermark)
                 if not data:
                     break
                 for pos, header in iter_batches(data):

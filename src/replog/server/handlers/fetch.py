@@ -1,11 +1,11 @@
 """Fetch: consumers read below the high watermark; followers read to the log end.
 
-Besides the read itself (the replica manager's), the handler answers what a
-version adds around it: topics named by id from v13 (an id this broker does
-not know is UNKNOWN_TOPIC_ID, echoing the id), the KIP-595 check of a
-``last_fetched_epoch`` (v12+; a diverging fetcher gets ``diverging_epoch`` and
-no records, and the response goes out at once, as Kafka's
-``Partition.readRecords``), and KIP-951 leader discovery (v16+).
+The read itself is the replica manager's, and every rule of it (KIP-320 fencing,
+the KIP-595 check of a ``last_fetched_epoch``, the leader's replication throttle,
+the bounds) is the partition's machine's. The handler answers what a version adds
+around it: topics named by id from v13 (an id this broker does not know is
+UNKNOWN_TOPIC_ID, echoing the id), authorization, and KIP-951 leader discovery
+(v16+).
 
 From v7 a fetcher may keep an incremental fetch session (KIP-227): the session
 rules are ``replog.server.fetch_session``'s, whose context says which partitions
@@ -16,7 +16,6 @@ go out (in an incremental answer, only the partitions with news).
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from dataclasses import replace
@@ -29,9 +28,8 @@ from replog.protocol.fetch_codec import FetchResponsePartitionData
 from replog.protocol.fetch_metadata import FIRST_SESSION_VERSION, LEGACY, FetchMetadata
 from replog.protocol.kafka_uuid import ZERO_UUID
 from replog.protocol.wire import NodeEndpoint
-from replog.replication.fetch_rules import FetchPartitionRequest, check_last_fetched_epoch
-from replog.replication.quota import is_throttled, leader_should_throttle
-from replog.replication.replica_manager import FetchWait, ReplicaManager
+from replog.replication.fetch_rules import FetchPartitionRequest
+from replog.replication.replica_manager import FetchWait
 from replog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from replog.server.fetch_session import CachedPartition, FetchContext, PartitionKey
 from replog.server.handlers.context import BrokerServices
@@ -76,11 +74,6 @@ async def handle_fetch(services: BrokerServices, ctx: RequestContext, request) -
     # One answer per partition of the context, in its order: made here, or None for a read.
     answers: list[tuple[CachedPartition, FetchResponsePartitionData | None]] = []
     reads: list[FetchPartitionRequest] = []
-    answer_now = False
-    # Follower partitions answered empty: the leader is over its replication quota (none
-    # can be while the quota is unlimited, the usual case: no per-partition check then).
-    leader_throttled = 0
-    check_throttle = replica_id >= 0 and not services.configs.leader_quota.unthrottled
     for cached in context.partitions():
         topic_id = cached.topic_id
         if by_id:
@@ -110,38 +103,20 @@ async def handle_fetch(services: BrokerServices, ctx: RequestContext, request) -
                 )
             )
             continue
-        fetch = cached.read_request()
-        if cached.last_fetched_epoch >= 0:
-            early = _check_last_fetched_epoch(
-                services.replica_manager, fetch, cached.last_fetched_epoch, topic_id
-            )
-            if early is not None:
-                answers.append((cached, early))
-                answer_now = True
-                continue
-        if check_throttle:
-            throttled = _leader_throttled(services, fetch, replica_id, topic_id)
-            if throttled is not None:
-                answers.append((cached, throttled))
-                leader_throttled += 1
-                continue
         answers.append((cached, None))
-        reads.append(fetch)
-    if not reads and leader_throttled and not answer_now:
-        # Kafka's DelayedFetch counts no throttled bytes: the follower waits max_wait.
-        await asyncio.sleep(request.max_wait.total_seconds())
-        ctx.remote_s += request.max_wait.total_seconds()
+        reads.append(cached.read_request())
     results = ()
     if reads:
         wait = FetchWait()
         results = await services.replica_manager.fetch(
             int(replica_id),
-            0 if answer_now else int(request.max_wait.total_seconds() * 1000),
+            int(request.max_wait.total_seconds() * 1000),
             int(request.min_bytes),
             int(getattr(request, "max_bytes", 0x7FFFFFFF)),
             reads,
             isolation_level=int(getattr(request, "isolation_level", 0)),
             wait=wait,
+            leader_quota=services.configs.leader_quota if replica_id >= 0 else None,
         )
         ctx.remote_s += wait.waited_s
     error = context.response_error()
@@ -248,8 +223,6 @@ def _answers(
         records = result.records
         if records:
             stats.record_fetch(req.topic, len(records), follower=replica_id >= 0)
-            if replica_id >= 0:
-                _record_leader_bytes(services, req, replica_id, len(records))
         error = result.error
         if error == ErrorCode.unknown_topic_or_partition:
             error = not_hosted_error(services, req.topic, req.partition)
@@ -260,7 +233,7 @@ def _answers(
             result.last_stable_offset,
             result.log_start_offset,
             bool(records),
-            False,
+            result.diverging_epoch is not None,
         ):
             out.append(
                 FetchResponsePartitionData(
@@ -272,58 +245,10 @@ def _answers(
                     log_start_offset=result.log_start_offset,
                     records=records,
                     topic_id=cached.topic_id,
+                    diverging_epoch=result.diverging_epoch,
                 )
             )
     return out
-
-
-def _leader_throttled(
-    services: BrokerServices,
-    fetch: FetchPartitionRequest,
-    replica_id: int,
-    topic_id: uuid.UUID | None,
-) -> FetchResponsePartitionData | None:
-    """An empty answer for a follower out of the ISR fetching a throttled replica while
-    the leader is over its quota (Kafka ``shouldLeaderThrottle``); None: read as usual."""
-    part = services.replica_manager.get_partition(fetch.topic, fetch.partition)
-    if part is None or not part.is_leader:
-        return None
-    if not is_throttled(
-        part.log.config.leader_replication_throttled_replicas,
-        fetch.partition,
-        services.config.broker_id,
-    ):
-        return None  # the usual case: nothing more on the replication path
-    if not leader_should_throttle(
-        services.configs.leader_quota,
-        True,
-        replica_id in part.in_sync_replicas,
-        time.monotonic(),
-    ):
-        return None
-    return FetchResponsePartitionData(
-        topic=fetch.topic,
-        partition=fetch.partition,
-        error_code=ErrorCode.none,
-        high_watermark=part.high_watermark,
-        last_stable_offset=part.high_watermark,
-        log_start_offset=part.log.log_start_offset,
-        records=b"",
-        topic_id=topic_id,
-    )
-
-
-def _record_leader_bytes(
-    services: BrokerServices, fetch: FetchPartitionRequest, replica_id: int, nbytes: int
-) -> None:
-    """Bytes sent to a follower for a throttled replica count against the leader's quota."""
-    part = services.replica_manager.get_partition(fetch.topic, fetch.partition)
-    if part is not None and is_throttled(
-        part.log.config.leader_replication_throttled_replicas,
-        fetch.partition,
-        services.config.broker_id,
-    ):
-        services.configs.leader_quota.record(nbytes, time.monotonic())
 
 
 def _error_answer(
@@ -340,46 +265,6 @@ def _error_answer(
         log_start_offset=-1,
         records=b"",
         topic_id=topic_id,
-    )
-
-
-def _check_last_fetched_epoch(
-    rm: ReplicaManager,
-    fetch: FetchPartitionRequest,
-    last_fetched_epoch: int,
-    topic_id: uuid.UUID | None,
-) -> FetchResponsePartitionData | None:
-    """The answer to a fetch whose log diverges from the leader's; None: read as usual.
-
-    A partition this broker does not lead, or a fenced epoch, is left to the read,
-    which answers the same error from the same check.
-    """
-    part = rm.get_partition(fetch.topic, fetch.partition)
-    if part is None:
-        return None
-    error, epoch_end = part.machine.answer_offsets_for_leader_epoch(
-        fetch.current_leader_epoch, last_fetched_epoch
-    )
-    if error is not ErrorCode.none:
-        return None
-    check = check_last_fetched_epoch(
-        last_fetched_epoch=last_fetched_epoch,
-        fetch_offset=fetch.fetch_offset,
-        log_start_offset=part.log.log_start_offset,
-        epoch_end=epoch_end,
-    )
-    if check is None:
-        return None
-    return FetchResponsePartitionData(
-        topic=fetch.topic,
-        partition=fetch.partition,
-        error_code=check.error,
-        high_watermark=part.high_watermark,
-        last_stable_offset=part.high_watermark,
-        log_start_offset=part.log.log_start_offset,
-        records=b"",
-        topic_id=topic_id,
-        diverging_epoch=check.diverging_epoch,
     )
 
 

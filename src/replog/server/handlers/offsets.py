@@ -87,11 +87,10 @@ def _list_offset(
     partition = services.replica_manager.get_partition(topic, partition_index)
     if partition is None:
         return {**answer, "error_code": not_hosted_error(services, topic, partition_index)}
-    machine = partition.machine
     if replica_id == DEBUGGING_REPLICA_ID:
-        error = machine.validate_replica_request(current_leader_epoch)
+        error = partition.validate_replica_request(current_leader_epoch)
     else:
-        error = machine.validate_leader_request(current_leader_epoch)
+        error = partition.validate_leader_request(current_leader_epoch)
     if error is not ErrorCode.none:
         return {**answer, "error_code": error}
     found = _lookup(partition, timestamp, replica_id == CONSUMER_REPLICA_ID)
@@ -107,19 +106,18 @@ def _list_offset(
 
 def _lookup(partition: Partition, timestamp: int, is_client: bool) -> dict | None:
     """The offset, timestamp and epoch for ``timestamp``; None: OFFSET_NOT_AVAILABLE."""
-    log_ = partition.log
     # Consumers read to the high watermark; followers and debugging clients to the log end.
-    last_fetchable = partition.high_watermark if is_client else log_.log_end_offset
+    last_fetchable = partition.high_watermark if is_client else partition.log_end_offset
     # A new leader's HW may still be below its epoch's start: its "latest" is not known yet.
-    lagging = is_client and partition.machine.high_watermark_behind_epoch_start
+    lagging = is_client and partition.high_watermark_behind_epoch_start
     if timestamp == LATEST_TIMESTAMP:
         if lagging:
             return None
         return {"offset": last_fetchable, "leader_epoch": partition.leader_epoch}
     if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
-        epoch = log_.earliest_epoch()
+        epoch = partition.earliest_epoch()
         return {
-            "offset": log_.log_start_offset,
+            "offset": partition.log_start_offset,
             "leader_epoch": UNKNOWN if epoch is None else epoch,
         }
     if timestamp in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP):
@@ -127,9 +125,9 @@ def _lookup(partition: Partition, timestamp: int, is_client: bool) -> dict | Non
         # -1 for both, ``UnifiedLog.fetchOffsetByTimestamp`` without remote storage)
         return {}
     found = (
-        log_.max_timestamp_and_offset()
+        partition.max_timestamp_and_offset()
         if timestamp == MAX_TIMESTAMP
-        else log_.offset_for_timestamp(timestamp)
+        else partition.offset_for_timestamp(timestamp)
     )
     if found is None or found.offset >= last_fetchable:
         return None if lagging else {}
@@ -221,7 +219,7 @@ async def handle_offset_for_leader_epoch(
             elif partition is None:
                 answer["error_code"] = not_hosted_error(services, name, index)
             else:
-                error, end = partition.machine.answer_offsets_for_leader_epoch(
+                error, end = partition.answer_offsets_for_leader_epoch(
                     int(p.current_leader_epoch), int(p.leader_epoch)
                 )
                 answer["error_code"] = error

@@ -102,7 +102,7 @@ async def handle_describe_producers(
                         current_txn_start_offset=NO_TXN_START_OFFSET,
                     )
                     for entry in sorted(
-                        partition.log.producer_state.producers.values(),
+                        partition.producer_states(),
                         key=lambda e: e.producer_id,
                     )
                 )
