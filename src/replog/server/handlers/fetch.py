@@ -16,7 +16,6 @@ go out (in an incremental answer, only the partitions with news).
 
 from __future__ import annotations
 
-import time
 import uuid
 from dataclasses import replace
 
