@@ -267,6 +267,13 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any], str]] = {
     ),
     "group.consumer.max.size": ("group_consumer_max_size", _int, "2147483647"),
     "group.consumer.assignors": ("group_consumer_assignors", _str, "uniform,range"),
+    # KIP-848 online conversion of a group between the classic and consumer protocols:
+    # bidirectional (Kafka 4.0's default), upgrade, downgrade or disabled.
+    "group.consumer.migration.policy": (
+        "group_consumer_migration_policy",
+        _str,
+        "bidirectional",
+    ),
 }
 
 KNOWN_KEYS = frozenset(_KEYS)
@@ -403,6 +410,7 @@ class KafkaConfig:
     group_consumer_max_heartbeat_interval_ms: int
     group_consumer_max_size: int
     group_consumer_assignors: str
+    group_consumer_migration_policy: str = "bidirectional"
     listeners: list[Listener] = field(default_factory=list)
     advertised_listeners: list[Listener] = field(default_factory=list)
     log_dirs: list[Path] = field(default_factory=list)
@@ -470,6 +478,12 @@ class KafkaConfig:
             if not cond:
                 raise ConfigError(f"invalid value for {key}: {what}")
 
+        need(
+            self.group_consumer_migration_policy.strip().lower()
+            in ("bidirectional", "upgrade", "downgrade", "disabled"),
+            "group.consumer.migration.policy",
+            "one of bidirectional, upgrade, downgrade, disabled (Kafka's values)",
+        )
         protocols = self.security_protocol_map
         for listener in self.listeners:
             need(

@@ -139,7 +139,7 @@ class ClassicRebalance:
         now = shard.now_ms()
         if group.state is GroupState.COMPLETING_REBALANCE:
             self._reset_syncs(shard, group, ErrorCode.rebalance_in_progress)
-        shard.cancel(_sync_key(group.group_id))
+        shard.cancel(sync_key(group.group_id))
         initial = group.state is GroupState.EMPTY
         group.transition_to(GroupState.PREPARING_REBALANCE, now)
         log.info(
@@ -154,7 +154,7 @@ class ClassicRebalance:
             self._schedule_initial_join(shard, group, delay, remaining)
         else:
             shard.schedule(
-                _join_key(group.group_id),
+                join_key(group.group_id),
                 group.rebalance_timeout_ms(),
                 lambda: self._complete_join(shard, group),
             )
@@ -172,14 +172,14 @@ class ClassicRebalance:
                 self._complete_join(shard, group)
 
         group.new_member_added = False
-        shard.schedule(_join_key(group.group_id), delay, fire)
+        shard.schedule(join_key(group.group_id), delay, fire)
 
     def _try_complete_join(self, shard: GroupShard, group: ClassicGroup) -> None:
         if group.state is GroupState.PREPARING_REBALANCE and group.all_members_joined():
             initial = group.previous_state is GroupState.EMPTY
             if initial and self.config.group_initial_rebalance_delay_ms > 0:
                 return  # the initial delay always runs its course (InitialDelayedJoin)
-            shard.cancel(_join_key(group.group_id))
+            shard.cancel(join_key(group.group_id))
             self._complete_join(shard, group)
 
     def _complete_join(self, shard: GroupShard, group: ClassicGroup) -> None:
@@ -190,7 +190,7 @@ class ClassicRebalance:
             return
         if group.state is not GroupState.PREPARING_REBALANCE:
             return
-        shard.cancel(_join_key(group.group_id))
+        shard.cancel(join_key(group.group_id))
         p = self._p(shard)
         for member in [m for m in group.members.values() if not m.awaiting_join]:
             if member.group_instance_id is None:
@@ -205,7 +205,7 @@ class ClassicRebalance:
                 "group %s: no member rejoined; waiting another rebalance timeout", group.group_id
             )
             shard.schedule(
-                _join_key(group.group_id),
+                join_key(group.group_id),
                 group.rebalance_timeout_ms(),
                 lambda: self._complete_join(shard, group),
             )
@@ -230,7 +230,7 @@ class ClassicRebalance:
                 p.joins, (group.group_id, member.member_id), self._join_result(group, member)
             )
         shard.schedule(
-            _sync_key(group.group_id),
+            sync_key(group.group_id),
             group.rebalance_timeout_ms(),
             lambda generation=group.generation_id: self._expire_sync(shard, group, generation),
         )
@@ -272,7 +272,7 @@ class ClassicRebalance:
             self._reset_syncs(shard, group, error)
             self._prepare_rebalance(shard, group, f"storing the generation failed: {error.name}")
             return
-        shard.cancel(_sync_key(group.group_id))
+        shard.cancel(sync_key(group.group_id))
         for member_id, member in group.members.items():
             member.assignment = full.get(member_id, b"")
         group.transition_to(GroupState.STABLE, shard.now_ms())
@@ -390,9 +390,9 @@ def session_key(group_id: str, member_id: str) -> str:
     return f"classic-session-{group_id}-{member_id}"
 
 
-def _join_key(group_id: str) -> str:
+def join_key(group_id: str) -> str:
     return f"classic-join-{group_id}"
 
 
-def _sync_key(group_id: str) -> str:
+def sync_key(group_id: str) -> str:
     return f"classic-sync-{group_id}"

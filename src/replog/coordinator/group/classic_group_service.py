@@ -39,12 +39,16 @@ from replog.coordinator.group.classic_group_rebalance import (
     SyncResult,
     answer_parked,
     current_assignments,
+    join_key,
     session_key,
+    sync_key,
     write_generation,
 )
+from replog.coordinator.group.consumer_group import ConsumerGroup
 
 if TYPE_CHECKING:
-    from replog.coordinator.group.coordinator import GroupShard
+    from replog.coordinator.group.consumer_group_runtime import ConsumerGroupRuntime
+    from replog.coordinator.group.coordinator import GroupCoordinator, GroupShard
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +56,18 @@ __all__ = ["ClassicGroupService", "JoinRequest", "JoinResult", "SyncResult", "NO
 
 
 class ClassicGroupService(ClassicRebalance):
-    """The classic protocol on this broker's loaded shards.
+    """The classic protocol on this broker's loaded shards; classic members of consumer
+    groups are the KIP-848 runtime's (``classic_members``).
 
     Concurrency: owned by the event loop (see the module docstring).
     """
+
+    def __init__(self, coordinator: GroupCoordinator) -> None:
+        super().__init__(coordinator)
+        coordinator.classic_service = self
+        runtime = getattr(coordinator, "consumer_runtime", None)
+        if runtime is not None:
+            runtime.classic = self
 
     # -- lookups -----------------------------------------------------------------------
 
@@ -66,6 +78,33 @@ class ClassicGroupService(ClassicRebalance):
         if not isinstance(group, ClassicGroup):
             return ErrorCode.inconsistent_group_protocol, None
         return ErrorCode.none, group
+
+    def _runtime(self) -> ConsumerGroupRuntime | None:
+        """The KIP-848 runtime, which answers classic members of consumer groups."""
+        return getattr(self.coordinator, "consumer_runtime", None)
+
+    # -- protocol conversions (group_conversion) -------------------------------------------
+
+    def on_upgraded(self, shard: GroupShard, group: ClassicGroup) -> None:
+        """The group is a consumer group now: its parked requests are answered with
+        REBALANCE_IN_PROGRESS (the members rejoin it) and its timers stop."""
+        p = self._p(shard)
+        gid = group.group_id
+        for key in [k for k in p.joins if k[0] == gid]:
+            answer_parked(p.joins, key, JoinResult(ErrorCode.rebalance_in_progress, key[1]))
+        for key in [k for k in p.syncs if k[0] == gid]:
+            answer_parked(p.syncs, key, SyncResult(ErrorCode.rebalance_in_progress))
+        for member_id in list(group.members) + list(group.pending_members):
+            shard.cancel(session_key(gid, member_id))
+        shard.cancel(join_key(gid))
+        shard.cancel(sync_key(gid))
+
+    def on_downgraded(self, shard: GroupShard, group: ClassicGroup) -> None:
+        """The consumer group became ``group`` (Stable at its last assignment): arm its
+        members' sessions and rebalance, so they rejoin as a classic group."""
+        for member in group.members.values():
+            self._schedule_session(shard, group, member)
+        self._prepare_rebalance(shard, group, "converted from a consumer group")
 
     # -- JoinGroup ---------------------------------------------------------------------
 
@@ -85,6 +124,9 @@ class ClassicGroupService(ClassicRebalance):
         error, group = self._group(shard, request.group_id)
         if error != ErrorCode.none:
             existing = shard.groups[request.group_id]
+            runtime = self._runtime()
+            if runtime is not None and runtime.hosts_classic_members(existing):
+                return await runtime.classic_join(shard, request)
             if not existing.is_empty():
                 return JoinResult(error, request.member_id)
             del shard.groups[request.group_id]  # an empty consumer group becomes classic
@@ -276,6 +318,17 @@ class ClassicGroupService(ClassicRebalance):
         if shard is None:
             return SyncResult(error)
         error, group = self._group(shard, group_id)
+        runtime = self._runtime()
+        if error != ErrorCode.none and runtime is not None:
+            return await runtime.classic_sync(
+                shard,
+                group_id,
+                generation_id,
+                member_id,
+                group_instance_id,
+                protocol_type,
+                protocol_name,
+            )
         if error != ErrorCode.none:
             return SyncResult(error)
         if group is None or group.state is GroupState.DEAD:
@@ -323,6 +376,11 @@ class ClassicGroupService(ClassicRebalance):
         if shard is None:
             return error
         error, group = self._group(shard, group_id)
+        runtime = self._runtime()
+        if error != ErrorCode.none and runtime is not None:
+            return runtime.classic_heartbeat(
+                shard, group_id, generation_id, member_id, group_instance_id
+            )
         if error != ErrorCode.none:
             return error
         if group is None or group.state is GroupState.DEAD:
@@ -342,6 +400,18 @@ class ClassicGroupService(ClassicRebalance):
         return ErrorCode.none
 
     # -- LeaveGroup ------------------------------------------------------------------------
+
+    async def leave(
+        self, group_id: str, members: list[tuple[str, str | None]]
+    ) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]:
+        """LeaveGroup: from a classic group (``leave_group``), or classic members leaving
+        a consumer group (written, so it awaits)."""
+        error, shard = self.coordinator.shard_for(group_id)
+        runtime = self._runtime()
+        if shard is not None and runtime is not None:
+            if isinstance(shard.groups.get(group_id), ConsumerGroup):
+                return await runtime.classic_leave(shard, group_id, members)
+        return self.leave_group(group_id, members)
 
     def leave_group(
         self, group_id: str, members: list[tuple[str, str | None]]

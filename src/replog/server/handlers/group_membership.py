@@ -154,14 +154,14 @@ class GroupMembershipRequests:
                 members=(),
             )
         if version < FIRST_BATCHED_LEAVE:
-            error, results = self.service.leave_group(
+            error, results = await self.service.leave(
                 str(request.group_id), [(str(request.member_id), None)]
             )
             if error == ErrorCode.none and results:
                 error = results[0][2]
             return make(cls, throttle_time=NO_THROTTLE, error_code=error)
         member_cls = nested(cls, "MemberResponse")
-        error, results = self.service.leave_group(
+        error, results = await self.service.leave(
             str(request.group_id),
             [(str(m.member_id), m.group_instance_id) for m in request.members],
         )
