@@ -29,19 +29,12 @@ session times out.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
 from replog.coordinator.group import consumer_records_codec as cr
-from replog.coordinator.group.assignors import (
-    Assignor,
-    MemberSpec,
-    PartitionAssignorError,
-    TopicSpec,
-)
+from replog.coordinator.group.assignors import PartitionAssignorError
 from replog.coordinator.group.consumer_group import (
     ConsumerGroup,
     ConsumerGroupMember,
@@ -54,32 +47,21 @@ from replog.coordinator.group.reconciliation import (
     MemberState,
     reconcile,
 )
+from replog.coordinator.group.target_assignment import (
+    GroupSettings,
+    TopicImage,
+    compute_target_assignment,
+    subscription_metadata,
+)
+from replog.coordinator.group.target_assignment import (
+    preferred_assignor as preferred_assignor,  # the handlers' ConsumerGroupDescribe
+)
 
 LEAVE_GROUP_MEMBER_EPOCH = -1
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
 CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION = 1
 
 OwnedPartitions = tuple[tuple[uuid.UUID, tuple[int, ...]], ...]
-
-
-class TopicImage(Protocol):
-    """What the coordinator knows of the cluster's topics (the broker's metadata cache)."""
-
-    def topic(self, name: str) -> cr.TopicMetadata | None: ...
-
-    def topic_names(self) -> Iterable[str]: ...
-
-
-@dataclass(frozen=True)
-class GroupSettings:
-    assignors: Mapping[str, Assignor]  # group.consumer.assignors; the first is the default
-    max_size: int  # group.consumer.max.size
-    heartbeat_interval_ms: int  # group.consumer.heartbeat.interval.ms
-    session_timeout_ms: int  # group.consumer.session.timeout.ms
-
-    @property
-    def default_assignor(self) -> str:
-        return next(iter(self.assignors))
 
 
 @dataclass(frozen=True)
@@ -371,7 +353,12 @@ def heartbeat_steps(
         targets[member_id] = targets.pop(replaced.member_id, {})
     assignment_epoch = group.assignment_epoch
     if group_epoch > assignment_epoch:
-        new_targets = _assign(members, metadata, targets, settings, topics)
+        try:
+            new_targets = compute_target_assignment(members, metadata, targets, settings)
+        except PartitionAssignorError as exc:
+            raise Refused(
+                ErrorCode.unknown_server_error, f"Failed to compute an assignment: {exc}"
+            ) from exc
         for m in sorted(new_targets):
             if new_targets[m] != targets.get(m):
                 records.append(cr.target_assignment_record(gid, m, new_targets[m]))
@@ -477,68 +464,6 @@ def _get_or_subscribe(
         )
     _check_member_epoch(existing, request.member_epoch, request.owned)
     return existing, None
-
-
-def subscription_metadata(
-    members: Iterable[ConsumerGroupMember], topics: TopicImage
-) -> dict[str, cr.TopicMetadata]:
-    members = list(members)
-    names: set[str] = set()
-    all_names: list[str] | None = None
-    for member in members:
-        names.update(member.subscribed_topic_names)
-        if member.subscribed_topic_regex:
-            if all_names is None:
-                all_names = list(topics.topic_names())
-            names |= member.subscribed_topics(all_names) - set(member.subscribed_topic_names)
-    result: dict[str, cr.TopicMetadata] = {}
-    for name in sorted(names):
-        topic = topics.topic(name)
-        if topic is not None:
-            result[name] = topic
-    return result
-
-
-def preferred_assignor(members: Iterable[ConsumerGroupMember], settings: GroupSettings) -> str:
-    """The assignor most members ask for (ties by name), else the default."""
-    counts: dict[str, int] = {}
-    for member in members:
-        if member.server_assignor is not None:
-            counts[member.server_assignor] = counts.get(member.server_assignor, 0) + 1
-    if not counts:
-        return settings.default_assignor
-    return min(counts, key=lambda name: (-counts[name], name))
-
-
-def _assign(
-    members: Mapping[str, ConsumerGroupMember],
-    metadata: Mapping[str, cr.TopicMetadata],
-    targets: Mapping[str, Assignment],
-    settings: GroupSettings,
-    topics: TopicImage,
-) -> dict[str, Assignment]:
-    specs: dict[uuid.UUID, TopicSpec] = {
-        t.topic_id: TopicSpec(t.topic_id, t.name, t.num_partitions) for t in metadata.values()
-    }
-    members_specs = {
-        member_id: MemberSpec(
-            frozenset(
-                metadata[name].topic_id
-                for name in member.subscribed_topics(metadata)
-                if name in metadata
-            ),
-            member.rack_id,
-            targets.get(member_id, {}),
-        )
-        for member_id, member in members.items()
-    }
-    assignor = settings.assignors[preferred_assignor(members.values(), settings)]
-    try:
-        return assignor(members_specs, specs)
-    except PartitionAssignorError as exc:
-        raise Refused(
-            ErrorCode.unknown_server_error, f"Failed to compute an assignment: {exc}"
-        ) from exc
 
 
 # -- leaving and fencing ---------------------------------------------------------------------
