@@ -109,6 +109,9 @@ def poll_until(new_members, condition, timeout_s: float, what: str) -> None:
 
 
 def each_partition_once(members) -> bool:
+    for m in members:
+        if isinstance(m, ClassicMember) and m.process.poll() is not None:
+            raise AssertionError(f"the {m.client} member exited ({m.process.returncode})")
     sets = [m.assigned for m in members]
     every = [p for s in sets for p in s]
     return all(sets) and sorted(every) == list(range(PARTITIONS))

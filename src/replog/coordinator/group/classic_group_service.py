@@ -373,6 +373,10 @@ class ClassicGroupService(ClassicRebalance):
         self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
     ) -> ErrorCode:
         error, shard = self.coordinator.shard_for(group_id)
+        if error == ErrorCode.coordinator_load_in_progress:
+            # Kafka: "the group is still loading, so blindly respond" NONE (a client such
+            # as aiokafka takes COORDINATOR_LOAD_IN_PROGRESS in a heartbeat as fatal).
+            return ErrorCode.none
         if shard is None:
             return error
         error, group = self._group(shard, group_id)
