@@ -75,6 +75,9 @@ class StandInShard:
         if self.active:
             self._timers[key] = (self.clock + max(delay_ms, 0), next(self._seq), callback)
 
+    def scheduled(self, key: str) -> bool:
+        return key in self._timers
+
     def cancel(self, key: str) -> None:
         self._timers.pop(key, None)
 

@@ -292,7 +292,45 @@ def test_classic_requests_to_a_consumer_group_get_kafkas_errors() -> None:
     go("bidirectional", test)
 
 
+def test_a_classic_member_that_does_not_rejoin_or_sync_in_time_is_fenced() -> None:
+    """Kafka's join and sync timeouts for classic members of a consumer group: each
+    keeps heartbeating (its session stays alive), one never rejoins when told to, the
+    other rejoins but never syncs; both are removed after their rebalance timeout."""
+
+    async def test(h: Harness, runtime: ConsumerGroupRuntime) -> None:
+        answers = await classic_group(h)
+        await heartbeat(h, runtime, "", 0)
+        stubborn, slow = answers[0].member_id, answers[1].member_id
+        generation = answers[0].generation_id
+        assert h.heartbeat(stubborn, generation) == ErrorCode.rebalance_in_progress
+        join = h.join(slow, protocols=PROTOCOLS)
+        await h.settle()
+        slow_generation = join.result().generation_id
+        for _ in range(8):  # 8 x 5 s: past the 30 s rebalance timeout, within sessions
+            await h.advance(5000)
+            group = h.shard.groups["g"]
+            if stubborn in group.members:
+                h.heartbeat(stubborn, generation)
+            if slow in group.members:
+                h.heartbeat(slow, slow_generation)
+        group = h.shard.groups["g"]
+        assert stubborn not in group.members and slow not in group.members
+        assert list(group.members) == ["n1"]
+
+    go("bidirectional", test)
+
+
 # -- downgrade -------------------------------------------------------------------------------
+
+
+async def rejoin(h: Harness, member_id: str) -> None:
+    """A classic member's JoinGroup and SyncGroup, as a client does."""
+    join = h.join(member_id, protocols=PROTOCOLS)
+    await h.settle()
+    assert join.result().error == ErrorCode.none
+    sync = h.sync(member_id, join.result().generation_id)
+    await h.settle()
+    assert sync.result().error == ErrorCode.none
 
 
 async def catch_up(h: Harness, member_ids: list[str]) -> None:
@@ -308,9 +346,7 @@ async def catch_up(h: Harness, member_ids: list[str]) -> None:
         if not behind:
             return
         for m in behind:
-            join = h.join(m, protocols=PROTOCOLS)
-            await h.settle()
-            assert join.result().error == ErrorCode.none
+            await rejoin(h, m)
     raise AssertionError("classic members keep being asked to rejoin")
 
 
@@ -318,9 +354,7 @@ async def mixed_group(h: Harness, runtime: ConsumerGroupRuntime) -> tuple[list, 
     answers = await classic_group(h)
     new = await heartbeat(h, runtime, "", 0)
     for a in answers:
-        join = h.join(a.member_id, protocols=PROTOCOLS)
-        await h.settle()
-        assert join.result().error == ErrorCode.none
+        await rejoin(h, a.member_id)
     return answers, new.member_id
 
 
@@ -399,8 +433,7 @@ def test_a_new_protocol_member_whose_session_expires_converts_the_group_back() -
             group = h.shard.groups["g"]
             if isinstance(group, ClassicGroup):
                 break
-            for a in answers:
-                h.heartbeat(a.member_id, group.members[a.member_id].member_epoch)
+            await catch_up(h, [a.member_id for a in answers])  # heartbeats, rejoins
         assert isinstance(h.shard.groups["g"], ClassicGroup)
 
     go("bidirectional", test)

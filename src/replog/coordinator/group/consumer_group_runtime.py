@@ -98,6 +98,23 @@ def _rebalance_key(group_id: str, member_id: str) -> str:
     return f"consumer-rebalance-{group_id}-{member_id}"
 
 
+def _classic_join_key(group_id: str, member_id: str) -> str:
+    return f"consumer-classic-join-{group_id}-{member_id}"
+
+
+def _classic_sync_key(group_id: str, member_id: str) -> str:
+    return f"consumer-classic-sync-{group_id}-{member_id}"
+
+
+def _member_keys(group_id: str, member_id: str) -> tuple[str, ...]:
+    return (
+        _session_key(group_id, member_id),
+        _rebalance_key(group_id, member_id),
+        _classic_join_key(group_id, member_id),
+        _classic_sync_key(group_id, member_id),
+    )
+
+
 class _GroupLocks:
     """An asyncio lock per (shard, group id), dropped when nobody holds or waits on it."""
 
@@ -232,8 +249,8 @@ class ConsumerGroupRuntime:
         if shard.groups.get(gid) is not group:
             return ErrorCode.coordinator_not_available
         for member_id in group.members:
-            shard.cancel(_session_key(gid, member_id))
-            shard.cancel(_rebalance_key(gid, member_id))
+            for key in _member_keys(gid, member_id):
+                shard.cancel(key)
         group.on_deleted(ErrorCode.coordinator_not_available)
         shard.groups[gid] = classic
         log.info("group %s: converted from a consumer group to a classic group", gid)
@@ -265,6 +282,11 @@ class ConsumerGroupRuntime:
             if error != ErrorCode.none:
                 return JoinResult(error, request.member_id)
             self._carry_out(shard, gid, d.effects)
+            # Kafka: the member must SyncGroup within its rebalance timeout.
+            shard.cancel(_classic_join_key(gid, d.member_id))
+            self._schedule_classic_timeout(
+                shard, _classic_sync_key(gid, d.member_id), gid, d.member_id, "sync"
+            )
             return JoinResult(
                 ErrorCode.none,
                 d.member_id,
@@ -298,6 +320,7 @@ class ConsumerGroupRuntime:
             if error != ErrorCode.none:
                 return SyncResult(error)
             self._restart_classic_session(shard, group, member_id)
+            shard.cancel(_classic_sync_key(group_id, member_id))
             member = group.members[member_id]
             assert member.classic is not None
             name = protocol_name or member.classic.supported_protocols[0][0]
@@ -317,7 +340,29 @@ class ConsumerGroupRuntime:
         error = classic_members.heartbeat(group, member_id, instance_id, generation_id)
         if error in (ErrorCode.none, ErrorCode.rebalance_in_progress):
             self._restart_classic_session(shard, group, member_id)
+        if error == ErrorCode.rebalance_in_progress:
+            # Kafka ``scheduleConsumerGroupJoinTimeoutIfAbsent``: told to rejoin, it must
+            # within its rebalance timeout (it could keep heartbeating while holding
+            # partitions the others wait for).
+            key = _classic_join_key(group_id, member_id)
+            if not shard.scheduled(key):
+                self._schedule_classic_timeout(shard, key, group_id, member_id, "rejoin")
         return error
+
+    def _schedule_classic_timeout(
+        self, shard: GroupShard, key: str, group_id: str, member_id: str, what: str
+    ) -> None:
+        group = self._classic_group(shard, group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if member is None:
+            return
+        shard.schedule(
+            key,
+            member.rebalance_timeout_ms,
+            lambda: self._spawn(
+                self._fence(shard, group_id, member_id, f"it did not {what} in time", None)
+            ),
+        )
 
     def _restart_classic_session(
         self, shard: GroupShard, group: ConsumerGroup, member_id: str
@@ -340,8 +385,8 @@ class ConsumerGroupRuntime:
             if error != ErrorCode.none:
                 return error, []
             for member_id in leaving:
-                shard.cancel(_session_key(group_id, member_id))
-                shard.cancel(_rebalance_key(group_id, member_id))
+                for key in _member_keys(group_id, member_id):
+                    shard.cancel(key)
             return ErrorCode.none, results
 
     async def _write_and_apply(
@@ -386,8 +431,8 @@ class ConsumerGroupRuntime:
             elif isinstance(effect, hb.CancelRebalanceTimeout):
                 shard.cancel(_rebalance_key(group_id, effect.member_id))
             elif isinstance(effect, hb.CancelMemberTimers):
-                shard.cancel(_session_key(group_id, effect.member_id))
-                shard.cancel(_rebalance_key(group_id, effect.member_id))
+                for key in _member_keys(group_id, effect.member_id):
+                    shard.cancel(key)
 
     def _schedule_session(
         self, shard: GroupShard, group_id: str, member_id: str, delay_ms: int

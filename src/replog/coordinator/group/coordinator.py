@@ -129,6 +129,10 @@ class GroupShard:
 
         self._timers[key] = loop.call_later(max(delay_ms, 0) / 1000, fire)
 
+    def scheduled(self, key: str) -> bool:
+        """Whether a timer is set under ``key``."""
+        return key in self._timers
+
     def cancel(self, key: str) -> None:
         handle = self._timers.pop(key, None)
         if handle is not None:
