@@ -1,7 +1,8 @@
 """A classic-protocol group member in a process of its own, for the mixed-group tests:
 ``python classic_member_child.py kafka-python|aiokafka BOOTSTRAP GROUP TOPIC CLIENT_ID``.
 
-It consumes from the start, commits after every batch, and writes JSON lines to stdout:
+It consumes from the start, commits after every batch (again on the next turns if a
+rebalance refused it), and writes JSON lines to stdout:
 ``{"assigned": [partitions]}`` whenever its assignment changes, ``{"records": [[partition,
 value], ...]}`` for each batch read (after its commit was tried), and ``{"error": text}``
 for a commit refused during a rebalance. SIGTERM closes the consumer (it leaves the
@@ -38,6 +39,7 @@ def run_kafka_python(bootstrap: str, group: str, topic: str, client_id: str) -> 
         max_poll_interval_ms=30_000,
     )
     assigned: list[int] | None = None
+    uncommitted = False
     try:
         while not stopping:
             batches = consumer.poll(timeout_ms=200)
@@ -46,11 +48,14 @@ def run_kafka_python(bootstrap: str, group: str, topic: str, client_id: str) -> 
                 assigned = now
                 emit(assigned=now)
             records = [[r.partition, r.value.decode()] for rs in batches.values() for r in rs]
-            if records:
+            if records or uncommitted:
                 try:
                     consumer.commit()
-                except KafkaError as exc:
+                    uncommitted = False
+                except KafkaError as exc:  # refused during a rebalance: tried again
+                    uncommitted = True
                     emit(error=repr(exc))
+            if records:
                 emit(records=records)
     finally:
         consumer.close()
@@ -75,6 +80,7 @@ async def run_aiokafka(bootstrap: str, group: str, topic: str, client_id: str) -
     )
     await consumer.start()
     assigned: list[int] | None = None
+    uncommitted = False
     try:
         while not stop.is_set():
             batches = await consumer.getmany(timeout_ms=200)
@@ -83,11 +89,14 @@ async def run_aiokafka(bootstrap: str, group: str, topic: str, client_id: str) -
                 assigned = now
                 emit(assigned=now)
             records = [[r.partition, r.value.decode()] for rs in batches.values() for r in rs]
-            if records:
+            if records or uncommitted:
                 try:
                     await consumer.commit()
-                except KafkaError as exc:
+                    uncommitted = False
+                except KafkaError as exc:  # refused during a rebalance: tried again
+                    uncommitted = True
                     emit(error=repr(exc))
+            if records:
                 emit(records=records)
     finally:
         await consumer.stop()

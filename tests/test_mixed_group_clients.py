@@ -62,11 +62,11 @@ def cluster(zookeeper, tmp_path_factory):
 
 def _produce(bootstrap: str, tag: str, count: int) -> set[str]:
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
-    values = {f"{tag}-{i}" for i in range(count)}
-    for value in sorted(values):
-        producer.produce(TOPIC, value=value.encode())
+    values = [f"{tag}-{i}" for i in range(count)]
+    for i, value in enumerate(values):  # every partition gets records
+        producer.produce(TOPIC, value=value.encode(), partition=i % PARTITIONS)
     assert producer.flush(60) == 0
-    return values
+    return set(values)
 
 
 def test_a_mixed_group_converts_both_ways_and_survives_its_coordinator(cluster) -> None:
@@ -133,11 +133,18 @@ def test_a_mixed_group_converts_both_ways_and_survives_its_coordinator(cluster) 
             tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
             ends = {p: reader.get_watermark_offsets(tps[p], timeout=30)[1] for p in range(6)}
 
+            committed: dict[int, int] = {}
+
             def committed_to_the_end() -> bool:
                 got = reader.committed(tps, timeout=30)
-                return {tp.partition: tp.offset for tp in got} == ends
+                committed.update({tp.partition: tp.offset for tp in got})
+                return committed == ends
 
-            poll_until([], committed_to_the_end, 60, "commits at the end offsets")
+            try:
+                poll_until([], committed_to_the_end, 60, "commits at the end offsets")
+            except AssertionError:
+                errors = [line for m in classic for line in m.lines if '"error"' in line]
+                raise AssertionError(f"committed {committed}, ends {ends}; {errors[-5:]}") from None
         finally:
             reader.close()
         # Each coordinator says what it converted (the killed one's log included).
