@@ -231,9 +231,10 @@ def sync(
         protocol_name is not None and protocol_name != name
     ):
         return ErrorCode.inconsistent_group_protocol, b""
-    if group.group_epoch > member.member_epoch and member.state is not (
-        MemberState.UNREVOKED_PARTITIONS
-    ):
+    # Kafka ``throwIfRebalanceInProgress``: the group moved on since it joined (unless it
+    # is still revoking: it rejoins once done).
+    revoking = member.state is MemberState.UNREVOKED_PARTITIONS
+    if group.group_epoch > member.member_epoch and not revoking:
         return ErrorCode.rebalance_in_progress, b""
     by_name: dict[str, list[int]] = {}
     for topic_id, partitions in member.assigned.items():

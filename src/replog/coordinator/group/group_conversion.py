@@ -184,7 +184,12 @@ def can_downgrade(
     """Kafka ``validateOnlineDowngradeWithFencedMembers``: every member but the leaving
     ones uses the classic protocol, some remain, the policy allows it, they fit."""
     remaining = [m for mid, m in group.members.items() if mid not in leaving]
-    if not remaining or not all(m.uses_classic_protocol for m in remaining):
+    if not remaining or not all(m.classic is not None for m in remaining):
+        return False
+    common = set.intersection(
+        *({name for name, _ in m.classic.supported_protocols} for m in remaining if m.classic)
+    )
+    if not common:  # no protocol to select (JoinGroup keeps one in common; a guard)
         return False
     return policy.downgrade_enabled and len(remaining) <= classic_max_size
 
