@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from kio.schema.errors import ErrorCode
 
 from replog.config import KafkaConfig
-from replog.coordinator.group.generic_group_service import (
-    GenericGroupService,
+from replog.coordinator.group.classic_group_service import (
+    ClassicGroupService,
     JoinRequest,
     JoinResult,
     SyncResult,
@@ -75,6 +75,9 @@ class StandInShard:
         if self.active:
             self._timers[key] = (self.clock + max(delay_ms, 0), next(self._seq), callback)
 
+    def scheduled(self, key: str) -> bool:
+        return key in self._timers
+
     def cancel(self, key: str) -> None:
         self._timers.pop(key, None)
 
@@ -119,7 +122,7 @@ class Harness:
 
     shard: StandInShard
     coordinator: StandInCoordinator
-    service: GenericGroupService
+    service: ClassicGroupService
     tasks: list[asyncio.Task] = field(default_factory=list)  # the requests sent
     created: list[asyncio.Task] = field(default_factory=list)  # every task of the loop
 
@@ -127,7 +130,7 @@ class Harness:
     def make(cls, **settings: str) -> Harness:
         shard = StandInShard()
         coordinator = StandInCoordinator(shard, config(**settings))
-        return cls(shard, coordinator, GenericGroupService(coordinator))
+        return cls(shard, coordinator, ClassicGroupService(coordinator))
 
     def record_tasks(self) -> None:
         """Keep every task the loop creates from now on (the service's background

@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
 from classic_group_util import Harness, assignment_of
-from replog.coordinator.group.generic_group import GroupState
-from replog.coordinator.group.generic_group_service import JoinResult
+from replog.coordinator.group.classic_group import GroupState
+from replog.coordinator.group.classic_group_service import JoinResult
 
 S = GroupState
 CLIENTS = 4

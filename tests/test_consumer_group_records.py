@@ -46,6 +46,12 @@ values = {
         st.none() | names,
         epochs,
         st.none() | names,
+        st.none()
+        | st.builds(
+            cr.ClassicMemberMetadata,
+            epochs,
+            st.lists(st.tuples(names, st.binary(max_size=8)), max_size=3).map(tuple),
+        ),
     ),
     cr.TARGET_ASSIGNMENT_METADATA: st.builds(cr.TargetAssignmentMetadataValue, epochs),
     cr.TARGET_ASSIGNMENT_MEMBER: st.builds(cr.TargetAssignmentMemberValue, assignments),
@@ -76,8 +82,8 @@ def test_records_round_trip(record) -> None:
 
 @given(records())
 def test_values_skip_tagged_fields_they_do_not_know(record) -> None:
-    if record.value is None:
-        return
+    if record.value is None or getattr(record.value, "classic", None) is not None:
+        return  # (a value with a tagged field of its own ends otherwise)
     encoded = record.encode()
     # A later Kafka adds a tagged field at the end of the value's top-level struct.
     with_tag = encoded.value[:-1] + b"\x01\x07\x02\xab\xcd"

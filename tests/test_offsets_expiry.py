@@ -9,8 +9,8 @@ from kio.schema.errors import ErrorCode
 
 from replog.config import KafkaConfig
 from replog.coordinator.group import records as rec
+from replog.coordinator.group.classic_group import ClassicGroup, GroupMember, GroupState
 from replog.coordinator.group.coordinator import GroupCoordinator, GroupShard, ShardState
-from replog.coordinator.group.generic_group import GenericGroup, GroupMember, GroupState
 from replog.coordinator.group.group import Record
 from replog.coordinator.group.offsets import CommittedOffset
 
@@ -47,13 +47,13 @@ def test_expiry_of_simple_empty_and_active_groups() -> None:
     shard.offsets.put("simple", ("t", 0), committed(5, at=0))
     shard.offsets.put("simple", ("t", 1), committed(6, at=8 * MINUTE))
     # A classic group that became empty at minute 5: every offset ages from then.
-    empty = GenericGroup("empty")
+    empty = ClassicGroup("empty")
     empty.transition_to(GroupState.PREPARING_REBALANCE, 0)
     empty.transition_to(GroupState.EMPTY, 5 * MINUTE)
     shard.groups["empty"] = empty
     shard.offsets.put("empty", ("t", 0), committed(7, at=0))
     # A group with a member: never expired by retention.
-    active = GenericGroup("active")
+    active = ClassicGroup("active")
     active.add_member(GroupMember("m", None, "c", "/h", 1000, 1000, "consumer", [("range", b"")]))
     active.transition_to(GroupState.PREPARING_REBALANCE, 0)
     active.init_next_generation(0)

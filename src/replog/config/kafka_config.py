@@ -119,6 +119,7 @@ class KafkaConfig:
     group_consumer_max_heartbeat_interval_ms: int
     group_consumer_max_size: int
     group_consumer_assignors: str
+    group_consumer_migration_policy: str = "bidirectional"
     listeners: list[Listener] = field(default_factory=list)
     advertised_listeners: list[Listener] = field(default_factory=list)
     log_dirs: list[Path] = field(default_factory=list)
@@ -188,6 +189,12 @@ class KafkaConfig:
             if not cond:
                 raise ConfigError(f"invalid value for {key}: {what}")
 
+        need(
+            self.group_consumer_migration_policy.strip().lower()
+            in ("bidirectional", "upgrade", "downgrade", "disabled"),
+            "group.consumer.migration.policy",
+            "one of bidirectional, upgrade, downgrade, disabled (Kafka's values)",
+        )
         protocols = self.security_protocol_map
         for listener in self.listeners:
             need(

@@ -206,6 +206,13 @@ BROKER_KEYS: dict[str, tuple[str, Callable[[str], Any], str | None]] = {
     ),
     "group.consumer.max.size": ("group_consumer_max_size", _int, "2147483647"),
     "group.consumer.assignors": ("group_consumer_assignors", _str, "uniform,range"),
+    # KIP-848 online conversion of a group between the classic and consumer protocols:
+    # bidirectional (Kafka 4.0's default), upgrade, downgrade or disabled.
+    "group.consumer.migration.policy": (
+        "group_consumer_migration_policy",
+        _str,
+        "bidirectional",
+    ),
     **{
         name: (name.replace(".", "_"), key.parse, key.default)
         for name, key in BROKER_LOG_KEYS.items()

@@ -34,11 +34,11 @@ from replog.config import KafkaConfig
 from replog.controller.controller import KafkaController
 from replog.coordinator.group import consumer_records
 from replog.coordinator.group import records as group_records
-from replog.coordinator.group.coordinator import GroupCoordinator
-from replog.coordinator.group.generic_group_service import (
-    GenericGroupService,
+from replog.coordinator.group.classic_group_service import (
+    ClassicGroupService,
     replay_group_metadata_record,
 )
+from replog.coordinator.group.coordinator import GroupCoordinator
 from replog.protocol.apis import ApiKey
 from replog.replication.fetcher import FetcherConfig, ReplicaFetcherManager
 from replog.replication.replica_manager import ReplicaManager
@@ -316,7 +316,7 @@ class Broker:
         handlers[ApiKey.OFFSET_FETCH] = groups.handle_offset_fetch
         handlers[ApiKey.OFFSET_DELETE] = groups.handle_offset_delete
         handlers[ApiKey.DELETE_GROUPS] = groups.handle_delete_groups
-        classic = GenericGroupService(self.group_coordinator)
+        classic = ClassicGroupService(self.group_coordinator)
         self.group_coordinator.listeners.append(classic)
         self.group_coordinator.replayers[group_records.GROUP_METADATA_KEY] = (
             replay_group_metadata_record

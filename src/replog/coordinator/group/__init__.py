@@ -4,7 +4,8 @@
 - ``records``: Kafka's key/value schemas of the records in that topic.
 - ``group``: what every group type offers the coordinator (``Group``).
 - ``offsets``: committed offsets per group, as replayed from the log.
-- ``classic``: the classic protocol's group state machine (JoinGroup/SyncGroup...).
+- ``classic_group`` / ``classic_group_rebalance`` / ``classic_group_service``: the classic
+  protocol (JoinGroup/SyncGroup/Heartbeat/LeaveGroup): state, rebalances, requests.
 - ``consumer_group`` / ``assignors``: the KIP-848 protocol (ConsumerGroupHeartbeat).
 - ``coordinator``: the runtime: loads a partition's groups when this broker becomes its
   leader, writes records with acks=all, owns the timers.

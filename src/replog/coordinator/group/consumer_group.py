@@ -99,6 +99,11 @@ class ConsumerGroupMember:
     rebalance_timeout_ms: int = -1
     server_assignor: str | None = None
     assignment: MemberAssignment = field(default_factory=lambda: MemberAssignment(0, 0))
+    classic: cr.ClassicMemberMetadata | None = None  # a member using the classic protocol
+
+    @property
+    def uses_classic_protocol(self) -> bool:
+        return self.classic is not None
 
     @property
     def member_epoch(self) -> int:
@@ -126,6 +131,7 @@ class ConsumerGroupMember:
             self.subscribed_topic_regex,
             self.rebalance_timeout_ms,
             self.server_assignor,
+            self.classic,
         )
 
     def assignment_value(self) -> cr.CurrentMemberAssignmentValue:
@@ -149,6 +155,7 @@ class ConsumerGroupMember:
             subscribed_topic_regex=value.subscribed_topic_regex,
             rebalance_timeout_ms=value.rebalance_timeout_ms,
             server_assignor=value.server_assignor,
+            classic=value.classic,
         )
 
     def with_assignment_value(self, value: cr.CurrentMemberAssignmentValue) -> ConsumerGroupMember:
@@ -340,13 +347,18 @@ class ConsumerGroup:
     ) -> ErrorCode:
         """Kafka ``ConsumerGroup.validateOffsetCommit``: a commit from outside group
         management (epoch < 0) only while the group is empty; otherwise a known member
-        at its current epoch, with OffsetCommit v9+."""
+        at its current epoch, with OffsetCommit v9+ unless it uses the classic protocol
+        (its generation is its member epoch: ILLEGAL_GENERATION when they differ)."""
         epoch = generation_id_or_member_epoch
         if epoch < 0 and not self.members:
             return ErrorCode.none
         member = self.members.get(member_id)
         if member is None:
             return ErrorCode.unknown_member_id
+        if member.uses_classic_protocol:
+            if epoch != member.member_epoch:
+                return ErrorCode.illegal_generation
+            return ErrorCode.none
         if api_version < FIRST_MEMBER_EPOCH_OFFSET_COMMIT:
             return ErrorCode.unsupported_version
         if epoch != member.member_epoch:

@@ -29,19 +29,12 @@ session times out.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
 from replog.coordinator.group import consumer_records_codec as cr
-from replog.coordinator.group.assignors import (
-    Assignor,
-    MemberSpec,
-    PartitionAssignorError,
-    TopicSpec,
-)
+from replog.coordinator.group.assignors import PartitionAssignorError
 from replog.coordinator.group.consumer_group import (
     ConsumerGroup,
     ConsumerGroupMember,
@@ -54,32 +47,21 @@ from replog.coordinator.group.reconciliation import (
     MemberState,
     reconcile,
 )
+from replog.coordinator.group.target_assignment import (
+    GroupSettings,
+    TopicImage,
+    compute_target_assignment,
+    subscription_metadata,
+)
+from replog.coordinator.group.target_assignment import (
+    preferred_assignor as preferred_assignor,  # the handlers' ConsumerGroupDescribe
+)
 
 LEAVE_GROUP_MEMBER_EPOCH = -1
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
 CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION = 1
 
 OwnedPartitions = tuple[tuple[uuid.UUID, tuple[int, ...]], ...]
-
-
-class TopicImage(Protocol):
-    """What the coordinator knows of the cluster's topics (the broker's metadata cache)."""
-
-    def topic(self, name: str) -> cr.TopicMetadata | None: ...
-
-    def topic_names(self) -> Iterable[str]: ...
-
-
-@dataclass(frozen=True)
-class GroupSettings:
-    assignors: Mapping[str, Assignor]  # group.consumer.assignors; the first is the default
-    max_size: int  # group.consumer.max.size
-    heartbeat_interval_ms: int  # group.consumer.heartbeat.interval.ms
-    session_timeout_ms: int  # group.consumer.session.timeout.ms
-
-    @property
-    def default_assignor(self) -> str:
-        return next(iter(self.assignors))
 
 
 @dataclass(frozen=True)
@@ -142,7 +124,18 @@ class Decision:
     replaces_classic_group: bool = False
 
 
-class _Refused(Exception):
+@dataclass(frozen=True)
+class ClassicJoin:
+    """A JoinGroup to a consumer group (``classic_members``): the member it joins as
+    (new, existing, or a static member's successor and the member it replaces) and the
+    classic metadata it brings."""
+
+    member: ConsumerGroupMember
+    replaced: ConsumerGroupMember | None
+    metadata: cr.ClassicMemberMetadata
+
+
+class Refused(Exception):
     def __init__(self, error: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.error = error
@@ -216,7 +209,7 @@ def _check_member_epoch(member: ConsumerGroupMember, received: int, owned) -> No
     """Kafka ``throwIfConsumerGroupMemberEpochIsInvalid``: the member's epoch, or its
     previous one with a subset of its partitions (the answer that bumped it was lost)."""
     if received > member.member_epoch:
-        raise _Refused(
+        raise Refused(
             ErrorCode.fenced_member_epoch,
             f"The consumer group member has a greater member epoch ({received}) than the one "
             f"known by the group coordinator ({member.member_epoch}). The member must abandon "
@@ -225,7 +218,7 @@ def _check_member_epoch(member: ConsumerGroupMember, received: int, owned) -> No
     if received < member.member_epoch and (
         received != member.previous_member_epoch or not _is_subset(owned, member.assigned)
     ):
-        raise _Refused(
+        raise Refused(
             ErrorCode.fenced_member_epoch,
             f"The consumer group member has a smaller member epoch ({received}) than the one "
             f"known by the group coordinator ({member.member_epoch}). The member must abandon "
@@ -269,30 +262,36 @@ def heartbeat(
     try:
         if request.member_epoch < 0:
             return leave(group, request, topics)
-        decision = _heartbeat(group, request, settings, topics, new_member_id)
-    except _Refused as refused:
+        decision = heartbeat_steps(group, request, settings, topics, new_member_id)
+    except Refused as refused:
         return _refuse(refused.error, refused.message)
     decision.replaces_classic_group = replaces_classic
     return decision
 
 
-def _heartbeat(
+def heartbeat_steps(
     group: ConsumerGroup,
     request: HeartbeatRequest,
     settings: GroupSettings,
     topics: TopicImage,
     new_member_id: str,
+    classic: ClassicJoin | None = None,
 ) -> Decision:
+    """The three steps; ``classic`` when the member uses the classic protocol (a
+    JoinGroup to this group): the member it is, and its JoinGroup protocols."""
     records: list[cr.ConsumerGroupRecord] = []
     effects: list[Effect] = []
     gid = group.group_id
     if len(group.members) >= settings.max_size and request.member_id not in group.members:
-        raise _Refused(
+        raise Refused(
             ErrorCode.group_max_size_reached,
             f"The consumer group has reached its maximum capacity of {settings.max_size} members.",
         )
     member_id = request.member_id or new_member_id
-    member, replaced = _get_or_subscribe(group, request, member_id)
+    if classic is None:
+        member, replaced = _get_or_subscribe(group, request, member_id)
+    else:
+        member, replaced = classic.member, classic.replaced
     if replaced is not None:
         # A static member comes back with a new member id: it takes the place (and the
         # assignment) of the one that left with epoch -2.
@@ -318,6 +317,7 @@ def _heartbeat(
         else member.subscribed_topic_regex,
         client_id=request.client_id,
         client_host=request.client_host,
+        classic=None if classic is None else classic.metadata,
     )
     bump = group.group_epoch == 0
     is_new = member_id not in group.members
@@ -339,7 +339,7 @@ def _heartbeat(
         m: v for m, v in group.members.items() if replaced is None or m != replaced.member_id
     }
     members[member_id] = updated
-    metadata = _subscription_metadata(members.values(), topics)
+    metadata = subscription_metadata(members.values(), topics)
     if metadata != group.subscription_metadata:
         bump = True
         records.append(cr.subscription_metadata_record(gid, metadata.values()))
@@ -353,7 +353,12 @@ def _heartbeat(
         targets[member_id] = targets.pop(replaced.member_id, {})
     assignment_epoch = group.assignment_epoch
     if group_epoch > assignment_epoch:
-        new_targets = _assign(members, metadata, targets, settings, topics)
+        try:
+            new_targets = compute_target_assignment(members, metadata, targets, settings)
+        except PartitionAssignorError as exc:
+            raise Refused(
+                ErrorCode.unknown_server_error, f"Failed to compute an assignment: {exc}"
+            ) from exc
         for m in sorted(new_targets):
             if new_targets[m] != targets.get(m):
                 records.append(cr.target_assignment_record(gid, m, new_targets[m]))
@@ -388,7 +393,10 @@ def _heartbeat(
                 )
             else:
                 effects.append(CancelRebalanceTimeout(member_id))
-    effects.append(ScheduleSessionTimeout(member_id, settings.session_timeout_ms))
+    session_ms = (
+        settings.session_timeout_ms if classic is None else classic.metadata.session_timeout_ms
+    )
+    effects.append(ScheduleSessionTimeout(member_id, session_ms))
 
     full = request.member_epoch == 0 or (
         request.rebalance_timeout_ms != -1
@@ -416,7 +424,7 @@ def _get_or_subscribe(
         member = group.members.get(member_id)
         if member is None:
             if not joining:
-                raise _Refused(
+                raise Refused(
                     ErrorCode.unknown_member_id,
                     f"Member {member_id} is not a member of group {group.group_id}.",
                 )
@@ -435,7 +443,7 @@ def _get_or_subscribe(
             _check_member_epoch(existing, request.member_epoch, request.owned)
             return existing, None
         if existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-            raise _Refused(
+            raise Refused(
                 ErrorCode.unreleased_instance_id,
                 f"Static member {member_id} with instance id {request.instance_id} cannot join "
                 f"the group because the instance id is owned by {existing.member_id} member.",
@@ -447,79 +455,15 @@ def _get_or_subscribe(
         )
         return successor, existing
     if existing is None:
-        raise _Refused(
-            ErrorCode.unknown_member_id, f"Instance id {request.instance_id} is unknown."
-        )
+        raise Refused(ErrorCode.unknown_member_id, f"Instance id {request.instance_id} is unknown.")
     if existing.member_id != member_id:
-        raise _Refused(
+        raise Refused(
             ErrorCode.fenced_instance_id,
             f"Static member {member_id} with instance id {request.instance_id} was fenced by "
             f"member {existing.member_id}.",
         )
     _check_member_epoch(existing, request.member_epoch, request.owned)
     return existing, None
-
-
-def _subscription_metadata(
-    members: Iterable[ConsumerGroupMember], topics: TopicImage
-) -> dict[str, cr.TopicMetadata]:
-    members = list(members)
-    names: set[str] = set()
-    all_names: list[str] | None = None
-    for member in members:
-        names.update(member.subscribed_topic_names)
-        if member.subscribed_topic_regex:
-            if all_names is None:
-                all_names = list(topics.topic_names())
-            names |= member.subscribed_topics(all_names) - set(member.subscribed_topic_names)
-    result: dict[str, cr.TopicMetadata] = {}
-    for name in sorted(names):
-        topic = topics.topic(name)
-        if topic is not None:
-            result[name] = topic
-    return result
-
-
-def preferred_assignor(members: Iterable[ConsumerGroupMember], settings: GroupSettings) -> str:
-    """The assignor most members ask for (ties by name), else the default."""
-    counts: dict[str, int] = {}
-    for member in members:
-        if member.server_assignor is not None:
-            counts[member.server_assignor] = counts.get(member.server_assignor, 0) + 1
-    if not counts:
-        return settings.default_assignor
-    return min(counts, key=lambda name: (-counts[name], name))
-
-
-def _assign(
-    members: Mapping[str, ConsumerGroupMember],
-    metadata: Mapping[str, cr.TopicMetadata],
-    targets: Mapping[str, Assignment],
-    settings: GroupSettings,
-    topics: TopicImage,
-) -> dict[str, Assignment]:
-    specs: dict[uuid.UUID, TopicSpec] = {
-        t.topic_id: TopicSpec(t.topic_id, t.name, t.num_partitions) for t in metadata.values()
-    }
-    members_specs = {
-        member_id: MemberSpec(
-            frozenset(
-                metadata[name].topic_id
-                for name in member.subscribed_topics(metadata)
-                if name in metadata
-            ),
-            member.rack_id,
-            targets.get(member_id, {}),
-        )
-        for member_id, member in members.items()
-    }
-    assignor = settings.assignors[preferred_assignor(members.values(), settings)]
-    try:
-        return assignor(members_specs, specs)
-    except PartitionAssignorError as exc:
-        raise _Refused(
-            ErrorCode.unknown_server_error, f"Failed to compute an assignment: {exc}"
-        ) from exc
 
 
 # -- leaving and fencing ---------------------------------------------------------------------
@@ -580,7 +524,7 @@ def fence(
     gid = group.group_id
     records = cr.member_tombstones(gid, member_id)
     rest = [m for mid, m in group.members.items() if mid != member_id]
-    metadata = _subscription_metadata(rest, topics)
+    metadata = subscription_metadata(rest, topics)
     if metadata != group.subscription_metadata:
         records.append(cr.subscription_metadata_record(gid, metadata.values()))
     records.append(cr.group_epoch_record(gid, group.group_epoch + 1))

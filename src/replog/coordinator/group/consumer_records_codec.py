@@ -15,9 +15,11 @@ then int16-length strings):
   previous epoch, reconciliation state, assigned partitions and those it must revoke.
 
 Values are version 0, flexible (compact strings and arrays, tagged-field sections after
-every struct), with Kafka 4.0's fields; tagged fields a later Kafka adds (the metadata
-hash, the creation time, the classic member metadata) are skipped when read and not
-written. A null value is a tombstone: when a member leaves its 8, 7 and 5 records are
+every struct), with Kafka 4.0's fields. The one tagged field replog reads and writes is
+the member metadata's ``ClassicMemberMetadata`` (tag 0: the session timeout and the
+JoinGroup protocols of a member that uses the classic protocol inside a consumer
+group); tagged fields a later Kafka adds (the metadata hash, the creation time) are
+skipped when read and not written. A null value is a tombstone: when a member leaves its 8, 7 and 5 records are
 tombstoned in that order, and a deleted group's 6, 4 and 3 records after its members'.
 
 """
@@ -74,6 +76,15 @@ class PartitionMetadataValue:
 
 
 @dataclass(frozen=True)
+class ClassicMemberMetadata:
+    """A member using the classic protocol inside a consumer group (KIP-848's upgrade
+    path): its JoinGroup session timeout and protocols ``(name, metadata)``."""
+
+    session_timeout_ms: int
+    supported_protocols: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True)
 class MemberMetadataValue:
     instance_id: str | None
     rack_id: str | None
@@ -83,6 +94,7 @@ class MemberMetadataValue:
     subscribed_topic_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    classic: ClassicMemberMetadata | None = None  # tagged field 0
 
 
 @dataclass(frozen=True)
@@ -268,6 +280,10 @@ def encode_value(value: Value) -> bytes:
             I32.pack(value.rebalance_timeout_ms),
             wire.compact_nullable_string(value.server_assignor),
         ]
+        if value.classic is not None:
+            # A nullable struct in a tagged field: a presence byte, then the struct.
+            out.append(wire.tagged_fields([(0, b"\x01" + _classic_metadata(value.classic))]))
+            return b"".join(out)
     elif isinstance(value, TargetAssignmentMetadataValue):
         out.append(I32.pack(value.assignment_epoch))
     elif isinstance(value, TargetAssignmentMemberValue):
@@ -284,6 +300,41 @@ def encode_value(value: Value) -> bytes:
         raise TypeError(f"not a consumer group record value: {value!r}")
     out.append(_EMPTY_TAGS)
     return b"".join(out)
+
+
+def _classic_metadata(classic: ClassicMemberMetadata) -> bytes:
+    return (
+        I32.pack(classic.session_timeout_ms)
+        + _compact_array(
+            [
+                wire.compact_string(name) + wire.uvarint(len(data) + 1) + data + _EMPTY_TAGS
+                for name, data in classic.supported_protocols
+            ]
+        )
+        + _EMPTY_TAGS
+    )
+
+
+def _read_classic_metadata(data: bytes, pos: int, end: int) -> ClassicMemberMetadata | None:
+    """Tag 0 of a member's metadata, in ``data[pos:end]``: None when marked null."""
+    if pos >= end:
+        raise CodecError("an empty ClassicMemberMetadata field")
+    present, pos = wire.read_uvarint(data, pos)
+    if present == 0:
+        wire.check_field_end(0, pos, end)
+        return None
+    timeout, pos = rec.read_int32(data, pos)
+
+    def protocol(data: bytes, pos: int):
+        name, pos = wire.read_compact_string(data, pos)
+        metadata, pos = wire.read_compact_nullable_bytes(data, pos)
+        pos = wire.skip_tagged_fields(data, pos)
+        return (name, metadata or b""), pos
+
+    protocols, pos = _read_array(data, pos, protocol)
+    pos = wire.skip_tagged_fields(data, pos)
+    wire.check_field_end(0, pos, end)
+    return ClassicMemberMetadata(timeout, tuple(protocols))
 
 
 def _read_array(data: bytes, pos: int, read_item) -> tuple[list, int]:
@@ -346,6 +397,11 @@ def decode_value(key_version: int, data: bytes) -> Value:
         regex, pos = wire.read_compact_nullable_string(data, pos)
         rebalance_timeout_ms, pos = rec.read_int32(data, pos)
         assignor, pos = wire.read_compact_nullable_string(data, pos)
+        classic = None
+        fields, pos = wire.read_tagged_fields(data, pos)
+        for tag, start, end in fields:
+            if tag == 0:
+                classic = _read_classic_metadata(data, start, end)
         value = MemberMetadataValue(
             instance_id,
             rack_id,
@@ -355,7 +411,11 @@ def decode_value(key_version: int, data: bytes) -> Value:
             regex,
             rebalance_timeout_ms,
             assignor,
+            classic,
         )
+        if pos != len(data):
+            raise CodecError(f"{len(data) - pos} bytes after a consumer group record value")
+        return value
     elif key_version == TARGET_ASSIGNMENT_METADATA:
         epoch, pos = rec.read_int32(data, pos)
         value = TargetAssignmentMetadataValue(epoch)

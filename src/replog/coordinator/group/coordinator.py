@@ -44,6 +44,8 @@ from replog.storage.record_reader import iter_records
 
 if TYPE_CHECKING:
     from replog.config import KafkaConfig
+    from replog.coordinator.group.classic_group_service import ClassicGroupService
+    from replog.coordinator.group.consumer_group_runtime import ConsumerGroupRuntime
     from replog.replication.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -124,6 +126,10 @@ class GroupShard:
                 callback()
 
         self._timers[key] = loop.call_later(max(delay_ms, 0) / 1000, fire)
+
+    def scheduled(self, key: str) -> bool:
+        """Whether a timer is set under ``key``."""
+        return key in self._timers
 
     def cancel(self, key: str) -> None:
         handle = self._timers.pop(key, None)
@@ -206,6 +212,11 @@ class GroupCoordinator:
         # Key version -> the group type's replay (offset commits are the runtime's own);
         # each protocol's service registers its own when the broker wires it.
         self.replayers: dict[int, Replayer] = {}
+        # The two protocols' services register here; each finds the other through them
+        # to convert groups (KIP-848's upgrade and downgrade) and to route the classic
+        # requests of a consumer group's classic members.
+        self.classic_service: ClassicGroupService | None = None
+        self.consumer_runtime: ConsumerGroupRuntime | None = None
 
     # -- where groups live ----------------------------------------------------------
 

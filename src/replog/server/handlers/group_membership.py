@@ -1,5 +1,5 @@
 """JoinGroup, SyncGroup, Heartbeat, LeaveGroup, DescribeGroups and ListGroups: the
-classic group protocol (the rules live in ``coordinator.group.generic_group_service``).
+classic group protocol (the rules live in ``coordinator.group.classic_group_service``).
 
 Bad input is answered with Kafka's error codes and touches no other group: an empty group
 id (INVALID_GROUP_ID), a session timeout outside ``group.min/max.session.timeout.ms``
@@ -14,12 +14,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from replog.coordinator.group.coordinator import GroupShard
-from replog.coordinator.group.generic_group import GenericGroup, GroupState
-from replog.coordinator.group.generic_group_service import (
-    GenericGroupService,
+from replog.coordinator.group.classic_group import ClassicGroup, GroupState
+from replog.coordinator.group.classic_group_service import (
+    ClassicGroupService,
     JoinRequest,
 )
+from replog.coordinator.group.coordinator import GroupShard
 from replog.protocol.apis import ApiKey, make, nested
 from replog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from replog.server.handlers.context import (
@@ -39,7 +39,7 @@ def _ms(value: Any) -> int:
 
 
 class GroupMembershipRequests:
-    def __init__(self, services: BrokerServices, service: GenericGroupService) -> None:
+    def __init__(self, services: BrokerServices, service: ClassicGroupService) -> None:
         self.services = services
         self.service = service
 
@@ -154,14 +154,14 @@ class GroupMembershipRequests:
                 members=(),
             )
         if version < FIRST_BATCHED_LEAVE:
-            error, results = self.service.leave_group(
+            error, results = await self.service.leave(
                 str(request.group_id), [(str(request.member_id), None)]
             )
             if error == ErrorCode.none and results:
                 error = results[0][2]
             return make(cls, throttle_time=NO_THROTTLE, error_code=error)
         member_cls = nested(cls, "MemberResponse")
-        error, results = self.service.leave_group(
+        error, results = await self.service.leave(
             str(request.group_id),
             [(str(m.member_id), m.group_instance_id) for m in request.members],
         )
@@ -222,7 +222,7 @@ class GroupMembershipRequests:
                 state = "Empty" if shard.offsets.has_offsets(gid) else "Dead"
                 answers.append(described(ErrorCode.none, state))
                 continue
-            if not isinstance(group, GenericGroup):
+            if not isinstance(group, ClassicGroup):
                 answers.append(described(ErrorCode.group_id_not_found, "Dead"))
                 continue
             stable = group.state is GroupState.STABLE and group.protocol_name is not None

@@ -1,4 +1,4 @@
-"""The classic group's pure state (``GenericGroup``) and its record codec."""
+"""The classic group's pure state (``ClassicGroup``) and its record codec."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
 from replog.coordinator.group import records as rec
-from replog.coordinator.group.consumer_protocol import assigned_partitions, subscribed_topics
-from replog.coordinator.group.generic_group import (
-    GenericGroup,
+from replog.coordinator.group.classic_group import (
+    ClassicGroup,
     GroupMember,
     GroupState,
     IllegalGroupTransition,
 )
+from replog.coordinator.group.consumer_protocol import assigned_partitions, subscribed_topics
 
 
 def member(member_id: str, protocols: list[str], instance: str | None = None) -> GroupMember:
@@ -31,7 +31,7 @@ def member(member_id: str, protocols: list[str], instance: str | None = None) ->
 
 
 def test_transitions_follow_kafkas_valid_previous_states() -> None:
-    g = GenericGroup("g")
+    g = ClassicGroup("g")
     with pytest.raises(IllegalGroupTransition):
         g.transition_to(GroupState.STABLE, 1)
     with pytest.raises(IllegalGroupTransition):
@@ -48,7 +48,7 @@ def test_transitions_follow_kafkas_valid_previous_states() -> None:
 
 
 def test_protocol_selection_takes_the_most_preferred_common_protocol() -> None:
-    g = GenericGroup("g")
+    g = ClassicGroup("g")
     g.add_member(member("a", ["range", "roundrobin"]))
     g.add_member(member("b", ["roundrobin", "range"]))
     g.add_member(member("c", ["roundrobin", "sticky", "range"]))
@@ -60,7 +60,7 @@ def test_protocol_selection_takes_the_most_preferred_common_protocol() -> None:
 
 
 def test_generations_and_leaders() -> None:
-    g = GenericGroup("g")
+    g = ClassicGroup("g")
     g.add_member(member("a", ["range"]))
     g.add_member(member("b", ["range"]))
     assert g.leader_id == "a"
@@ -81,7 +81,7 @@ def test_generations_and_leaders() -> None:
 
 
 def test_offset_commit_validation() -> None:
-    g = GenericGroup("g")
+    g = ClassicGroup("g")
     assert g.validate_offset_commit("", -1, None, 8) == ErrorCode.none  # simple consumer
     g.add_member(member("a", ["range"], instance="i-a"))
     g.transition_to(GroupState.PREPARING_REBALANCE, 1)
@@ -122,7 +122,7 @@ def test_consumer_protocol_bytes_are_read() -> None:
 
 
 def test_a_stable_consumer_group_is_subscribed_to_its_members_topics() -> None:
-    g = GenericGroup("g")
+    g = ClassicGroup("g")
     m = member("a", [])
     m.protocols = [("range", _subscription(["orders"]))]
     g.add_member(m)
@@ -157,14 +157,14 @@ def test_group_metadata_value_round_trips(protocol_type, generation, protocol, l
 
 
 def test_a_group_comes_back_from_its_record() -> None:
-    g = GenericGroup("g")
+    g = ClassicGroup("g")
     g.add_member(member("a", ["range"], instance="i-a"))
     g.add_member(member("b", ["range"]))
     g.transition_to(GroupState.PREPARING_REBALANCE, 1)
     g.init_next_generation(2)
     record = g.metadata_record({"a": b"A", "b": b"B"}, 7)
     value = rec.decode_group_metadata_value(record.value)
-    back = GenericGroup.from_record("g", value)
+    back = ClassicGroup.from_record("g", value)
     assert (back.state, back.generation_id, back.protocol_name, back.leader_id) == (
         GroupState.STABLE,
         1,

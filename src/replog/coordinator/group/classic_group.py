@@ -1,4 +1,4 @@
-"""A classic consumer group's state (Kafka ``ClassicGroup``, once ``GenericGroup``).
+"""A classic consumer group's state (Kafka ``ClassicGroup``).
 
 The group protocol of JoinGroup/SyncGroup/Heartbeat/LeaveGroup: members join, one
 generation is formed, the leader (a client) computes the assignment and hands it over in
@@ -6,7 +6,7 @@ SyncGroup, members heartbeat until the next rebalance. This module holds the sta
 the rules that need no clock or I/O: the state machine with Kafka's table of valid
 previous states, members and static members, protocol selection, generation changes,
 offset-commit validation, and the record that persists a generation. The asyncio side
-(parked JoinGroup/SyncGroup responses, timers, writes) is ``generic_group_service``.
+(parked JoinGroup/SyncGroup responses, timers, writes) is ``classic_group_service``.
 
 Concurrency: owned by the event loop, through its shard; no method awaits.
 """
@@ -71,7 +71,7 @@ class GroupMember:
 
 
 @dataclass
-class GenericGroup:
+class ClassicGroup:
     group_id: str
     state: GroupState = GroupState.EMPTY
     previous_state: GroupState | None = None  # a rebalance begun in Empty is the initial one
@@ -296,7 +296,7 @@ class GenericGroup:
         )
 
     @classmethod
-    def from_record(cls, group_id: str, value: rec.GroupMetadataValue) -> GenericGroup:
+    def from_record(cls, group_id: str, value: rec.GroupMetadataValue) -> ClassicGroup:
         """The group as a generation's record left it (Kafka ``GroupMetadata.loadGroup``)."""
         group = cls(group_id)
         group.generation_id = value.generation
