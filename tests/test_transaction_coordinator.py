@@ -46,6 +46,15 @@ def test_init_producer_id_for_a_new_id_allocates_one_and_writes_epoch_0() -> Non
     assert w.metadata("t").state is S.EMPTY
 
 
+def test_transaction_version_0_writes_value_v0() -> None:
+    w = World(transaction_version=0)
+    (effect,) = w.init("t").appends
+    assert effect.value[:2] == b"\x00\x00"
+    assert txlog.decode_value(effect.value).producer_epoch == 0
+    (v1,) = World().init("t").appends
+    assert v1.value[:2] == b"\x00\x01"
+
+
 def test_init_producer_id_again_bumps_the_epoch_and_keeps_the_id() -> None:
     w = World()
     w.init_ok("t")

@@ -88,6 +88,8 @@ def test_unknown_key_version_is_skipped_not_an_error() -> None:
     with pytest.raises(CodecError):
         txlog.decode_key(b"\x00")
     with pytest.raises(CodecError):
+        txlog.decode_key(None)
+    with pytest.raises(CodecError):
         txlog.decode_key(b"\x00\x00\x00\x05tx")
 
 

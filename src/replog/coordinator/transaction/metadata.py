@@ -389,7 +389,9 @@ class TransactionMetadata:
     # -- completion -------------------------------------------------------------------------
 
     def complete_transition_to(self, transit: TxnTransitMetadata) -> None:
-        """Apply ``transit`` once its record is in the log (Kafka ``completeTransitionTo``)."""
+        """Apply ``transit`` once its record is in the log (Kafka ``completeTransitionTo``):
+        checked against the metadata, then copied whole, so the state in memory is the
+        state the log holds (as Kafka 4's Java ``TransactionMetadata`` does)."""
         to_state = self.pending_state
         if to_state is None or to_state is not transit.txn_state:
             self._fail(transit, f"pending state is {to_state}")
@@ -401,11 +403,6 @@ class TransactionMetadata:
                 or transit.txn_start_timestamp != -1
             ):
                 self._fail(transit, "not a valid InitProducerId transition")
-            self.txn_timeout_ms = transit.txn_timeout_ms
-            self.producer_epoch = transit.producer_epoch
-            self.last_producer_epoch = transit.last_producer_epoch
-            self.producer_id = transit.producer_id
-            self.previous_producer_id = transit.prev_producer_id
         elif to_state is S.ONGOING:  # AddPartitionsToTxn / AddOffsetsToTxn
             if (
                 not self._same_producer(transit)
@@ -413,8 +410,6 @@ class TransactionMetadata:
                 or self.txn_timeout_ms != transit.txn_timeout_ms
             ):
                 self._fail(transit, "not a valid AddPartitions transition")
-            self.txn_start_timestamp = transit.txn_start_timestamp
-            self.topic_partitions |= transit.topic_partitions
         elif to_state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):  # EndTxn
             if (
                 not self._same_producer(transit)
@@ -430,12 +425,18 @@ class TransactionMetadata:
                 or transit.txn_start_timestamp == -1
             ):
                 self._fail(transit, "not a valid completion")
-            self.txn_start_timestamp = transit.txn_start_timestamp
-            self.topic_partitions.clear()
         else:  # PrepareEpochFence becomes an abort; a Dead id is removed, never completed
             self._fail(transit, f"{to_state.kafka_name} is never completed")
-        self.client_transaction_version = transit.client_transaction_version
+        self.producer_id = transit.producer_id
+        self.previous_producer_id = transit.prev_producer_id
+        self.next_producer_id = transit.next_producer_id
+        self.producer_epoch = transit.producer_epoch
+        self.last_producer_epoch = transit.last_producer_epoch
+        self.txn_timeout_ms = transit.txn_timeout_ms
+        self.topic_partitions = set(transit.topic_partitions)
+        self.txn_start_timestamp = transit.txn_start_timestamp
         self.txn_last_update_timestamp = transit.txn_last_update_timestamp
+        self.client_transaction_version = transit.client_transaction_version
         self.pending_state = None
         self.state = to_state
 

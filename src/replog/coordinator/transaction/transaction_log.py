@@ -102,9 +102,12 @@ def encode_key(transactional_id: str) -> bytes:
     return I16.pack(KEY_VERSION) + wire.string(transactional_id)
 
 
-def decode_key(data: bytes) -> str | None:
+def decode_key(data: bytes | None) -> str | None:
     """The transactional id of a key, or None for a key version this reader does not
-    know (Kafka warns and skips such a record while loading)."""
+    know (Kafka warns and skips such a record while loading). A record without a key
+    has no place in the topic (Kafka: "Transaction state log's key should not be null")."""
+    if data is None:
+        raise CodecError("a __transaction_state record without a key")
     if len(data) < 2:
         raise CodecError("a __transaction_state key shorter than its version")
     (version,) = I16.unpack_from(data, 0)
