@@ -10,7 +10,6 @@ from dataclasses import replace
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode as E
-from transaction_util import NONE, World
 
 from replog.coordinator.transaction.effects import (
     Answer,
@@ -21,6 +20,7 @@ from replog.coordinator.transaction.effects import (
 )
 from replog.coordinator.transaction.metadata import TransactionState as S
 from replog.coordinator.transaction.state_manager import TransactionStateManager
+from transaction_util import NONE, World
 
 IDS = ("a", "b")
 PARTITIONS = (("t", 0), ("t", 1), ("u", 0))
