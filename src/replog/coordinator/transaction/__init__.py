@@ -13,6 +13,10 @@
 - ``coordinator``: the decisions for InitProducerId, AddPartitionsToTxn (client and
   ``verify_only`` forms), AddOffsetsToTxn, EndTxn, the markers and their completion, with
   the table of every error it answers (Kafka ``TransactionCoordinator``).
+- ``markers``: the transactions whose markers are being written, their answers, and
+  the CompleteCommit/CompleteAbort append (Kafka ``TransactionMarkerChannelManager``'s
+  bookkeeping).
+- ``describe``: DescribeTransactions and ListTransactions (KIP-664) over that state.
 - ``effects``: what those decisions ask the broker to do (``Outcome``).
 
 Nothing here does IO, reads a clock or awaits. Producer ids come from the broker's
@@ -41,8 +45,8 @@ What remains to wire (nothing of it is done yet):
    handler keeps the idempotent case), AddPartitionsToTxn v0-v5 (v4+ needs
    ClusterAction and batches transactions; ``rejected_partitions`` for the topic checks),
    AddOffsetsToTxn, EndTxn; ``error_for_version`` for old versions; ACLs (Write on the
-   TransactionalId, Read on the group for AddOffsetsToTxn). DescribeTransactions and
-   ListTransactions can read ``TransactionStateManager.partitions`` directly.
+   TransactionalId, Read on the group for AddOffsetsToTxn); DescribeTransactions and
+   ListTransactions answered from ``describe``.
 5. The marker channel (Kafka ``TransactionMarkerChannelManager``): group each
    ``SendTxnMarkers`` by partition leader, send WriteTxnMarkers (with the coordinator
    epoch) per broker, report ``markers_written`` / ``markers_undelivered`` /
