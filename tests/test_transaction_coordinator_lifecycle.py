@@ -288,3 +288,11 @@ def test_a_stale_load_installs_nothing() -> None:
     assert not w.coordinator.state.unload(0, 2)  # another term's resignation
     assert w.coordinator.state.unload(0, 3)
     assert w.coordinator.state.lookup("t").error is E.not_coordinator
+
+
+def test_a_late_resignation_of_an_older_term_changes_nothing() -> None:
+    w = World()
+    _, marker = committing(w)
+    w.coordinator.on_resignation(0, coordinator_epoch=0)
+    assert "t" in w.coordinator.markers.pending
+    assert w.write_markers(marker).appends[0].purpose is AppendPurpose.COMPLETE_TXN

@@ -1,5 +1,4 @@
-"""The transaction coordinator's decisions (Kafka ``TransactionCoordinator`` and the
-marker bookkeeping of ``TransactionMarkerChannelManager``), without IO.
+"""The transaction coordinator's decisions (Kafka ``TransactionCoordinator``), without IO.
 
 Every call takes the time and returns an ``Outcome`` (``effects``): the answer, the
 records to append, the markers to send. A transition is prepared (the id's pending state
@@ -26,6 +25,8 @@ Empty / Complete*, epoch exhausted (and the given epoch current)     new produce
 Empty / Complete*, KIP-360 epoch neither current nor last            PRODUCER_FENCED
 Empty / Complete*                                                    epoch + 1 (a retry: same)
 Ongoing: fenced (epoch + 1), aborted                                 CONCURRENT_TRANSACTIONS
+                                                                     (its append's error if
+                                                                     that fails)
 ==================================================================  ==========================
 
 AddPartitionsToTxn v0-v3 and AddOffsetsToTxn (``handleAddPartitionsToTransaction``;
@@ -59,6 +60,9 @@ CompleteCommit + commit, CompleteAbort + abort (a retry)             NONE, no ap
 PrepareCommit + commit, PrepareAbort + abort                         CONCURRENT_TRANSACTIONS
 Empty; Complete*/Prepare* of the other result                        INVALID_TXN_STATE
 ==================================================================  ==========================
+
+(Transaction version 2 would also abort an Empty transaction; below it, an EndTxn with
+no transaction open fails, and only one repeating the last completed result succeeds.)
 
 After the Prepare* record is appended the state is checked again: another producer id
 INVALID_PRODUCER_ID_MAPPING, another epoch PRODUCER_FENCED, a pending transition
@@ -169,8 +173,10 @@ class TransactionCoordinator:
         return out
 
     def on_resignation(self, partition: int, coordinator_epoch: int | None = None) -> None:
-        self.state.unload(partition, coordinator_epoch)
-        self.markers.drop_partition(partition)
+        """This broker no longer leads ``partition``; with an epoch, only if that is the
+        term loaded (a late resignation must not unload a newer term's state)."""
+        if self.state.unload(partition, coordinator_epoch):
+            self.markers.drop_partition(partition)
 
     def can_append(self, append: AppendTxnState | AppendTombstones) -> bool:
         return self.state.owns(append.partition, append.coordinator_epoch)
