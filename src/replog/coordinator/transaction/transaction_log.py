@@ -27,6 +27,9 @@ skipped when read. Kafka writes v1 once ``transaction.version`` is at least 1 (K
 and v0 before; v0 has no place for the tagged fields, so they are dropped when writing
 it. Kafka 4.0 to 4.2 set only tag 2 (KAFKA-20310 added 0 and 1); both forms read alike.
 An Empty transaction's partitions are written null and ignored when read.
+
+kio ships the API messages but not these coordinator records, so they are written by
+hand here, as ``coordinator.group``'s records are.
 """
 
 from __future__ import annotations
