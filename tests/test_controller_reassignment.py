@@ -112,6 +112,22 @@ def test_reorder_only_completes_at_once_and_keeps_the_leader() -> None:
     assert [w.after_partition_states for w in assignment_writes(d)] == [True]
 
 
+def test_reorder_of_a_partition_no_live_replica_can_lead_leaves_it_offline() -> None:
+    """Found by the simulator: a reorder (no replica moved) completes at once, and the
+    partition's leader and ISR are all dead; the decision no longer raises, it writes the
+    new order and leaves the partition's state alone (Kafka's election fails, logged)."""
+    ctx = cluster([0, 1, 2], {"t": {0: [0, 1]}}).copy()
+    del ctx.live_brokers[0], ctx.live_brokers[1]
+    before = ctx.partition_leadership[T0]
+    d = start(ctx, [1, 0])
+    assert d.context.replicas_for(T0) == (1, 0)
+    assert T0 not in d.context.partition_reassignments
+    assert d.context.partition_leadership[T0] == before
+    assert not [w for w in d.zk_writes if isinstance(w, UpdatePartitionState)]
+    assert [w.assignments for w in assignment_writes(d)] == [{0: ReplicaAssignment((1, 0))}]
+    apply(d)
+
+
 def test_bad_input_changes_nothing() -> None:
     ctx = cluster([0, 1], {"t": {0: [0, 1]}})
     cases = {
