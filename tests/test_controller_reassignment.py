@@ -128,6 +128,24 @@ def test_reorder_of_a_partition_no_live_replica_can_lead_leaves_it_offline() -> 
     apply(d)
 
 
+def test_a_completion_whose_write_failed_keeps_the_removed_replica() -> None:
+    """Found by the simulator: the completion of a move off 0 lost its version race; the
+    decision's other effects stand, but replica 0 must keep its state (not be forgotten)
+    and get no StopReplica, or the re-run decides on a replica that no longer exists."""
+    ctx = cluster([0, 1, 2], {"t": {0: [0, 1, 2]}})
+    d = start(ctx, [1, 2])  # every target in the ISR: completes at once
+    assert d.context.replicas_for(T0) == (1, 2)
+    assert PartitionReplica(T0, 0) not in d.context.replica_states
+    assert StopReplicaRequest in requests_by_type(d)[0]
+    d.drop_failed_writes([T0])
+    assert d.context.replica_state(PartitionReplica(T0, 0)) is ctx.replica_state(
+        PartitionReplica(T0, 0)
+    )
+    assert d.context.replicas_for(T0) == (0, 1, 2)
+    assert StopReplicaRequest not in requests_by_type(d).get(0, {})
+    assert not any(isinstance(w, UpdatePartitionState) for w in d.zk_writes)
+
+
 def test_bad_input_changes_nothing() -> None:
     ctx = cluster([0, 1], {"t": {0: [0, 1]}})
     cases = {
