@@ -77,6 +77,9 @@ def test_random_simulation(profile: str, seed: int) -> None:
     leader_log = world.brokers[world.controller.state.leader].log.records
     assert all(b.log.records == leader_log for b in world.brokers.values())
     assert PROBE in world.acked_payloads  # liveness: a produce after heal was acknowledged
+    if PROFILES[profile].reassignments:  # and the controller's operations were driven
+        assert world.stats.get("reassignment", 0) > 0, world.summary()
+        assert world.stats.get("controlled_shutdown", 0) > 0, world.summary()
 
 
 @pytest.mark.parametrize(
@@ -498,6 +501,7 @@ def test_reassignment_resumed_by_a_new_controller_half_way() -> None:
     world.expire_session(1, 50)  # the controller fails over in the middle of the move
     world.run_until(lambda: world.controller.active not in (None, old))
     assert zk.topic_assignment().is_being_reassigned  # the new controller resumed it
+    assert world.stats.get("reassignment_resumed") == 1
     world.run_until(lambda: world.assignment_restored(), deadline_ms=world.now + 30_000)
     assert sorted(world.controller.state.isr) == [1, 2, 3]
     assert zk.get_reassign_partitions() is None  # the entry is done: the znode is gone

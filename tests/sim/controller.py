@@ -223,6 +223,8 @@ class SimControllerDriver:
                 world.schedule_controller_work(self, self.plane.kind_of(event))
             case Report(what=what, record=record):
                 self._trace(f"{what}: {record.zk_writes} partition states written")
+                if what == "resumed reassignment":
+                    world.count("reassignment_resumed")
             case (
                 WatchController()
                 | WatchReassignments()
