@@ -112,6 +112,40 @@ def test_reorder_only_completes_at_once_and_keeps_the_leader() -> None:
     assert [w.after_partition_states for w in assignment_writes(d)] == [True]
 
 
+def test_reorder_of_a_partition_no_live_replica_can_lead_leaves_it_offline() -> None:
+    """Found by the simulator: a reorder (no replica moved) completes at once, and the
+    partition's leader and ISR are all dead; the decision no longer raises, it writes the
+    new order and leaves the partition's state alone (Kafka's election fails, logged)."""
+    ctx = cluster([0, 1, 2], {"t": {0: [0, 1]}}).copy()
+    del ctx.live_brokers[0], ctx.live_brokers[1]
+    before = ctx.partition_leadership[T0]
+    d = start(ctx, [1, 0])
+    assert d.context.replicas_for(T0) == (1, 0)
+    assert T0 not in d.context.partition_reassignments
+    assert d.context.partition_leadership[T0] == before
+    assert not [w for w in d.zk_writes if isinstance(w, UpdatePartitionState)]
+    assert [w.assignments for w in assignment_writes(d)] == [{0: ReplicaAssignment((1, 0))}]
+    apply(d)
+
+
+def test_a_completion_whose_write_failed_keeps_the_removed_replica() -> None:
+    """Found by the simulator: the completion of a move off 0 lost its version race; the
+    decision's other effects stand, but replica 0 must keep its state (not be forgotten)
+    and get no StopReplica, or the re-run decides on a replica that no longer exists."""
+    ctx = cluster([0, 1, 2], {"t": {0: [0, 1, 2]}})
+    d = start(ctx, [1, 2])  # every target in the ISR: completes at once
+    assert d.context.replicas_for(T0) == (1, 2)
+    assert PartitionReplica(T0, 0) not in d.context.replica_states
+    assert StopReplicaRequest in requests_by_type(d)[0]
+    d.drop_failed_writes([T0])
+    assert d.context.replica_state(PartitionReplica(T0, 0)) is ctx.replica_state(
+        PartitionReplica(T0, 0)
+    )
+    assert d.context.replicas_for(T0) == (0, 1, 2)
+    assert StopReplicaRequest not in requests_by_type(d).get(0, {})
+    assert not any(isinstance(w, UpdatePartitionState) for w in d.zk_writes)
+
+
 def test_bad_input_changes_nothing() -> None:
     ctx = cluster([0, 1], {"t": {0: [0, 1]}})
     cases = {

@@ -62,7 +62,7 @@ REGRESSIONS: tuple[Regression, ...] = (
             "while the leader had changed the ISR behind the controller's back (znode "
             "ahead of the context); the partition write lost the version race, "
             "drop_failed_writes dropped the partition's LeaderAndIsr for every broker, "
-            "including the one the startup owed b3, and _rerun_failure only re-decides for "
+            "including the one the startup owed b3, and rerun_failure only re-decides for "
             "brokers that are offline. b3 never hears of the partition again: no full ISR "
             "after heal."
         ),
@@ -77,7 +77,7 @@ REGRESSIONS: tuple[Regression, ...] = (
             "committed_changed (first found as control seed 414168790), the same bug when "
             "the bounced broker is the leader: b2 led at epoch 5 with m149@41, crashed "
             "losing its unflushed tail and restarted at once; the broker change lost the "
-            "version race and _rerun_failure did nothing (b2 is live), so ZooKeeper kept b2 "
+            "version race and rerun_failure did nothing (b2 is live), so ZooKeeper kept b2 "
             "as leader at epoch 5. A controller failover re-sent epoch 5 and b2 led it again, "
             "appending m202 at offset 41 in epoch 5: two records at one (epoch, offset), "
             "which leader-epoch truncation cannot tell apart; b4 keeps m149 below its HW."

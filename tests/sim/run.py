@@ -35,6 +35,13 @@ PROFILES: dict[str, SimConfig] = {
     "five": SimConfig(replicas=5, min_insync_replicas=3, flush_on_append=False),
     # half the crashes are controlled shutdowns (leadership moved away first); lossy
     "operations": SimConfig(flush_on_append=False, controlled_shutdowns=True),
+    # "operations" with reassignments, and controller takeovers in the middle of an event
+    "controller": SimConfig(
+        flush_on_append=False,
+        controlled_shutdowns=True,
+        reassignments=True,
+        controller_takeovers=True,
+    ),
     # mostly ZooKeeper and controller trouble: more faults, calmer network
     "control": SimConfig(
         flush_on_append=False,

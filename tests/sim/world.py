@@ -16,6 +16,9 @@ Invariants (``check_invariants``):
   (a deposed controller's writes are fenced by ``/controller_epoch``'s version);
 * a controller that handled a broker's failure (or bounce) left it in no ISR
   but a one-member one (checked after each broker change it handles);
+* after a successful ControlledShutdown answer (no error, nothing left), the
+  broker leads no partition another live ISR member could lead (checked at the
+  answer of the controller ZooKeeper names);
 * a replica's HW never goes back while it keeps one role at one leader epoch;
 * leader epochs only increase (ZooKeeper, each replica, each log's records and
   epoch cache); so do the controller epoch and the state znode's version.
@@ -41,7 +44,13 @@ controller epoch); a broker cut from ZooKeeper (its ISR writes and
 notifications wait, its session expires after ``session_timeout_ms``, it keeps
 serving fetches meanwhile); a ZooKeeper session expiring by itself; slow disks
 (the broker stalls for a random time before handling a message or timer);
-clock jumps (a broker's pending timers fire early).
+clock jumps (a broker's pending timers fire early). With
+``controlled_shutdowns``, ``reassignments`` and ``controller_takeovers`` (the
+"operations" and "controller" profiles): controlled shutdowns, KIP-455
+reassignments (one replica removed, then every broker again, through the API or
+``/admin/reassign_partitions``), and the acting controller's session expiring
+between two ZooKeeper calls of an event while another broker's controller
+takes over at once.
 
 The brokers run with one world-wide clock (``now``): a broker's clock offset
 (``local_now``) is kept for a SimBroker that reads its clock through it.
@@ -58,7 +67,7 @@ from typing import Any
 from replog.replication.follower import FollowerPhase
 from replog.replication.truncation import check_epoch_entries
 from sim.broker import Role, SimBroker, TruncationRule
-from sim.controller import INELIGIBLE, NO_LEADER, BrokerController, SimController
+from sim.controller import INELIGIBLE, NO_LEADER, SimController, SimControllerDriver
 from sim.network import (
     ControllerWork,
     Deliver,
@@ -106,6 +115,13 @@ class SimConfig:
     # then a clean stop); off by default so the other profiles' random streams stay as
     # their regression seeds were found
     controlled_shutdowns: bool = False
+    # operators reassign the partition (KIP-455, through AlterPartitionReassignments or
+    # /admin/reassign_partitions): one replica removed, then every broker again; heal()
+    # asks for the full assignment back
+    reassignments: bool = False
+    # between two ZooKeeper calls of an event, the acting controller's session expires and
+    # another broker's controller takes over at once (its writes fence the rest of the event)
+    controller_takeovers: bool = False
     # after heal(): a leader, a full ISR, identical logs and an acknowledged produce within
     # this much simulated time (runs take 0.3-2.5 s; catching up 3,000 records at 25 per
     # fetch takes ~5 s)
@@ -203,7 +219,7 @@ class World:
         """``broker``'s own clock: the world's, plus every jump it took."""
         return self.now + self.clock_offset[broker]
 
-    def schedule_controller_work(self, c: BrokerController, kind: str) -> None:
+    def schedule_controller_work(self, c: SimControllerDriver, kind: str) -> None:
         """A watch fired (or the broker started): the event reaches its controller soon."""
         self.queue.push(
             self.now + self.rng.randint(1, 20), ControllerWork(c.broker_id, c.generation, kind)
@@ -328,6 +344,14 @@ class World:
                     b.deferred.append(ev)  # the process reconnects once it runs again
                 else:
                     self._zk_reconnect(b.id)
+        elif ev.kind == "restore_assignment":
+            # after heal(): the operator asks for every broker as a replica again, until
+            # the topic znode shows it (a controller may fail over meanwhile)
+            if not self.assignment_restored():
+                target = self.controller.zk.topic_assignment().target_replicas
+                if sorted(target) != sorted(self.brokers):
+                    self.reassign(tuple(sorted(self.brokers)), via_zk=False)
+                self.queue.push(self.now + 500, ev)
         elif ev.kind == "controlled_stop":
             if b.alive and ev.token == b.incarnation:
                 b.log.flushed = b.log.log_end_offset  # a clean stop flushes the log
@@ -378,9 +402,8 @@ class World:
             self.count("zombie_controller_event")
             self.controller.run(in_flight)
         b.session_expired = False
-        b.broker_epoch = self.controller.session_renewed(broker)
-        b.on_session_renewed()
-        self.trace(f"b{broker}: new ZooKeeper session, broker epoch {b.broker_epoch}")
+        self.trace(f"b{broker}: new ZooKeeper session")
+        self.controller.session_renewed(broker)
 
     def _zk_reconnect(self, broker: int) -> None:
         """The broker's ZooKeeper connection is back: held work goes out, in order."""
@@ -511,7 +534,7 @@ class World:
             self.crash(broker)
             return
         self.schedule_controller_work(
-            active, f"controlled_shutdown {broker} {b.broker_epoch} {b.incarnation}"
+            active, self.controller.controlled_shutdown(broker, b.broker_epoch, b.incarnation)
         )
 
     def controlled_shutdown_answered(self, broker: int, incarnation: int, remaining: int) -> None:
@@ -605,6 +628,60 @@ class World:
         self.count("clock_jump")
         self.trace(f"b{broker}: clock jumps {jump_ms} ms forward ({moved} timers due sooner)")
 
+    # -- the controller's operations ---------------------------------------------------------
+
+    def reassign(
+        self, target: tuple[int, ...] | None = None, *, via_zk: bool | None = None
+    ) -> None:
+        """An operator reassigns the partition: to ``target``, or (random) one replica
+        fewer while every broker is a replica, every broker again otherwise. Through
+        ``/admin/reassign_partitions`` (``via_zk``) or AlterPartitionReassignments to
+        the controller ZooKeeper names (none acting: nothing happens)."""
+        active = self.controller.active
+        if active is None or not self.brokers[active.broker_id].alive:
+            return
+        rng = self.rng
+        if target is None:
+            ra = self.controller.zk.topic_assignment()
+            brokers = sorted(self.brokers)
+            if ra.is_being_reassigned or sorted(ra.target_replicas) != brokers:
+                target = tuple(brokers)
+            else:
+                victim = rng.choice(brokers)
+                target = tuple(b for b in brokers if b != victim)
+            target = tuple(rng.sample(target, len(target)))
+        if via_zk is None:
+            via_zk = rng.random() < 0.5
+        self.count("reassignment")
+        if via_zk and self.controller.zk.create_reassign_partitions({("t", 0): list(target)}):
+            self.trace(f"REASSIGN to {list(target)} (/admin/reassign_partitions)")
+            return
+        self.trace(
+            f"REASSIGN to {list(target)} (AlterPartitionReassignments to c{active.broker_id})"
+        )
+        self.schedule_controller_work(active, self.controller.alter_reassignment(target))
+
+    def assignment_restored(self) -> bool:
+        ra = self.controller.zk.topic_assignment()
+        return not ra.is_being_reassigned and sorted(ra.replicas) == sorted(self.brokers)
+
+    def take_over_controller(self, broker: int) -> None:
+        """Between two ZooKeeper calls of ``broker``'s controller: its session expires
+        (it hears of it later) and another healthy broker's controller wins the election
+        and fails over at once; the rest of the first one's event is fenced."""
+        others = [
+            b
+            for b in sorted(self.brokers)
+            if b != broker and self._healthy(b) and b in self.controller.controllers
+        ]
+        if not others or broker not in self.controller.zk.sessions:
+            return
+        self.count("controller_takeover")
+        self.trace(f"c{broker}: TAKEOVER in the middle of an event")
+        self.expire_session(broker, self.rng.randint(1, 500))
+        other = self.controller.controllers[self.rng.choice(others)]
+        self.controller.run(ControllerWork(other.broker_id, other.generation, "reelect"))
+
     def _restartable(self) -> list[int]:
         """Crashed brokers whose ZooKeeper session is over: they may start again."""
         return [
@@ -618,6 +695,9 @@ class World:
     def _random_fault(self) -> None:
         rng = self.rng
         cfg = self.config
+        if cfg.reassignments and rng.random() < 0.08:
+            self.reassign()
+            return
         ids = list(self.brokers)
         down = self._restartable()
         up = [b for b in ids if self.brokers[b].alive]
@@ -755,9 +835,13 @@ class World:
         for b in self.brokers.values():
             if not b.alive:
                 self.restart(b.id)
+        if not self.assignment_restored():
+            self.queue.push(self.now, WorldEvent("restore_assignment", min(self.brokers)))
         self.trace("HEAL")
 
     def converged(self) -> bool:
+        if not self.assignment_restored():
+            return False
         st = self.controller.state
         if st.leader == NO_LEADER or sorted(st.isr) != sorted(self.brokers):
             return False

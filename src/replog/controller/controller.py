@@ -1,13 +1,12 @@
-"""``KafkaController``: the IO layer of the controller (Kafka ``KafkaController``).
+"""``KafkaController``: the IO driver of the controller core (Kafka ``KafkaController``).
 
-Every broker runs one. It watches ``/controller``; the broker that creates it (bumping
-``/controller_epoch`` in the same transaction) is the controller until it resigns, its
-session expires or it stops. The controller loads the cluster from ZooKeeper into a
-``ControllerContext``, watches ``/brokers/ids``, ``/brokers/topics``,
-``/admin/delete_topics`` and ``/isr_change_notification``, and turns every change into a
-decision of ``replog.controller.decisions`` that it carries out: ZooKeeper writes first
-(batched ``multi`` guarded by the controller epoch's znode version), then the requests
-to the brokers through the ``ControllerChannelManager``.
+Every broker runs one. The rules (election, failover, every event's handling and the
+write / install / send / re-read / retry loop) are the sans-IO ``ControllerCore`` of
+``replog.controller.core``, which the simulator drives too; this class keeps only the
+IO: the event queue and its task, the ZooKeeper calls (in worker threads), the watches
+and session listener (they only enqueue), the channels to the brokers and the timers.
+It carries out, in order, each request of ``replog.controller.core_requests`` the core
+yields, and hands the result (or the exception) back.
 
 Concurrency rules
 -----------------
@@ -15,7 +14,7 @@ Concurrency rules
   time. ZooKeeper watches and session listeners run on kazoo's threads and only enqueue
   an event (``put_threadsafe``); broker responses run on the loop and only enqueue.
 * Blocking ZooKeeper calls run in worker threads (``asyncio.to_thread``); the event
-  task awaits them, and nothing else touches the context meanwhile.
+  task awaits them, and nothing else touches the core meanwhile.
 * ``context`` is replaced, never mutated in place, once a decision's writes succeeded
   (the contract of ``replog.controller.effects``).
 """
@@ -23,10 +22,11 @@ Concurrency rules
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -34,27 +34,45 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from replog.config import KafkaConfig
-from replog.controller import controller_zk, decisions
+from replog.controller import decisions
 from replog.controller import events as ev
 from replog.controller.channel_manager import ControllerChannelManager
-from replog.controller.context import ControllerContext, TopicPartition
-from replog.controller.effects import ControllerDecision, DeleteTopic, UpdateTopicAssignment
+from replog.controller.context import ControllerContext, ReplicaAssignment, TopicPartition
+from replog.controller.core import ControllerCore
+from replog.controller.core_apply import ControllerStats
+from replog.controller.core_requests import (
+    ApplyRecord,
+    EndTerm,
+    Enqueue,
+    LetSendersRun,
+    ReadClock,
+    ReadWallClockMs,
+    RegisterBroker,
+    Reply,
+    Report,
+    Request,
+    ScheduleAutoRebalance,
+    Send,
+    Step,
+    UnwatchTopics,
+    WatchCluster,
+    WatchController,
+    WatchReassignments,
+    WatchTopics,
+    ZkCall,
+)
+from replog.controller.effects import ControllerDecision
 from replog.controller.event_manager import ControllerEventManager, QueuedEvent
-from replog.controller.operations import ClusterOperations
+from replog.controller.reassignment import ReassignmentOutcome
 from replog.protocol.controller_schemas import LeaderAndIsrRequest, StopReplicaRequest
 from replog.security.client_security import PLAINTEXT, ClientSecurity
 from replog.zk import data as zd
 from replog.zk.client import KafkaZkClient
-from replog.zk.fencing import ControllerEpoch, ControllerMovedError
 from replog.zk.ops import WatchHandle, ZkSessionState
 
 log = logging.getLogger("replog.controller")
 
-NOT_CONTROLLER = 41  # Kafka Errors.NOT_CONTROLLER
-MAX_WRITE_ATTEMPTS = 5  # decision re-runs after partition version conflicts
-
-Decide = decisions.Decide
-Retry = decisions.Retry
+__all__ = ["ControllerStats", "DecisionTiming", "KafkaController"]
 
 
 def _now_ms() -> int:
@@ -86,32 +104,9 @@ class DecisionTiming:
     done: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
 
-@dataclass
-class ControllerStats:
-    """Kafka's ``ControllerStats`` as plain counters (the server's metrics read them)."""
-
-    leader_elections: int = 0
-    """Partitions given a new leader (Kafka counts each election)."""
-    unclean_leader_elections: int = 0
-    election_events: int = 0
-    """Decisions that moved some leadership, with their time until every broker acked."""
-    election_time_s: float = 0.0
-
-
-@dataclass
-class _Applied:
-    timing: DecisionTiming
-    started: float
-    leader_and_isr: list[asyncio.Future[Any]] = field(default_factory=list)
-    new_leaders: list[asyncio.Future[Any]] | None = None
-    """The first decision's LeaderAndIsr futures, when an event applies two."""
-    update_metadata_sent: set[TopicPartition] = field(default_factory=set)
-    """Partitions sent in UpdateMetadata to every live broker."""
-    decision: ControllerDecision | None = None
-
-
 class KafkaController:
-    """One broker's controller; see the module docstring.
+    """One broker's controller: the driver of its ``ControllerCore``; see the module
+    docstring.
 
     ``register_broker`` is awaited (in the controller task) after this broker's
     ZooKeeper session expired and a new one began, before the re-election (Kafka
@@ -130,60 +125,56 @@ class KafkaController:
         self.zk = zk
         self.config = config
         self.register_broker = register_broker
-        self.events = ControllerEventManager(self._process, self._preempt)
+        self.core = ControllerCore(broker_id, config)
+        """Every rule of the controller; this class carries out what it asks for."""
+        self.events = ControllerEventManager(self._process, self.core.preempt)
         self.channels = ControllerChannelManager(
             broker_id,
             request_timeout_s=config.controller_socket_timeout_ms / 1000,
             listener=config.inter_broker_listener_name.upper(),
             security=client_security,
         )
-        self.context: ControllerContext | None = None
-        """The cluster as this controller knows it; None unless active."""
-        self.active_controller_id = -1
-        """The controller as last read from ZooKeeper (-1: none known)."""
-        self._zk_timeout_s = config.zookeeper_connection_timeout_ms / 1000
         self.timings: deque[DecisionTiming] = deque(maxlen=100)
-        self.stats = ControllerStats()
+        self.operations = ReassignmentRequests(self.events)
+        """AlterPartitionReassignments and ListPartitionReassignments."""
         self._controller_watch: WatchHandle | None = None
         self._watches: list[WatchHandle] = []
+        self._topic_watches: dict[str, WatchHandle] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._rebalance_timer: asyncio.Task[None] | None = None
-        self._handlers: dict[type, Callable[[Any, QueuedEvent], Awaitable[None]]] = {
-            ev.Startup: self._process_startup,
-            ev.ControllerChange: self._process_controller_change,
-            ev.Reelect: self._process_reelect,
-            ev.Expire: self._process_expire,
-            ev.RegisterBrokerAndReelect: self._process_register_broker_and_reelect,
-            ev.BrokerChange: self._process_broker_change,
-            ev.TopicChange: self._process_topic_change,
-            ev.TopicDeletion: self._process_topic_deletion,
-            ev.TopicDeletionStopReplicaResponseReceived: self._process_stop_replica_response,
-            ev.IsrChangeNotification: self._process_isr_change,
-            ev.LogDirEventNotification: self._process_log_dir_event,
-            ev.LeaderAndIsrResponseReceived: self._process_leader_and_isr_response,
-            ev.ControlledShutdown: self._process_controlled_shutdown,
-            ev.ReplicaLeaderElection: self._process_replica_leader_election,
-            ev.AutoPreferredReplicaLeaderElection: self._process_auto_preferred_election,
-            ev.TopicUncleanLeaderElectionEnable: self._process_topic_unclean_election_enable,
-            ev.UncleanLeaderElectionEnable: self._process_unclean_election_enable,
-        }
-        self.operations = ClusterOperations(self)
-        """Added partitions and replica reassignments (their events and watches)."""
-        self._handlers.update(self.operations.handlers())
-        self.unclean_leader_election_default: Callable[[], bool] = lambda: (
-            config.unclean_leader_election_enable
-        )
-        """This broker's ``unclean.leader.election.enable``, dynamic configs included."""
 
     # --- public API --------------------------------------------------------------------
 
     @property
+    def context(self) -> ControllerContext | None:
+        """The cluster as this controller knows it; None unless active."""
+        return self.core.context
+
+    @property
+    def active_controller_id(self) -> int:
+        """The controller as last read from ZooKeeper (-1: none known)."""
+        return self.core.active_controller_id
+
+    @property
+    def stats(self) -> ControllerStats:
+        return self.core.stats
+
+    @property
+    def unclean_leader_election_default(self) -> Callable[[], bool]:
+        """This broker's ``unclean.leader.election.enable``, dynamic configs included."""
+        return self.core.unclean_leader_election_default
+
+    @unclean_leader_election_default.setter
+    def unclean_leader_election_default(self, value: Callable[[], bool]) -> None:
+        self.core.unclean_leader_election_default = value
+
+    @property
     def is_active(self) -> bool:
-        return self.context is not None
+        return self.core.is_active
 
     @property
     def controller_epoch(self) -> int:
-        return self.context.controller_epoch if self.context is not None else -1
+        return self.core.controller_epoch
 
     async def start(self) -> None:
         """Start the event task; watch ``/controller`` and run the election."""
@@ -201,7 +192,7 @@ class KafkaController:
         if self._controller_watch is not None:
             self._controller_watch.cancel()
         was_active = self.is_active
-        await self._on_controller_resignation()
+        await self._drive(self.core.resign())
         if was_active:
             try:
                 await asyncio.to_thread(self.zk.delete_controller, self.broker_id)
@@ -249,26 +240,91 @@ class KafkaController:
         if self.is_active:
             self.events.put(ev.UncleanLeaderElectionEnable())
 
-    # --- event dispatch ----------------------------------------------------------------
+    # --- driving the core --------------------------------------------------------------
 
     async def _process(self, queued: QueuedEvent) -> None:
-        handler = self._handlers.get(type(queued.event))
-        if handler is None:
-            log.info("controller: %s is not handled", type(queued.event).__name__)
-            return
-        try:
-            await handler(queued.event, queued)
-        except ControllerMovedError as exc:
-            log.warning("broker %d: controller moved (%s): resigning", self.broker_id, exc)
-            await self._maybe_resign()
+        await self._drive(self.core.process(queued.event, queued.enqueue_time_s))
+        if self.core.is_active:
+            self._sync_channels()
 
-    def _preempt(self, event: ev.ControllerEvent) -> None:
-        if self.operations.preempt(event):
-            return
-        if isinstance(event, ev.ControlledShutdown) and event.callback is not None:
-            event.callback(decisions.ControlledShutdownResult(NOT_CONTROLLER, ()))
-        elif isinstance(event, ev.ReplicaLeaderElection) and event.callback is not None:
-            event.callback(None)
+    async def _drive(self, step: Step[Any]) -> Any:
+        """Run a handler of the core: carry out each request it yields, in order, and
+        hand the result (or the exception) back to it."""
+        result: Any = None
+        error: BaseException | None = None
+        try:
+            while True:
+                try:
+                    request = step.throw(error) if error is not None else step.send(result)
+                except StopIteration as stop:
+                    return stop.value
+                result, error = None, None
+                try:
+                    result = await self._carry_out(request)
+                except Exception as exc:
+                    error = exc
+        finally:  # cancelled (a stop that timed out): the handler is abandoned
+            with contextlib.suppress(RuntimeError):
+                step.close()
+
+    async def _carry_out(self, request: Request) -> Any:
+        match request:
+            case ZkCall():
+                return await asyncio.to_thread(request.run, self.zk)
+            case Send(decision=d):
+                self._sync_channels()
+                return self._send_requests(d)
+            case ReadClock():
+                return time.monotonic()
+            case ReadWallClockMs():
+                return _now_ms()
+            case LetSendersRun():
+                await asyncio.sleep(0)
+            case Reply(callback=callback, answer=answer, acks=acks):
+                self._answer_after_acks(acks, callback, answer)
+            case Report(what=what, record=record):
+                self._report(what, record)
+            case Enqueue(event=event):
+                self.events.put(event)
+            case RegisterBroker():
+                if self.register_broker is not None:
+                    await self.register_broker()
+            case WatchController():
+                if self._controller_watch is None:
+                    self._controller_watch = await asyncio.to_thread(self._watch_controller)
+            case WatchCluster():
+                self._watches += await asyncio.to_thread(self._register_child_watches)
+            case WatchReassignments():
+                self._watches.append(await asyncio.to_thread(self._watch_reassignments))
+            case WatchTopics(topics=topics):
+                await asyncio.to_thread(self._watch_topics, topics)
+            case UnwatchTopics(topics=topics):
+                for topic in topics:
+                    handle = self._topic_watches.pop(topic, None)
+                    if handle is not None:
+                        handle.cancel()
+            case ScheduleAutoRebalance():
+                if self._rebalance_timer is None:
+                    self._rebalance_timer = asyncio.get_running_loop().create_task(
+                        self._auto_rebalance_timer()
+                    )
+            case EndTerm():
+                await self._end_term()
+            case _:
+                raise AssertionError(f"unknown controller request {request!r}")
+        return None
+
+    async def _end_term(self) -> None:
+        for watch in [*self._watches, *self._topic_watches.values()]:
+            watch.cancel()
+        self._watches = []
+        self._topic_watches = {}
+        if self._rebalance_timer is not None:
+            self._rebalance_timer.cancel()
+            self._rebalance_timer = None
+        await self.channels.close()
+
+    # --- ZooKeeper watches and timers (they only enqueue) ------------------------------
 
     def _on_session_state(self, state: ZkSessionState) -> None:
         """kazoo's connection thread: enqueue only, never call ZooKeeper here."""
@@ -291,14 +347,13 @@ class KafkaController:
 
         return callback
 
-    # --- election ----------------------------------------------------------------------
-
-    async def _process_startup(self, _event: ev.Startup, _q: QueuedEvent) -> None:
+    def _watch_controller(self) -> WatchHandle:
+        """Blocking. Kafka ControllerChangeHandler: deletion -> Reelect, creation or
+        change -> ControllerChange. The first call reports the state at registration:
+        the election reads it itself."""
         first = [True]
 
         def on_controller(controller_id: int | None) -> None:
-            # Kafka ControllerChangeHandler: deletion -> Reelect, creation/change -> change.
-            # The first call reports the state at registration: _elect reads it itself.
             if first[0]:
                 first[0] = False
                 return
@@ -306,128 +361,7 @@ class KafkaController:
                 ev.Reelect() if controller_id is None else ev.ControllerChange()
             )
 
-        self._controller_watch = await asyncio.to_thread(self.zk.watch_controller, on_controller)
-        await self._elect()
-
-    async def _elect(self) -> None:
-        current = await asyncio.to_thread(self.zk.get_controller_id)
-        if current is not None:
-            self.active_controller_id = current
-            log.debug("broker %d: broker %d is controller", self.broker_id, current)
-            return
-        try:
-            epoch = await asyncio.to_thread(
-                self.zk.register_controller_and_increment_epoch, self.broker_id, _now_ms()
-            )
-        except ControllerMovedError:
-            current = await asyncio.to_thread(self.zk.get_controller_id)
-            self.active_controller_id = -1 if current is None else current
-            log.info("broker %d: lost the election to broker %s", self.broker_id, current)
-            return
-        self.active_controller_id = self.broker_id
-        log.info("broker %d: elected controller at epoch %d", self.broker_id, epoch.epoch)
-        try:
-            await self._on_controller_failover(epoch)
-        except Exception:
-            log.exception("broker %d: controller failover failed: resigning", self.broker_id)
-            await self._on_controller_resignation()
-            await asyncio.to_thread(self.zk.delete_controller, self.broker_id)
-
-    async def _maybe_resign(self) -> None:
-        """Kafka ``maybeResign``: step down if ZooKeeper names another controller."""
-        was_active = self.is_active
-        current = await asyncio.to_thread(self.zk.get_controller_id)
-        self.active_controller_id = -1 if current is None else current
-        if was_active and current != self.broker_id:
-            await self._on_controller_resignation()
-        elif was_active and current == self.broker_id:
-            # Fenced by a newer epoch while still holding /controller: give it up.
-            await self._on_controller_resignation()
-            await asyncio.to_thread(self.zk.delete_controller, self.broker_id)
-
-    async def _process_controller_change(self, _e: ev.ControllerChange, _q: QueuedEvent) -> None:
-        current = await asyncio.to_thread(self.zk.get_controller_id)
-        self.active_controller_id = -1 if current is None else current
-        if self.is_active and current != self.broker_id:
-            await self._on_controller_resignation()
-
-    async def _process_reelect(self, _e: ev.Reelect, _q: QueuedEvent) -> None:
-        await self._process_controller_change(ev.ControllerChange(), _q)
-        await self._elect()
-
-    async def _process_expire(self, _e: ev.Expire, _q: QueuedEvent) -> None:
-        # No ZooKeeper calls: the session is gone. Step down at once.
-        self.active_controller_id = -1
-        if self.is_active:
-            log.warning("broker %d: ZooKeeper session expired: resigning", self.broker_id)
-            await self._on_controller_resignation()
-
-    async def _process_register_broker_and_reelect(
-        self, _e: ev.RegisterBrokerAndReelect, q: QueuedEvent
-    ) -> None:
-        if self.register_broker is not None:
-            await self.register_broker()
-        await self._process_reelect(ev.Reelect(), q)
-
-    async def _on_controller_failover(self, epoch: ControllerEpoch) -> None:
-        """Kafka ``onControllerFailover``: watch, load everything, tell every broker."""
-        started = time.monotonic()
-        self._watches = await asyncio.to_thread(self._register_child_watches)
-        await asyncio.to_thread(
-            self.zk.delete_isr_change_notifications,
-            await asyncio.to_thread(self.zk.get_isr_change_notifications),
-            epoch.zk_version,
-        )
-        ctx = await asyncio.to_thread(
-            controller_zk.load_context,
-            self.zk,
-            self.broker_id,
-            epoch,
-            self.unclean_leader_election_default(),
-            self._zk_timeout_s,
-        )
-        ctx.topic_ids = await asyncio.to_thread(
-            controller_zk.assign_topic_ids, self.zk, ctx.all_topics, epoch.zk_version
-        )
-        ctx.inter_broker_listener = self.config.inter_broker_listener_name.upper()
-        # Active (``is_active``) only once the context is whole, topic ids included.
-        self.context = ctx
-        ignored_deletions: set[str] = set()
-        if not self.config.delete_topic_enable:  # Kafka: drop the markers, delete nothing
-            ignored_deletions, ctx.topics_to_be_deleted = ctx.topics_to_be_deleted, set()
-        self._sync_channels()
-        what = f"failover to broker {self.broker_id} at epoch {epoch.epoch}"
-        log.info(
-            "controller: %s: %d brokers, %d topics, %d partitions loaded in %.2f s",
-            what,
-            len(ctx.live_brokers),
-            len(ctx.all_topics),
-            len(ctx.partition_leadership),
-            time.monotonic() - started,
-        )
-        applied = await self._apply(decisions.on_controller_failover, _rerun_failure, started)
-        self._report(what, applied)
-        await self.operations.after_failover(started)
-        if self.config.auto_leader_rebalance_enable:
-            self._rebalance_timer = asyncio.get_running_loop().create_task(
-                self._auto_rebalance_timer()
-            )
-        if ignored_deletions:
-            await self._remove_deletion_markers(ignored_deletions)
-
-    async def _on_controller_resignation(self) -> None:
-        """Kafka ``onControllerResignation``: forget everything of the term."""
-        for watch in self._watches:
-            watch.cancel()
-        self._watches = []
-        self.operations.on_resignation()
-        if self._rebalance_timer is not None:
-            self._rebalance_timer.cancel()
-            self._rebalance_timer = None
-        if self.context is not None:
-            log.info("broker %d: resigned as controller", self.broker_id)
-        self.context = None
-        await self.channels.close()
+        return self.zk.watch_controller(on_controller)
 
     def _register_child_watches(self) -> list[WatchHandle]:
         """Blocking. The watches fire events; the state they report first is read by the
@@ -455,6 +389,27 @@ class KafkaController:
         )
         return watches
 
+    def _watch_reassignments(self) -> WatchHandle:
+        """Blocking: ``/admin/reassign_partitions``'s creation enqueues
+        ``ZkPartitionReassignment`` (Kafka ``PartitionReassignmentHandler``)."""
+        seen: list[bool | None] = [None]
+
+        def on_reassign(data: bytes | None, _version: int | None) -> None:
+            existed, seen[0] = seen[0], data is not None
+            if existed is False and data is not None:
+                self.events.put_threadsafe(ev.ZkPartitionReassignment())
+
+        return self.zk.watch_data(zd.REASSIGN_PARTITIONS_PATH, on_reassign)
+
+    def _watch_topics(self, topics: frozenset[str]) -> None:
+        """Blocking: a data watch on each topic znode not yet watched (Kafka
+        ``PartitionModificationsHandler``)."""
+        for topic in sorted(topics - self._topic_watches.keys()):
+            self._topic_watches[topic] = self.zk.watch_data(
+                zd.topic_path(topic),
+                self._enqueue_on_change(partial(ev.PartitionModifications, topic)),
+            )
+
     async def _auto_rebalance_timer(self) -> None:
         """Kafka ``scheduleAutoLeaderRebalanceTask``: the first check 5 s after failover
         (sooner if the interval is shorter), then every
@@ -465,67 +420,14 @@ class KafkaController:
             self.events.put(ev.AutoPreferredReplicaLeaderElection())
             await asyncio.sleep(interval)
 
-    # --- applying decisions ------------------------------------------------------------
-
-    async def _apply(
-        self,
-        decide: Decide,
-        retry: Retry | None,
-        started: float,
-        applied: _Applied | None = None,
-    ) -> _Applied:
-        """Carry out a decision per ``effects``' contract: write, install, send.
-
-        Partition writes that lose a version race are dropped from the decision (the
-        rest stands), re-read and decided again with ``retry``. With ``applied``, the
-        writes and requests are added to it (an event applying several decisions).
-        """
-        assert self.context is not None
-        if applied is None:
-            applied = _Applied(DecisionTiming(what=""), started)
-        timing = applied.timing
-        d = decide(self.context)
-        applied.decision = d
-        for attempt in range(1, MAX_WRITE_ATTEMPTS + 1):
-            base = self.context
-            stale = await asyncio.to_thread(controller_zk.write_decision, self.zk, d)
-            timing.zk_writes_s = time.monotonic() - started
-            if stale:
-                d.drop_failed_writes(stale)
-            for write in d.zk_writes:
-                if isinstance(write, (DeleteTopic, UpdateTopicAssignment)):
-                    continue
-                timing.zk_writes += 1
-                before = base.partition_leadership.get(write.partition)
-                leader = write.state.leader_and_isr.leader
-                if leader < 0:
-                    timing.partitions_offline += 1
-                elif before is not None and before.leader_and_isr.leader != leader:
-                    timing.partitions_reelected += 1
-            self.stats.unclean_leader_elections += len(d.unclean_elections)
-            self._install(d.context)
-            applied.leader_and_isr += self._send_requests(d)
-            if d.batch.update_metadata_to_all_live:
-                applied.update_metadata_sent.update(d.batch.update_metadata_partitions)
-            if not stale:
-                break
-            fresh = await asyncio.to_thread(self.zk.get_partition_states, sorted(stale))
-            ctx = self.context = decisions.refreshed(self.context, fresh)
-            if retry is None or attempt == MAX_WRITE_ATTEMPTS:
-                log.error("controller: partitions %s keep changing: left as read", sorted(stale))
-                break
-            log.info("controller: %d partitions changed under us: deciding again", len(stale))
-            d = retry(ctx, stale)
-        return applied
-
-    def _install(self, context: ControllerContext) -> None:
-        self.context = context
-        self._sync_channels()
+    # --- requests to brokers -----------------------------------------------------------
 
     def _sync_channels(self) -> None:
         """One channel per live (or shutting-down) broker, re-opened for restarted ones."""
-        assert self.context is not None
-        live = self.context.live_brokers
+        context = self.core.context
+        if context is None:
+            return
+        live = context.live_brokers
         for broker_id in self.channels.broker_ids - live.keys():
             self.channels.remove_broker(broker_id)
         for info in live.values():
@@ -562,8 +464,8 @@ class KafkaController:
         errors: list[tuple[int, int]] = []
         offline: set[TopicPartition] = set()
         online: set[TopicPartition] = set()
-        known_offline = self.context is not None and (
-            broker_id in self.context.replicas_on_offline_dirs
+        known_offline = self.core.context is not None and (
+            broker_id in self.core.context.replicas_on_offline_dirs
         )
         for topic_state, topic_errors in zip(request.topic_states, response.topics, strict=False):
             topic = str(topic_state.topic_name)
@@ -583,7 +485,7 @@ class KafkaController:
                 top,
                 errors[:20],
             )
-        if top == 0 and self.context is not None and (offline or known_offline):
+        if top == 0 and self.core.context is not None and (offline or known_offline):
             self.events.put(
                 ev.LeaderAndIsrResponseReceived(
                     broker_id, int(request.broker_epoch), frozenset(offline), frozenset(online)
@@ -605,24 +507,53 @@ class KafkaController:
                     errors[TopicPartition(str(t.topic_name), int(p.partition_index))] = top
         self.events.put(ev.TopicDeletionStopReplicaResponseReceived(broker_id, top, errors))
 
-    def _report(self, what: str, applied: _Applied) -> None:
+    def _answer_after_acks(
+        self, acks: tuple[Any, ...], callback: Callable[[Any], None], answer: Any
+    ) -> None:
+        """Call ``callback(answer)`` once every LeaderAndIsr future of ``acks`` is done
+        (answered or failed); at once if there are none."""
+        if not acks:
+            callback(answer)
+            return
+
+        async def wait_then_answer() -> None:
+            try:
+                await asyncio.gather(*acks, return_exceptions=True)
+            finally:
+                callback(answer)
+
+        self._in_background(wait_then_answer())
+
+    def _in_background(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _report(self, what: str, record: ApplyRecord) -> None:
         """Log the timing once every LeaderAndIsr is answered (in a background task)."""
-        timing = applied.timing
-        timing.what = what
-        timing.leader_and_isr_requests = len(applied.leader_and_isr)
+        timing = DecisionTiming(
+            what=what,
+            partitions_reelected=record.partitions_reelected,
+            partitions_offline=record.partitions_offline,
+            zk_writes=record.zk_writes,
+            zk_writes_s=record.zk_writes_s,
+            leader_and_isr_requests=len(record.leader_and_isr),
+            new_leaders_zk_writes_s=record.new_leaders_zk_writes_s,
+        )
         self.timings.append(timing)
-        started = applied.started
+        started = record.started
+        stats = self.core.stats
 
         async def wait_for_acks() -> None:
-            if applied.new_leaders is not None:
-                await asyncio.gather(*applied.new_leaders, return_exceptions=True)
+            if record.new_leaders is not None:
+                await asyncio.gather(*record.new_leaders, return_exceptions=True)
                 timing.new_leaders_acked_s = time.monotonic() - started
-            results = await asyncio.gather(*applied.leader_and_isr, return_exceptions=True)
+            results = await asyncio.gather(*record.leader_and_isr, return_exceptions=True)
             timing.leader_and_isr_acked_s = time.monotonic() - started
             if timing.partitions_reelected:
-                self.stats.leader_elections += timing.partitions_reelected
-                self.stats.election_events += 1
-                self.stats.election_time_s += timing.leader_and_isr_acked_s
+                stats.leader_elections += timing.partitions_reelected
+                stats.election_events += 1
+                stats.election_time_s += timing.leader_and_isr_acked_s
             timing.leader_and_isr_failed = sum(
                 1 for r in results if isinstance(r, BaseException) or int(r.error_code) != 0
             )
@@ -647,345 +578,32 @@ class KafkaController:
                 new_leaders,
             )
 
-        task = asyncio.get_running_loop().create_task(wait_for_acks())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    # --- cluster events ----------------------------------------------------------------
-
-    async def _process_broker_change(self, _e: ev.BrokerChange, q: QueuedEvent) -> None:
-        if self.context is None:
-            return
-        registered = await asyncio.to_thread(self.zk.get_all_brokers)
-        changes = decisions.broker_changes(self.context, registered)
-        if not changes:
-            return
-        await self._refresh(decisions.partitions_to_refresh(self.context, changes))
-        # Two decisions, as Kafka's onReplicasBecomeOffline: the new leaders are written
-        # and told first, then the failed brokers leave the other partitions' ISRs.
-        applied = _Applied(DecisionTiming(what=""), q.enqueue_time_s)
-        steps = decisions.broker_change_steps(changes, registered)
-        for i, step in enumerate(steps):
-            decide = step.decide
-            if step.told:
-                decide = partial(decide, told=sorted(applied.update_metadata_sent))
-            await self._apply(decide, step.retry, q.enqueue_time_s, applied)
-            if i == 0 and len(steps) > 1:  # the new leaders' part, timed on its own
-                applied.new_leaders = list(applied.leader_and_isr)
-                applied.timing.new_leaders_zk_writes_s = applied.timing.zk_writes_s
-                # Let the channels' sender tasks take the new leaders' requests now:
-                # otherwise they wait until the next decision is made and awaits its
-                # writes (about 0.05 s at 10,000 partitions).
-                await asyncio.sleep(0)
-        self._report(changes.describe(), applied)
-
-    async def _process_topic_change(self, _e: ev.TopicChange, q: QueuedEvent) -> None:
-        if self.context is None:
-            return
-        topics = await asyncio.to_thread(self.zk.get_all_topics)
-        ctx = self.context
-        new = topics - ctx.all_topics
-        vanished = ctx.all_topics - topics
-        # Known topics still without an id (one that could not be written before) too.
-        idless = (ctx.all_topics & topics) - ctx.topic_ids.keys()
-        if not (new or vanished or idless):
-            return
-        assignments = await asyncio.to_thread(self.zk.get_topic_assignments, new)
-        ids = await asyncio.to_thread(
-            controller_zk.assign_topic_ids,
-            self.zk,
-            assignments.keys() | idless,
-            ctx.controller_epoch_zk_version,
-        )
-        overrides = await asyncio.to_thread(
-            controller_zk.read_unclean_overrides, self.zk, assignments, self._zk_timeout_s
-        )
-        ctx = ctx.copy()
-        for topic in vanished:  # deleted behind the controller's back
-            log.warning("controller: topic %s disappeared from ZooKeeper", topic)
-            ctx.remove_topic(topic)
-        ctx.unclean_leader_election_enable.update(overrides)
-        ctx.topic_ids.update((t, ids[t]) for t in idless if t in ids)
-        self._install(ctx)
-        await self.operations.after_topic_change(assignments.keys(), vanished)
-        if assignments:
-            applied = await self._apply(
-                partial(decisions.on_new_topics, assignments=assignments, topic_ids=ids),
-                None,
-                q.enqueue_time_s,
-            )
-            self._report(f"new topics {sorted(assignments)}", applied)
-
-    async def _process_topic_deletion(self, _e: ev.TopicDeletion, q: QueuedEvent) -> None:
-        if self.context is None:
-            return
-        marked = await asyncio.to_thread(self.zk.get_topics_marked_for_deletion)
-        ctx = self.context
-        if not self.config.delete_topic_enable:
-            await self._remove_deletion_markers(marked)
-            return
-        unknown = marked - ctx.all_topics
-        if unknown:
-            await self._remove_deletion_markers(unknown)
-        wanted = (marked & ctx.all_topics) - ctx.topics_to_be_deleted
-        if wanted:
-            log.info("controller: deleting topics %s", sorted(wanted))
-            await self._apply(
-                partial(decisions.on_topic_deletion, topics=wanted), None, q.enqueue_time_s
-            )
-
-    async def _remove_deletion_markers(self, topics: Iterable[str]) -> None:
-        assert self.context is not None
-        version = self.context.controller_epoch_zk_version
-        for topic in sorted(topics):
-            log.info("controller: removing deletion marker of topic %s", topic)
-            await asyncio.to_thread(self.zk.remove_deletion_marker, topic, version)
-
-    async def _process_stop_replica_response(
-        self, e: ev.TopicDeletionStopReplicaResponseReceived, q: QueuedEvent
-    ) -> None:
-        if self.context is None:
-            return
-        decide = partial(
-            decisions.on_stop_replica_response,
-            broker_id=e.replica_id,
-            error_code=e.error_code,
-            partition_errors=e.partition_errors,
-        )
-        await self._apply(decide, None, q.enqueue_time_s)
-
-    async def _process_isr_change(self, _e: ev.IsrChangeNotification, q: QueuedEvent) -> None:
-        if self.context is None:
-            return
-        names = await asyncio.to_thread(self.zk.get_isr_change_notifications)
-        if not names:
-            return
-        try:
-            changed = await asyncio.to_thread(self.zk.read_isr_change_notifications, names)
-            known = sorted(tp for tp in changed if tp[0] in self.context.all_topics)
-            fresh = await asyncio.to_thread(self.zk.get_partition_states, known)
-            await self._apply(
-                partial(decisions.on_isr_change, fresh_states=fresh), None, q.enqueue_time_s
-            )
-            await self.operations.after_isr_change(fresh, q.enqueue_time_s)
-        finally:
-            if self.context is not None:
-                await asyncio.to_thread(
-                    self.zk.delete_isr_change_notifications,
-                    names,
-                    self.context.controller_epoch_zk_version,
-                )
-
-    async def _process_log_dir_event(self, _e: ev.LogDirEventNotification, q: QueuedEvent) -> None:
-        """Kafka ``processLogDirEventNotification``."""
-        if self.context is None:
-            return
-        names = await asyncio.to_thread(self.zk.get_log_dir_event_notifications)
-        if not names:
-            return
-        try:
-            brokers = await asyncio.to_thread(self.zk.read_log_dir_event_notifications, names)
-            log.warning("controller: log dir failure on brokers %s", sorted(brokers))
-            applied = await self._apply(
-                partial(decisions.on_broker_log_dir_failure, broker_ids=brokers),
-                None,
-                q.enqueue_time_s,
-            )
-            self._report(f"log dir failure on brokers {sorted(brokers)}", applied)
-        finally:
-            if self.context is not None:
-                await asyncio.to_thread(
-                    self.zk.delete_log_dir_event_notifications,
-                    names,
-                    self.context.controller_epoch_zk_version,
-                )
-
-    async def _process_leader_and_isr_response(
-        self, e: ev.LeaderAndIsrResponseReceived, q: QueuedEvent
-    ) -> None:
-        if self.context is None:
-            return
-        d, offline = decisions.on_leader_and_isr_response(
-            self.context, e.broker_id, e.broker_epoch, e.offline, e.online
-        )
-        if not offline:
-            self._install(d.context)  # only what is known offline changed
-            return
-        applied = await self._apply(
-            lambda _ctx: d,
-            partial(decisions.redo_replicas_offline, replicas=offline),
-            q.enqueue_time_s,
-        )
-        self._report(
-            f"{len(offline)} replicas of broker {e.broker_id} in a failed log dir", applied
-        )
-
-    async def _process_controlled_shutdown(self, e: ev.ControlledShutdown, q: QueuedEvent) -> None:
-        answer = decisions.ControlledShutdownResult(NOT_CONTROLLER, ())
-        applied: _Applied | None = None
-        try:
-            if self.context is not None:
-                results: list[decisions.ControlledShutdownResult] = []
-
-                def decide(ctx: ControllerContext) -> ControllerDecision:
-                    d, result = decisions.on_controlled_shutdown(ctx, e.broker_id, e.broker_epoch)
-                    results.append(result)
-                    return d
-
-                applied = await self._apply(
-                    decide, lambda ctx, _stale: decide(ctx), q.enqueue_time_s
-                )
-                answer = results[-1]
-                log.info(
-                    "controller: controlled shutdown of broker %d (epoch %d): error %d, "
-                    "%d partitions still led by it",
-                    e.broker_id,
-                    e.broker_epoch,
-                    answer.error_code,
-                    len(answer.remaining),
-                )
-                self._report(f"controlled shutdown of broker {e.broker_id}", applied)
-        finally:
-            if e.callback is not None:
-                # Answer once the new leaders acknowledged (off the event task), so the
-                # broker closes its listeners only after clients can find them.
-                self._answer_after_acks(applied, e.callback, answer)
-
-    async def _process_replica_leader_election(
-        self, e: ev.ReplicaLeaderElection, q: QueuedEvent
-    ) -> None:
-        outcomes: dict[TopicPartition, decisions.ElectionOutcome] | None = None
-        applied: _Applied | None = None
-        try:
-            if self.context is None:
-                return
-            if e.trigger is ev.ElectionTrigger.ZK:
-                try:
-                    listed = await asyncio.to_thread(self.zk.get_preferred_replica_election)
-                except zd.ZkDataError as exc:  # Kafka logs and drops a malformed request
-                    log.error("controller: ignoring /admin/preferred_replica_election: %s", exc)
-                    listed = set()
-                if listed is None:
-                    return
-                partitions = frozenset(TopicPartition(t, p) for t, p in listed)
-            else:
-                partitions = e.partitions or frozenset()
-            # Kafka reads the partition states before electing: the ISRs this context
-            # holds lag the leaders' by up to one ISR change notification.
-            await self._refresh(partitions)
-            outcomes = {}
-
-            def decide(ctx: ControllerContext, tps: Iterable[TopicPartition]) -> ControllerDecision:
-                d, result = decisions.on_replica_election(ctx, tps, e.election_type)
-                outcomes.update(result)
-                return d
-
-            applied = await self._apply(partial(decide, tps=partitions), decide, q.enqueue_time_s)
-            errors = {
-                tp: o.error_code
-                for tp, o in outcomes.items()
-                if o.error_code not in (ErrorCode.none, ErrorCode.election_not_needed)
-            }
-            what = "preferred" if e.election_type == decisions.PREFERRED_ELECTION else "unclean"
-            self._report(f"{what} replica leader election by {e.trigger.value}", applied)
-            if errors:
-                log.warning("controller: %s election failed for %s", what, sorted(errors.items()))
-            if e.trigger is ev.ElectionTrigger.ZK:
-                await asyncio.to_thread(
-                    self.zk.delete_preferred_replica_election,
-                    self.context.controller_epoch_zk_version,
-                )
-        finally:
-            if e.callback is not None:
-                self._answer_after_acks(applied, e.callback, outcomes)
-
-    async def _process_auto_preferred_election(
-        self, _e: ev.AutoPreferredReplicaLeaderElection, q: QueuedEvent
-    ) -> None:
-        if self.context is None:
-            return
-        percentage = self.config.leader_imbalance_per_broker_percentage
-        await self._refresh(decisions.not_led_by_preferred_replica(self.context))
-        if self.context is None or not decisions.auto_rebalance_candidates(
-            self.context, percentage
-        ):
-            return
-        applied = await self._apply(
-            partial(decisions.on_auto_leader_rebalance, imbalance_percentage=percentage),
-            None,
-            q.enqueue_time_s,
-        )
-        self._report("auto leader rebalance", applied)
-
-    async def _refresh(self, partitions: Iterable[TopicPartition]) -> None:
-        """Re-read the states of the known ``partitions`` among ``partitions`` into the
-        context (``ControllerMovedError`` if a newer controller wrote one)."""
-        assert self.context is not None
-        known = sorted(tp for tp in partitions if tp in self.context.partition_leadership)
-        if known:
-            fresh = await asyncio.to_thread(self.zk.get_partition_states, known)
-            self.context = decisions.refreshed(self.context, fresh)
-
-    def _answer_after_acks(
-        self, applied: _Applied | None, callback: Callable[[Any], None], answer: Any
-    ) -> None:
-        """Call ``callback(answer)`` once every LeaderAndIsr of ``applied`` is answered
-        (or failed); at once if there are none."""
-        if applied is None or not applied.leader_and_isr:
-            callback(answer)
-            return
-
-        async def wait_then_answer() -> None:
-            try:
-                await asyncio.gather(*applied.leader_and_isr, return_exceptions=True)
-            finally:
-                callback(answer)
-
-        task = asyncio.get_running_loop().create_task(wait_then_answer())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    async def _process_topic_unclean_election_enable(
-        self, e: ev.TopicUncleanLeaderElectionEnable, q: QueuedEvent
-    ) -> None:
-        if self.context is None or e.topic not in self.context.all_topics:
-            return
-        overrides = await asyncio.to_thread(
-            controller_zk.read_unclean_overrides, self.zk, [e.topic], self._zk_timeout_s
-        )
-        ctx = self.context.copy()
-        ctx.unclean_leader_election_enable.pop(e.topic, None)
-        ctx.unclean_leader_election_enable.update(overrides)
-        self._install(ctx)
-        if ctx.unclean_election_enabled(e.topic):
-            applied = await self._apply(
-                partial(decisions.on_unclean_leader_election_enable, topics={e.topic}),
-                None,
-                q.enqueue_time_s,
-            )
-            self._report(f"unclean leader election enabled for topic {e.topic}", applied)
-
-    async def _process_unclean_election_enable(
-        self, _e: ev.UncleanLeaderElectionEnable, q: QueuedEvent
-    ) -> None:
-        if self.context is None:
-            return
-        ctx = self.context.copy()
-        ctx.default_unclean_leader_election_enable = self.unclean_leader_election_default()
-        self._install(ctx)
-        if ctx.default_unclean_leader_election_enable:
-            applied = await self._apply(
-                decisions.on_unclean_leader_election_enable, None, q.enqueue_time_s
-            )
-            self._report("unclean leader election enabled by default", applied)
+        self._in_background(wait_for_acks())
 
 
-def _rerun_failure(ctx: ControllerContext, stale: set[TopicPartition]) -> ControllerDecision:
-    """Decide again for partitions whose write lost a version race (re-read into ``ctx``):
-    a failure of the offline brokers among their replicas re-elects leaders that are not
-    live and takes offline replicas out of ISRs; it is idempotent for the rest."""
-    offline = {r for tp in stale for r in ctx.replicas_for(tp) if r not in ctx.live_brokers}
-    return decisions.on_broker_failure(ctx, offline)
+class ReassignmentRequests:
+    """AlterPartitionReassignments and ListPartitionReassignments as controller events
+    (``KafkaController.operations``; the handlers are ``ClusterOperations``')."""
+
+    def __init__(self, events: ControllerEventManager) -> None:
+        self._events = events
+
+    async def alter_partition_reassignments(
+        self, reassignments: Mapping[TopicPartition, tuple[int, ...] | None]
+    ) -> dict[TopicPartition, ReassignmentOutcome] | None:
+        """The outcome per partition once the reassignment is recorded and started;
+        None if this broker is not the controller."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._events.put(ev.ApiPartitionReassignment(dict(reassignments), _resolver(future)))
+        return await future
+
+    async def list_partition_reassignments(
+        self, partitions: frozenset[TopicPartition] | None
+    ) -> dict[TopicPartition, ReplicaAssignment] | None:
+        """None if this broker is not the controller."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._events.put(ev.ListPartitionReassignments(partitions, _resolver(future)))
+        return await future
 
 
 def _resolver(future: asyncio.Future[Any]) -> Callable[[Any], None]:

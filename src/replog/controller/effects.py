@@ -206,7 +206,8 @@ class ControllerDecision:
 
         For an IO layer that writes in several multis and gets per-partition results
         (``KafkaZkClient.update_partition_states``): their leadership and partition
-        state go back to ``base`` and no request mentions them; everything else of the
+        state, and their replicas' states, go back to ``base`` and no request (LeaderAndIsr,
+        StopReplica, UpdateMetadata) mentions them; everything else of the
         decision stands. The caller then re-reads those partitions into the installed
         context and re-runs the event's decision (decisions are idempotent: e.g.
         ``on_broker_failure`` again for the same dead brokers).
@@ -236,8 +237,17 @@ class ControllerDecision:
                 ctx.partition_states.pop(tp, None)
             else:
                 ctx.partition_states[tp] = state
+            # its replicas' states too (a reassignment's completion forgets the removed
+            # ones): the re-run decides from the states the failed write left standing
+            for replica in [r for r in ctx.replica_states if r.topic_partition == tp]:
+                del ctx.replica_states[replica]
+            ctx.replica_states.update(
+                (r, s) for r, s in self.base.replica_states.items() if r.topic_partition == tp
+            )
             for per_broker in self.batch.leader_and_isr.values():
                 per_broker.pop(tp, None)
+            for stops in self.batch.stop_replica.values():
+                stops.pop(tp, None)
             self.batch.update_metadata_partitions.pop(tp, None)
             for lists in (self.unclean_elections, self.failed_elections):
                 while tp in lists:

@@ -270,8 +270,14 @@ def _complete(d: ControllerDecision, tp: TopicPartition, ra: ReplicaAssignment) 
         leader, isr = lai.leader, lai.isr
     else:
         result = reassign_partition_leader(target, lai.isr, live)
-        if result is None:  # _is_complete checked it; never leaderless here
-            raise AssertionError(f"{tp}: no target replica can lead")
+        if result is None:
+            # Only a reassignment that moves no replica gets here (``_is_complete``
+            # checked the others), of a partition no live replica can lead: it stays as
+            # it is (Kafka's election fails and is logged); RS's new order is written.
+            log.error("%s-%d: no target replica can lead: left offline", tp.topic, tp.partition)
+            d.write_topic_assignment(tp, after_partition_states=True)
+            d.batch.add_update_metadata_to_all_live((tp,))
+            return
         leader, isr = result.leader, result.isr
     d.set_leadership(tp, leader, isr)
     d.batch.add_leader_and_isr(target, tp)
