@@ -29,7 +29,8 @@ from mixed_group_util import (
     poll_until,
     wait_type,
 )
-from replog.coordinator.group.offsets_topic import GROUP_METADATA_TOPIC_NAME, partition_for
+from replog.common.topics import GROUP_METADATA_TOPIC_NAME
+from replog.coordinator.group.offsets_topic import partition_for
 
 PARTITIONS = 6
 OFFSETS_PARTITIONS = 3
