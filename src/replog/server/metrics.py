@@ -46,14 +46,19 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
 from replog.protocol.apis import ApiKey, make, nested, request_schema
 from replog.protocol.client import KafkaConnection
-from replog.server.network import RequestContext
+from replog.server.request_metrics import (  # noqa: F401 (re-exported)
+    MS_BUCKETS,
+    STAGES,
+    RequestMetrics,
+    kafka_request_name,
+)
 
 if TYPE_CHECKING:
     from replog.controller.controller import KafkaController
@@ -66,9 +71,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Milliseconds: sub-millisecond local work up to a produce waiting its full timeout.
-MS_BUCKETS = (0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
-STAGES = ("requestqueuetimems", "localtimems", "remotetimems", "responsequeuetimems")
 MAX_HTTP_REQUEST_LINE = 8192
 # The text format every Prometheus server reads (prometheus_client's "latest" is 1.0.0).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -77,60 +79,6 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 REMOTE_REFRESH_S = 5.0
 REMOTE_LIST_OFFSETS_VERSION = 7
 LATEST_TIMESTAMP = -1
-
-
-def kafka_request_name(api_key: int) -> str:
-    """``ApiKey.LEADER_AND_ISR`` -> ``"LeaderAndIsr"``, Kafka's ``ApiKeys.name``."""
-    try:
-        name = ApiKey(api_key).name
-    except ValueError:
-        return str(api_key)
-    return "".join(word.capitalize() for word in name.split("_"))
-
-
-class RequestMetrics:
-    """Kafka's ``RequestMetrics``: request counts and stage histograms per request name."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.requests = Counter(
-            "kafka_network_requestmetrics_requests",
-            "Requests answered (Kafka RequestsPerSec), by request and version",
-            ["request", "version"],
-            registry=registry,
-        )
-        self.total = Histogram(
-            "kafka_network_requestmetrics_totaltimems",
-            "Read off the socket to response handed to the socket (Kafka TotalTimeMs)",
-            ["request"],
-            buckets=MS_BUCKETS,
-            registry=registry,
-        )
-        self.stages = {
-            stage: Histogram(
-                f"kafka_network_requestmetrics_{stage}",
-                f"Kafka RequestMetrics {stage} (see replog.server.metrics)",
-                ["request"],
-                buckets=MS_BUCKETS,
-                registry=registry,
-            )
-            for stage in STAGES
-        }
-
-    def observe(self, context: RequestContext, written_s: float) -> None:
-        name = context.request_name or kafka_request_name(context.api_key)
-        self.requests.labels(name, str(context.api_version)).inc()
-        if not context.handled_s:  # the handler failed: the connection closed unanswered
-            return
-        remote = context.remote_s
-        local = max(context.handled_s - context.started_s - remote, 0.0)
-        for stage, seconds in (
-            ("requestqueuetimems", context.started_s - context.received_s),
-            ("localtimems", local),
-            ("remotetimems", remote),
-            ("responsequeuetimems", written_s - context.handled_s),
-        ):
-            self.stages[stage].labels(name).observe(max(seconds, 0.0) * 1000)
-        self.total.labels(name).observe(max(written_s - context.received_s, 0.0) * 1000)
 
 
 class RemoteEndOffsets:
@@ -494,16 +442,15 @@ class BrokerMetrics:
     def __init__(self, state: BrokerStateCollector) -> None:
         self.state = state
         self.registry = CollectorRegistry(auto_describe=False)
-        self.requests = RequestMetrics(self.registry)
+        self.requests = RequestMetrics()
+        # The network layer's request observer: the request metrics' own method, bound.
+        self.observe_request = self.requests.observe
         self.registry.register(state)
         self._server: asyncio.AbstractServer | None = None
         self.port: int | None = None
 
-    def observe_request(self, context: RequestContext, written_s: float) -> None:
-        self.requests.observe(context, written_s)
-
     def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+        return self.requests.exposition().encode() + generate_latest(self.registry)
 
     async def start(self, host: str, port: int) -> None:
         self._server = await asyncio.start_server(self._serve, host, port)
