@@ -50,6 +50,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from replog.protocol.apis import ApiKey, make, nested, request_schema
 from replog.protocol.client import KafkaConnection
@@ -57,6 +58,7 @@ from replog.server.request_metrics import (  # noqa: F401 (re-exported)
     MS_BUCKETS,
     STAGES,
     RequestMetrics,
+    escape_label,
     kafka_request_name,
 )
 
@@ -203,6 +205,63 @@ class RemoteEndOffsets:
         self._connections.clear()
 
 
+# The per-partition gauges: (name, help), in the order they are rendered.
+LOG_GAUGES = (
+    ("kafka_log_log_logendoffset", "Log end offset"),
+    ("kafka_log_log_logstartoffset", "Log start offset"),
+    ("kafka_log_log_size", "Log size in bytes"),
+    ("kafka_log_log_numlogsegments", "Segments in the log"),
+    ("kafka_cluster_partition_highwatermark", "High watermark"),
+)
+
+
+class LogGauges:
+    """Five gauges per partition (``LOG_GAUGES``), rendered as Prometheus text by hand:
+    at thousands of partitions they are most of a scrape, and most partitions did not
+    move since the last one, so each partition's lines are kept with the values they
+    show and made again only when a value changed (the text is what
+    ``GaugeMetricFamily`` wrote, so scrapers read it unchanged).
+
+    Concurrency: event loop only (a scrape reads the partitions between two events)."""
+
+    def __init__(self) -> None:
+        self._lines: dict[tuple[str, int], tuple[tuple[int, ...], tuple[str, ...]]] = {}
+
+    def text(self, partitions: dict[tuple[str, int], Any]) -> str:
+        cache = self._lines
+        fresh: dict[tuple[str, int], tuple[tuple[int, ...], tuple[str, ...]]] = {}
+        columns: list[list[str]] = [[] for _ in LOG_GAUGES]
+        for key, p in partitions.items():
+            log = p.log
+            values = (
+                log.log_end_offset,
+                log.log_start_offset,
+                log.size_in_bytes(),
+                len(log.segments),
+                p.high_watermark,
+            )
+            entry = cache.get(key)
+            if entry is None or entry[0] != values:
+                # label names sorted, as prometheus_client writes them
+                labels = f'{{partition="{key[1]}",topic="{escape_label(key[0])}"}}'
+                entry = (
+                    values,
+                    tuple(
+                        f"{name}{labels} {floatToGoString(value)}\n"
+                        for (name, _), value in zip(LOG_GAUGES, values, strict=True)
+                    ),
+                )
+            fresh[key] = entry
+            for column, line in zip(columns, entry[1], strict=True):
+                column.append(line)
+        self._lines = fresh  # deleted partitions' lines go
+        out = []
+        for (name, text), column in zip(LOG_GAUGES, columns, strict=True):
+            out.append(f"# HELP {name} {text}\n# TYPE {name} gauge\n")
+            out.extend(column)
+        return "".join(out)
+
+
 class BrokerStateCollector(Collector):
     """Gauges and counts read from the broker's components at scrape time."""
 
@@ -221,11 +280,11 @@ class BrokerStateCollector(Collector):
         self.controller = controller
         self.fetch_manager = fetch_manager
         self.end_offsets = end_offsets
+        self.log_gauges = LogGauges()
 
     def collect(self) -> Iterator[Any]:
         yield from self._replica_manager()
         yield from self._fetch_sessions()
-        yield from self._logs()
         yield from self._topics()
         yield from self._controller()
         yield from self._group_lag()
@@ -287,25 +346,9 @@ class BrokerStateCollector(Collector):
             value=manager.incremental_fetches,
         )
 
-    def _logs(self) -> Iterator[Any]:
-        labels = ["topic", "partition"]
-        end = GaugeMetricFamily("kafka_log_log_logendoffset", "Log end offset", labels=labels)
-        start = GaugeMetricFamily("kafka_log_log_logstartoffset", "Log start offset", labels=labels)
-        size = GaugeMetricFamily("kafka_log_log_size", "Log size in bytes", labels=labels)
-        segments = GaugeMetricFamily(
-            "kafka_log_log_numlogsegments", "Segments in the log", labels=labels
-        )
-        hw = GaugeMetricFamily(
-            "kafka_cluster_partition_highwatermark", "High watermark", labels=labels
-        )
-        for (topic, partition), p in self.replica_manager.partitions.items():
-            values = [topic, str(partition)]
-            end.add_metric(values, p.log.log_end_offset)
-            start.add_metric(values, p.log.log_start_offset)
-            size.add_metric(values, p.log.size_in_bytes())
-            segments.add_metric(values, len(p.log.segments))
-            hw.add_metric(values, p.high_watermark)
-        yield from (end, start, size, segments, hw)
+    def logs_text(self) -> str:
+        """The per-partition log gauges (``LogGauges``), in the text format."""
+        return self.log_gauges.text(self.replica_manager.partitions)
 
     def _topics(self) -> Iterator[Any]:
         prefix = "kafka_server_brokertopicmetrics_"
@@ -450,7 +493,11 @@ class BrokerMetrics:
         self.port: int | None = None
 
     def exposition(self) -> bytes:
-        return self.requests.exposition().encode() + generate_latest(self.registry)
+        return (
+            self.requests.exposition().encode()
+            + generate_latest(self.registry)
+            + self.state.logs_text().encode()
+        )
 
     async def start(self, host: str, port: int) -> None:
         self._server = await asyncio.start_server(self._serve, host, port)

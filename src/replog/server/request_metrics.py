@@ -54,7 +54,8 @@ def kafka_request_name(api_key: int) -> str:
     return "".join(word.capitalize() for word in name.split("_"))
 
 
-def _escape(value: str) -> str:
+def escape_label(value: str) -> str:
+    """A label value in the text format (backslash, newline and quote escaped)."""
     return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
@@ -101,7 +102,7 @@ class RequestStats:
         when something was observed since the last call."""
         if self._text is not None and self._at == self.answered:
             return self._text
-        label = f'request="{_escape(self.name)}"'
+        label = f'request="{escape_label(self.name)}"'
         counter = []
         created = []
         for version, (count, at) in self.versions.items():
