@@ -8,7 +8,7 @@ from __future__ import annotations
 import io
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
@@ -38,8 +38,9 @@ class UnsupportedVersion(InvalidFrame):
         self.correlation_id = correlation_id
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
+class Request(NamedTuple):
+    """A decoded request (a tuple: built once per request, so built cheaply)."""
+
     api_key: int
     api_version: int
     correlation_id: int
@@ -55,16 +56,35 @@ def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
     return _PREFIX.unpack_from(frame, 0)
 
 
+# (api key, version) -> (header class, schema, header reader, body reader), filled as
+# requests arrive: a request then costs two dictionary lookups before kio's readers.
+_READERS: dict[tuple[int, int], tuple[type, type, Any, Any]] = {}
+
+
+def _readers(api_key: int, api_version: int) -> tuple[type, type, Any, Any]:
+    schema = apis.request_schema(api_key, api_version)
+    header_cls = RequestHeaderV2 if schema.__flexible__ else RequestHeaderV1
+    readers = _READERS[api_key, api_version] = (
+        header_cls,
+        schema,
+        entity_reader(header_cls),
+        entity_reader(schema),
+    )
+    return readers
+
+
 def decode_request(frame: bytes) -> Request:
     """Decode a whole request frame (without its size prefix)."""
     api_key, api_version, correlation_id = peek_header(frame)
-    if not apis.is_supported(api_key, api_version):
-        raise UnsupportedVersion(api_key, api_version, correlation_id)
-    schema = apis.request_schema(api_key, api_version)
-    header_cls = RequestHeaderV2 if schema.__flexible__ else RequestHeaderV1
+    readers = _READERS.get((api_key, api_version))
+    if readers is None:
+        if not apis.is_supported(api_key, api_version):
+            raise UnsupportedVersion(api_key, api_version, correlation_id)
+        readers = _readers(api_key, api_version)
+    header_cls, schema, read_header, read_body = readers
     try:
-        header, offset = entity_reader(header_cls)(frame, 0)
-        body, used = entity_reader(schema)(frame, offset)
+        header, offset = read_header(frame, 0)
+        body, used = read_body(frame, offset)
     except Exception:  # kio raises several types for malformed input
         # kio's native reader rejects tagged fields it does not know; Kafka's rule is to
         # skip them. Read again with the schema walker that does (slower, rare).
