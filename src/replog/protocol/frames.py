@@ -23,6 +23,7 @@ from replog.protocol.controller_codec import REQUEST_ENCODERS, RESPONSE_ENCODERS
 _PREFIX = struct.Struct(">hhi")
 SIZE = struct.Struct(">i")
 _RESPONSE_V0_PREFIX = struct.Struct(">ii")  # size, correlation id
+_RESPONSE_V1_HEAD = struct.Struct(">iiB")  # size, correlation id, no tagged fields
 _REQUEST_V1_PREFIX = struct.Struct(">ihhih")  # size, api key, version, correlation id, client len
 
 
@@ -110,6 +111,18 @@ class EncodedBody:
 
     data: bytes
     flexible: bool = False
+
+
+def encode_response_parts(api_key: int, correlation_id: int, body: Any) -> tuple[bytes, ...]:
+    """The response frame as buffers to write one after the other: a hand codec's body
+    (``EncodedBody``: a fetch's record sets, up to megabytes) goes out as it is, after
+    a separate size prefix and header, instead of being copied behind them."""
+    if isinstance(body, EncodedBody):
+        data = body.data
+        if body.flexible:
+            return _RESPONSE_V1_HEAD.pack(len(data) + 5, correlation_id, 0), data
+        return _RESPONSE_V0_PREFIX.pack(len(data) + 4, correlation_id), data
+    return (encode_response(api_key, correlation_id, body),)
 
 
 def encode_response(api_key: int, correlation_id: int, body: Any) -> bytes:

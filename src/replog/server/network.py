@@ -189,7 +189,7 @@ class KafkaServer:
                 if response is None:
                     log.warning("closing connection from %s: %s", peer, exc)
                     return
-                responses.complete(await responses.reserve(), response)
+                responses.complete(await responses.reserve(), (response,))
                 continue
             except frames.InvalidFrame as exc:
                 log.warning(
@@ -280,7 +280,7 @@ class KafkaServer:
             body = await handler(context, request.body)
         slot = await responses.reserve()
         responses.complete(
-            slot, frames.encode_response(request.api_key, request.correlation_id, body)
+            slot, frames.encode_response_parts(request.api_key, request.correlation_id, body)
         )
         if close:
             await responses.drain_if_needed()
@@ -301,7 +301,7 @@ class KafkaServer:
             data = (
                 None
                 if response is None
-                else frames.encode_response(context.api_key, context.correlation_id, response)
+                else frames.encode_response_parts(context.api_key, context.correlation_id, response)
             )
         except Exception:
             log.exception(
@@ -324,7 +324,7 @@ class Slot:
 
     def __init__(self, context: RequestContext | None) -> None:
         self.done = False
-        self.data: bytes | None = None
+        self.data: tuple[bytes, ...] | None = None
         self.context = context
 
 
@@ -369,8 +369,9 @@ class ResponseQueue:
         self._slots.append(slot)
         return slot
 
-    def complete(self, slot: Slot, data: bytes | None) -> None:
-        """``data`` is the encoded response, or None when the request gets none (acks=0)."""
+    def complete(self, slot: Slot, data: tuple[bytes, ...] | None) -> None:
+        """``data`` is the encoded response (buffers written one after the other: see
+        ``frames.encode_response_parts``), or None when the request gets none (acks=0)."""
         slot.done = True
         slot.data = data
         slots = self._slots
@@ -381,7 +382,7 @@ class ResponseQueue:
         while slots and slots[0].done:
             head = slots.popleft()
             if head.data is not None:
-                out.append(head.data)
+                out.extend(head.data)
             if head.context is not None:
                 written.append(head.context)
         if out and not self.closed:
