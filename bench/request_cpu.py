@@ -1,8 +1,8 @@
 """Broker CPU per request, by request type, read from /proc (prints figures).
 
     .venv/bin/python bench/request_cpu.py [--rate 200] [--window 5] [--windows 3]
-        [--only longpoll fetch1 produce1 metadata produce_all scrape]
-        [--profile DIR] [--perf DIR]
+        [--only longpoll fetch1 produce1 metadata produce_all scrape] [--partitions N]
+        [--profile DIR] [--perf DIR] [--src CHECKOUT] [--ab CHECKOUT]
 
 One broker (with its ZooKeeper, through ``replog.cluster.launcher.LocalCluster``, with
 ``metrics.port`` set as ``replog cluster up --console`` sets it) is driven at a fixed rate
@@ -23,13 +23,18 @@ the load window. Medians over ``--windows`` windows. The cases:
   (``min.insync.replicas=2``), sent to the leader; each broker's CPU per request and
   their sum (the followers' fetches are part of the cost);
 * ``scrape``: the idle broker scraped at ``/metrics`` once a second (as the console does)
-  against not scraped: cores used, and CPU per scrape.
+  against not scraped: cores used, and CPU per scrape (``--partitions N`` adds an idle
+  topic of N partitions, whose log gauges are most of a scrape).
 
 ``--profile DIR`` starts the brokers with a ``sitecustomize`` that runs cProfile between
 two SIGUSR1 (sent at the start and end of each case's load windows) and writes
 ``DIR/<single|produce_all>-<case>-pid<pid>.prof`` (first load window only); ``--perf DIR`` records each load window with
 ``perf record -g`` (native stacks: interpreter, event loop, kernel) into
 ``DIR/<case>-broker-<id>.perf``. Both cost CPU: their figures are not the figures.
+``--src CHECKOUT`` runs the brokers from another checkout's ``src/`` (the code before a
+change, say, from ``git archive``); ``--ab CHECKOUT`` starts a broker from it and one
+from this tree side by side and alternates their windows (the order swapped each window),
+printing both medians and their ratio: on a shared machine, compare only within one run.
 """
 
 from __future__ import annotations
@@ -66,14 +71,14 @@ SINGLE = ("longpoll", "fetch1", "produce1", "metadata", "scrape")
 ALL_CASES = (*SINGLE, "produce_all")
 
 SITECUSTOMIZE = """
-import cProfile, os, signal
+import cProfile, os, signal, time
 _out = os.environ.get("REPLOG_BENCH_PROFILE")
 if _out:
     _state = {"profiler": None}
     def _toggle(signum, frame):
         p = _state["profiler"]
         if p is None:
-            _state["profiler"] = cProfile.Profile()
+            _state["profiler"] = cProfile.Profile(time.thread_time)
             _state["profiler"].enable()
         else:
             p.disable()
@@ -211,7 +216,7 @@ def produce_request(topic: str, acks: int) -> Any:
     )
 
 
-async def create_topic(conn: KafkaConnection, topic: str, rf: int) -> None:
+async def create_topic(conn: KafkaConnection, topic: str, rf: int, partitions: int = 1) -> None:
     cls = request_schema(ApiKey.CREATE_TOPICS, 7)
     configs = (make(nested(cls, "CreatableTopicConfig"), name="min.insync.replicas", value="2"),)
     body = make(
@@ -220,7 +225,7 @@ async def create_topic(conn: KafkaConnection, topic: str, rf: int) -> None:
             make(
                 nested(cls, "CreatableTopic"),
                 name=topic,
-                num_partitions=1,
+                num_partitions=partitions,
                 replication_factor=rf,
                 assignments=(),
                 configs=configs if rf > 1 else (),
@@ -397,20 +402,20 @@ async def measure_scrape(
 
 
 def start_cluster(
-    directory: Path, brokers: int, profile: Path | None, case_tag: str
+    directory: Path, brokers: int, args: argparse.Namespace, case_tag: str, src: Path | None
 ) -> LocalCluster:
     env: dict[str, str] = {}
-    if profile is not None:
+    paths = [os.environ.get("PYTHONPATH", "")]
+    if src is not None:  # the brokers run another checkout's replog
+        paths.insert(0, str(src.resolve() / "src"))
+    if args.profile is not None:
         site = directory / "site"
         site.mkdir(parents=True, exist_ok=True)
         (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
-        profile.mkdir(parents=True, exist_ok=True)
-        env = {
-            "PYTHONPATH": os.pathsep.join(
-                p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p
-            ),
-            "REPLOG_BENCH_PROFILE": str(profile / case_tag),
-        }
+        args.profile.mkdir(parents=True, exist_ok=True)
+        paths.insert(0, str(site))
+        env["REPLOG_BENCH_PROFILE"] = str(args.profile / case_tag)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     cluster = LocalCluster(directory)
     try:
         cluster.up(brokers, metrics=True, wait_s=120, broker_env=env)
@@ -420,19 +425,25 @@ def start_cluster(
     return cluster
 
 
-async def single_broker_cases(
-    cluster: LocalCluster, cases: list[str], args: argparse.Namespace, instruments: Instruments
-) -> list[dict[str, Any]]:
+async def prepare_single(
+    cluster: LocalCluster, partitions: int
+) -> tuple[int, list[KafkaConnection], dict]:
+    """Topics and connections of the one-broker cases: ``(pid, connections, bodies)``."""
     pid = cluster.broker_pid(0)
     assert pid is not None
-    pids = {0: pid}
     admin = (await connect(cluster, 0, 1))[0]
-    await create_topic(admin, "empty", 1)
-    await create_topic(admin, "one", 1)
-    _, empty_id = await leader_and_id(admin, "empty")
-    _, one_id = await leader_and_id(admin, "one")
-    answer = await admin.request(produce_request("one", 1))
-    assert _first_error(answer) == 0, answer
+    try:
+        for topic in ("empty", "one", "produced"):
+            await create_topic(admin, topic, 1)
+        _, empty_id = await leader_and_id(admin, "empty")
+        _, one_id = await leader_and_id(admin, "one")
+        await leader_and_id(admin, "produced")
+        if partitions:  # for the scrape: an idle broker's /metrics grows with its partitions
+            await create_topic(admin, "idle", 1, partitions)
+        answer = await admin.request(produce_request("one", 1))
+        assert _first_error(answer) == 0, answer
+    finally:
+        await admin.close()
     conns = await connect(cluster, 0, 8)
     bodies = {
         "longpoll": fetch_request(empty_id, 0, LONG_POLL_MS),
@@ -440,22 +451,73 @@ async def single_broker_cases(
         "produce1": produce_request("produced", 1),
         "metadata": metadata_request("one"),
     }
-    await create_topic(admin, "produced", 1)
-    await leader_and_id(admin, "produced")
-    results = []
+    return pid, conns, bodies
+
+
+async def one_case(
+    cluster: LocalCluster,
+    prepared: tuple[int, list[KafkaConnection], dict],
+    case: str,
+    args: argparse.Namespace,
+    instruments: Instruments,
+) -> dict[str, Any]:
+    pid, conns, bodies = prepared
+    if case == "scrape":
+        url = cluster.metrics_url(0)
+        assert url is not None
+        return await measure_scrape(pid, url, args, instruments)
+    return await measure(case, {0: pid}, Load(conns, bodies[case], args.rate), args, instruments)
+
+
+async def single_broker_cases(
+    cluster: LocalCluster, cases: list[str], args: argparse.Namespace, instruments: Instruments
+) -> list[dict[str, Any]]:
+    prepared = await prepare_single(cluster, args.partitions)
     try:
-        for case in cases:
-            if case == "scrape":
-                url = cluster.metrics_url(0)
-                assert url is not None
-                results.append(await measure_scrape(pid, url, args, instruments))
-                continue
-            load = Load(conns, bodies[case], args.rate)
-            results.append(await measure(case, pids, load, args, instruments))
+        return [await one_case(cluster, prepared, case, args, instruments) for case in cases]
     finally:
-        for c in [admin, *conns]:
+        for c in prepared[1]:
             await c.close()
-    return results
+
+
+async def ab_cases(
+    before: LocalCluster, after: LocalCluster, cases: list[str], args: argparse.Namespace
+) -> None:
+    """Both brokers up at once; each window measured on one then the other, the order
+    swapped every window; medians per side and their ratio (after / before)."""
+    one = argparse.Namespace(**{**vars(args), "windows": 1})
+    none = Instruments(None, None)
+    sides = {"before": before, "after": after}
+    prepared = {name: await prepare_single(c, args.partitions) for name, c in sides.items()}
+    figures: dict[str, dict[str, list[float]]] = {c: {"before": [], "after": []} for c in cases}
+    try:
+        for window in range(args.windows):
+            order = ("before", "after") if window % 2 == 0 else ("after", "before")
+            for case in cases:
+                for name in order:
+                    say(f"{name}:")
+                    r = await one_case(sides[name], prepared[name], case, one, none)
+                    figures[case][name].append(
+                        r["per_scrape_ms"] * 1e3 if case == "scrape" else r["us"][0]
+                    )
+    finally:
+        for _, conns, _ in prepared.values():
+            for c in conns:
+                await c.close()
+    print(
+        f"\nA/B: broker CPU per request (µs; scrape: µs per /metrics scrape), median of "
+        f"{args.windows} alternated windows of {args.window:g} s at {args.rate:g}/s"
+    )
+    print(f"{'case':<12}{'before':>9}{'after':>9}{'after/before':>14}   windows before | after")
+    for case, f in figures.items():
+        b, a = statistics.median(f["before"]), statistics.median(f["after"])
+        ratio = a / b if b else float("nan")
+        print(
+            f"{case:<12}{b:>9.0f}{a:>9.0f}{ratio:>14.2f}   "
+            + " ".join(f"{v:.0f}" for v in f["before"])
+            + " | "
+            + " ".join(f"{v:.0f}" for v in f["after"])
+        )
 
 
 async def produce_all_case(
@@ -516,14 +578,25 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
     single = [c for c in args.only if c in SINGLE]
     with work_dir("request-cpu") as out:
+        if args.ab is not None:
+            before = start_cluster(out / "before", 1, args, "before", src=args.ab)
+            try:
+                after = start_cluster(out / "after", 1, args, "after", src=args.src)
+                try:
+                    asyncio.run(ab_cases(before, after, single, args))
+                finally:
+                    after.down()
+            finally:
+                before.down()
+            return []
         if single:
-            cluster = start_cluster(out / "one", 1, args.profile, "single")
+            cluster = start_cluster(out / "one", 1, args, "single", src=args.src)
             try:
                 results += asyncio.run(single_broker_cases(cluster, single, args, instruments))
             finally:
                 cluster.down()
         if "produce_all" in args.only:
-            cluster = start_cluster(out / "three", 3, args.profile, "produce_all")
+            cluster = start_cluster(out / "three", 3, args, "produce_all", src=args.src)
             try:
                 results.append(asyncio.run(produce_all_case(cluster, args, instruments)))
             finally:
@@ -536,9 +609,28 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=200)
     parser.add_argument("--window", type=float, default=5)
     parser.add_argument("--windows", type=int, default=3)
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=0,
+        help="an idle topic of this many partitions on the one broker (its /metrics grows)",
+    )
     parser.add_argument("--only", nargs="+", choices=ALL_CASES, default=list(ALL_CASES))
     parser.add_argument("--profile", type=Path, help="cProfile of the load windows into DIR")
     parser.add_argument("--perf", type=Path, help="perf record of the first load window")
+    parser.add_argument(
+        "--src",
+        type=Path,
+        help="run the brokers from this checkout's src/ (e.g. `git worktree` of the commit "
+        "before a change, for an A/B run)",
+    )
+    parser.add_argument(
+        "--ab",
+        type=Path,
+        metavar="CHECKOUT",
+        help="A/B: one broker from CHECKOUT's src/ (before) and one from this tree or "
+        "--src (after), windows alternated; one-broker cases only",
+    )
     args = parser.parse_args()
     print("command: .venv/bin/python " + " ".join(["bench/request_cpu.py", *sys.argv[1:]]))
     try:
@@ -548,7 +640,8 @@ def main() -> None:
     except ImportError:
         pass
     results = run(args)
-    report(results, args)
+    if results:
+        report(results, args)
 
 
 if __name__ == "__main__":
