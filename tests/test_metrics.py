@@ -20,14 +20,13 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from clients_util import make_records, produce_confluent, wait_for_leaders
 from cluster_util import wait_for
 from replog.cluster.launcher import LocalCluster, pid_alive
 from replog.protocol.apis import ApiKey
-from replog.server.metrics import RequestMetrics, kafka_request_name
+from replog.server.metrics import STAGES, RequestMetrics, kafka_request_name
 from replog.server.network import RequestContext
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -327,7 +326,7 @@ def test_one_active_controller_across_the_cluster(cluster: LocalCluster) -> None
 
 def test_request_stages_add_up() -> None:
     """The stages split the total: queue + local + remote + response queue = total."""
-    metrics = RequestMetrics(CollectorRegistry())
+    metrics = RequestMetrics()
     ctx = RequestContext(
         api_key=int(ApiKey.PRODUCE),
         api_version=9,
@@ -338,12 +337,12 @@ def test_request_stages_add_up() -> None:
     )
     ctx.started_s, ctx.handled_s, ctx.remote_s = 10.002, 10.050, 0.040
     metrics.observe(ctx, 10.060)
-    sums = {stage: metrics.stages[stage].labels("Produce")._sum.get() for stage in metrics.stages}
+    sums = {stage: metrics.sum_ms("Produce", stage) for stage in STAGES}
     assert sums["requestqueuetimems"] == pytest.approx(2)
     assert sums["localtimems"] == pytest.approx(8)
     assert sums["remotetimems"] == pytest.approx(40)
     assert sums["responsequeuetimems"] == pytest.approx(10)
-    assert metrics.total.labels("Produce")._sum.get() == pytest.approx(sum(sums.values()))
+    assert metrics.sum_ms("Produce", "totaltimems") == pytest.approx(sum(sums.values()))
     assert kafka_request_name(int(ApiKey.LEADER_AND_ISR)) == "LeaderAndIsr"
     assert kafka_request_name(int(ApiKey.OFFSET_FOR_LEADER_EPOCH)) == "OffsetForLeaderEpoch"
     assert kafka_request_name(9999) == "9999"

@@ -112,6 +112,9 @@ CLIENT_API_VERSIONS: dict[int, tuple[int, int]] = {
 
 # Filled in by replog.protocol.controller_schemas when it is importable.
 CONTROLLER_API_VERSIONS: dict[int, tuple[int, int]] = {}
+# Both tables merged, kept current by ``register_extra_api``: ``is_supported`` runs on
+# every request, so it reads one dictionary instead of merging two.
+_SUPPORTED: dict[int, tuple[int, int]] = dict(CLIENT_API_VERSIONS)
 _EXTRA_REQUESTS: dict[int, dict[int, type]] = {}
 _EXTRA_RESPONSES: dict[int, dict[int, type]] = {}
 
@@ -124,6 +127,7 @@ def register_extra_api(
 ) -> None:
     """Make an API whose schema kio does not carry known to the server and client."""
     CONTROLLER_API_VERSIONS[api_key] = versions
+    _SUPPORTED[api_key] = versions
     _EXTRA_REQUESTS[api_key] = requests
     _EXTRA_RESPONSES[api_key] = responses
 
@@ -133,7 +137,7 @@ def supported_versions() -> dict[int, tuple[int, int]]:
 
 
 def is_supported(api_key: int, version: int) -> bool:
-    span = supported_versions().get(api_key)
+    span = _SUPPORTED.get(api_key)
     return span is not None and span[0] <= version <= span[1]
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import io
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
@@ -23,6 +23,7 @@ from replog.protocol.controller_codec import REQUEST_ENCODERS, RESPONSE_ENCODERS
 _PREFIX = struct.Struct(">hhi")
 SIZE = struct.Struct(">i")
 _RESPONSE_V0_PREFIX = struct.Struct(">ii")  # size, correlation id
+_RESPONSE_V1_HEAD = struct.Struct(">iiB")  # size, correlation id, no tagged fields
 _REQUEST_V1_PREFIX = struct.Struct(">ihhih")  # size, api key, version, correlation id, client len
 
 
@@ -38,8 +39,9 @@ class UnsupportedVersion(InvalidFrame):
         self.correlation_id = correlation_id
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
+class Request(NamedTuple):
+    """A decoded request (a tuple: built once per request, so built cheaply)."""
+
     api_key: int
     api_version: int
     correlation_id: int
@@ -55,16 +57,35 @@ def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
     return _PREFIX.unpack_from(frame, 0)
 
 
+# (api key, version) -> (header class, schema, header reader, body reader), filled as
+# requests arrive: a request then costs two dictionary lookups before kio's readers.
+_READERS: dict[tuple[int, int], tuple[type, type, Any, Any]] = {}
+
+
+def _readers(api_key: int, api_version: int) -> tuple[type, type, Any, Any]:
+    schema = apis.request_schema(api_key, api_version)
+    header_cls = RequestHeaderV2 if schema.__flexible__ else RequestHeaderV1
+    readers = _READERS[api_key, api_version] = (
+        header_cls,
+        schema,
+        entity_reader(header_cls),
+        entity_reader(schema),
+    )
+    return readers
+
+
 def decode_request(frame: bytes) -> Request:
     """Decode a whole request frame (without its size prefix)."""
     api_key, api_version, correlation_id = peek_header(frame)
-    if not apis.is_supported(api_key, api_version):
-        raise UnsupportedVersion(api_key, api_version, correlation_id)
-    schema = apis.request_schema(api_key, api_version)
-    header_cls = RequestHeaderV2 if schema.__flexible__ else RequestHeaderV1
+    readers = _READERS.get((api_key, api_version))
+    if readers is None:
+        if not apis.is_supported(api_key, api_version):
+            raise UnsupportedVersion(api_key, api_version, correlation_id)
+        readers = _readers(api_key, api_version)
+    header_cls, schema, read_header, read_body = readers
     try:
-        header, offset = entity_reader(header_cls)(frame, 0)
-        body, used = entity_reader(schema)(frame, offset)
+        header, offset = read_header(frame, 0)
+        body, used = read_body(frame, offset)
     except Exception:  # kio raises several types for malformed input
         # kio's native reader rejects tagged fields it does not know; Kafka's rule is to
         # skip them. Read again with the schema walker that does (slower, rare).
@@ -90,6 +111,18 @@ class EncodedBody:
 
     data: bytes
     flexible: bool = False
+
+
+def encode_response_parts(api_key: int, correlation_id: int, body: Any) -> tuple[bytes, ...]:
+    """The response frame as buffers to write one after the other: a hand codec's body
+    (``EncodedBody``: a fetch's record sets, up to megabytes) goes out as it is, after
+    a separate size prefix and header, instead of being copied behind them."""
+    if isinstance(body, EncodedBody):
+        data = body.data
+        if body.flexible:
+            return _RESPONSE_V1_HEAD.pack(len(data) + 5, correlation_id, 0), data
+        return _RESPONSE_V0_PREFIX.pack(len(data) + 4, correlation_id), data
+    return (encode_response(api_key, correlation_id, body),)
 
 
 def encode_response(api_key: int, correlation_id: int, body: Any) -> bytes:

@@ -8,6 +8,7 @@ own CreateAcls/DeleteAcls reload at once); notifications older than 15 minutes a
 deleted, as Kafka's brokers do. ``super.users`` (``User:a;User:b``) may do
 everything; ``allow.everyone.if.no.acl.found`` decides for resources no ACL names.
 A refusal is logged once per (principal, operation, resource), never per request.
+Decisions are cached per (principal, host, operation, resource) until the ACLs change.
 
 Concurrency: the ACL list is replaced whole on the event loop; kazoo's watch callbacks
 only schedule a reload there.
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_LOGGED_DENIALS = 10_000
+MAX_CACHED_DECISIONS = 100_000
 
 
 def peer_host(peer: str) -> str:
@@ -48,11 +50,25 @@ class Authorizer:
         self.zk = zk
         self.super_users = super_users
         self.allow_if_no_acl = allow_if_no_acl
-        self.acls: list[AclBinding] = []
+        self._acls: list[AclBinding] = []
+        # (principal, host, operation, resource type, name) -> allowed, for the ACLs in
+        # force: every request asks again, and a decision is a scan of every ACL. Emptied
+        # when the ACLs are replaced, and when it grows past MAX_CACHED_DECISIONS.
+        self._decisions: dict[tuple[str, str, int, int, str], bool] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._reloading: asyncio.Task[None] | None = None
         self._again = False
         self._denied: set[tuple[str, int, int, str]] = set()
+
+    @property
+    def acls(self) -> list[AclBinding]:
+        return self._acls
+
+    @acls.setter
+    def acls(self, acls: list[AclBinding]) -> None:
+        """Replaced whole (never changed in place): the cached decisions go with it."""
+        self._acls = acls
+        self._decisions = {}
 
     @classmethod
     def from_config(cls, config: KafkaConfig, zk: KafkaZkClient) -> Authorizer | None:
@@ -106,16 +122,24 @@ class Authorizer:
         self, ctx: RequestContext, operation: AclOperation, resource_type: ResourceType, name: str
     ) -> bool:
         principal = str(ctx.principal)
+        host = peer_host(ctx.peer)
+        key = (principal, host, int(operation), int(resource_type), name)
+        ok = self._decisions.get(key)
+        if ok is not None:
+            return ok
         ok = acl.authorize(
             principal,
-            peer_host(ctx.peer),
+            host,
             operation,
             resource_type,
             name,
-            self.acls,
+            self._acls,
             super_users=self.super_users,
             allow_if_no_acl=self.allow_if_no_acl,
         )
+        if len(self._decisions) >= MAX_CACHED_DECISIONS:
+            self._decisions = {}
+        self._decisions[key] = ok
         if not ok:
             key = (principal, int(operation), int(resource_type), name)
             if key not in self._denied and len(self._denied) < MAX_LOGGED_DENIALS:

@@ -46,14 +46,21 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from replog.protocol.apis import ApiKey, make, nested, request_schema
 from replog.protocol.client import KafkaConnection
-from replog.server.network import RequestContext
+from replog.server.request_metrics import (  # noqa: F401 (re-exported)
+    MS_BUCKETS,
+    STAGES,
+    RequestMetrics,
+    escape_label,
+    kafka_request_name,
+)
 
 if TYPE_CHECKING:
     from replog.controller.controller import KafkaController
@@ -66,9 +73,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Milliseconds: sub-millisecond local work up to a produce waiting its full timeout.
-MS_BUCKETS = (0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
-STAGES = ("requestqueuetimems", "localtimems", "remotetimems", "responsequeuetimems")
 MAX_HTTP_REQUEST_LINE = 8192
 # The text format every Prometheus server reads (prometheus_client's "latest" is 1.0.0).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -77,60 +81,6 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 REMOTE_REFRESH_S = 5.0
 REMOTE_LIST_OFFSETS_VERSION = 7
 LATEST_TIMESTAMP = -1
-
-
-def kafka_request_name(api_key: int) -> str:
-    """``ApiKey.LEADER_AND_ISR`` -> ``"LeaderAndIsr"``, Kafka's ``ApiKeys.name``."""
-    try:
-        name = ApiKey(api_key).name
-    except ValueError:
-        return str(api_key)
-    return "".join(word.capitalize() for word in name.split("_"))
-
-
-class RequestMetrics:
-    """Kafka's ``RequestMetrics``: request counts and stage histograms per request name."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.requests = Counter(
-            "kafka_network_requestmetrics_requests",
-            "Requests answered (Kafka RequestsPerSec), by request and version",
-            ["request", "version"],
-            registry=registry,
-        )
-        self.total = Histogram(
-            "kafka_network_requestmetrics_totaltimems",
-            "Read off the socket to response handed to the socket (Kafka TotalTimeMs)",
-            ["request"],
-            buckets=MS_BUCKETS,
-            registry=registry,
-        )
-        self.stages = {
-            stage: Histogram(
-                f"kafka_network_requestmetrics_{stage}",
-                f"Kafka RequestMetrics {stage} (see replog.server.metrics)",
-                ["request"],
-                buckets=MS_BUCKETS,
-                registry=registry,
-            )
-            for stage in STAGES
-        }
-
-    def observe(self, context: RequestContext, written_s: float) -> None:
-        name = context.request_name or kafka_request_name(context.api_key)
-        self.requests.labels(name, str(context.api_version)).inc()
-        if not context.handled_s:  # the handler failed: the connection closed unanswered
-            return
-        remote = context.remote_s
-        local = max(context.handled_s - context.started_s - remote, 0.0)
-        for stage, seconds in (
-            ("requestqueuetimems", context.started_s - context.received_s),
-            ("localtimems", local),
-            ("remotetimems", remote),
-            ("responsequeuetimems", written_s - context.handled_s),
-        ):
-            self.stages[stage].labels(name).observe(max(seconds, 0.0) * 1000)
-        self.total.labels(name).observe(max(written_s - context.received_s, 0.0) * 1000)
 
 
 class RemoteEndOffsets:
@@ -255,6 +205,62 @@ class RemoteEndOffsets:
         self._connections.clear()
 
 
+# The per-partition gauges: (name, help), in the order they are rendered.
+LOG_GAUGES = (
+    ("kafka_log_log_logendoffset", "Log end offset"),
+    ("kafka_log_log_logstartoffset", "Log start offset"),
+    ("kafka_log_log_size", "Log size in bytes"),
+    ("kafka_log_log_numlogsegments", "Segments in the log"),
+    ("kafka_cluster_partition_highwatermark", "High watermark"),
+)
+
+
+class LogGauges:
+    """Five gauges per partition (``LOG_GAUGES``), rendered as Prometheus text by hand:
+    at thousands of partitions they are most of a scrape, and most partitions did not
+    move since the last one, so each partition's lines are kept with the values they
+    show and made again only when a value changed (the text is what
+    ``GaugeMetricFamily`` wrote, so scrapers read it unchanged).
+
+    Concurrency: event loop only (a scrape reads the partitions between two events)."""
+
+    def __init__(self) -> None:
+        self._lines: dict[tuple[str, int], tuple[tuple[int, ...], tuple[str, ...]]] = {}
+
+    def text(self, partitions: dict[tuple[str, int], Any]) -> str:
+        cache = self._lines
+        fresh: dict[tuple[str, int], tuple[tuple[int, ...], tuple[str, ...]]] = {}
+        columns: list[list[str]] = [[] for _ in LOG_GAUGES]
+        for key, p in partitions.items():
+            values = (
+                p.log_end_offset,
+                p.log_start_offset,
+                p.size_in_bytes(),
+                p.segment_count,
+                p.high_watermark,
+            )
+            entry = cache.get(key)
+            if entry is None or entry[0] != values:
+                # label names sorted, as prometheus_client writes them
+                labels = f'{{partition="{key[1]}",topic="{escape_label(key[0])}"}}'
+                entry = (
+                    values,
+                    tuple(
+                        f"{name}{labels} {floatToGoString(value)}\n"
+                        for (name, _), value in zip(LOG_GAUGES, values, strict=True)
+                    ),
+                )
+            fresh[key] = entry
+            for column, line in zip(columns, entry[1], strict=True):
+                column.append(line)
+        self._lines = fresh  # deleted partitions' lines go
+        out = []
+        for (name, text), column in zip(LOG_GAUGES, columns, strict=True):
+            out.append(f"# HELP {name} {text}\n# TYPE {name} gauge\n")
+            out.extend(column)
+        return "".join(out)
+
+
 class BrokerStateCollector(Collector):
     """Gauges and counts read from the broker's components at scrape time."""
 
@@ -273,11 +279,11 @@ class BrokerStateCollector(Collector):
         self.controller = controller
         self.fetch_manager = fetch_manager
         self.end_offsets = end_offsets
+        self.log_gauges = LogGauges()
 
     def collect(self) -> Iterator[Any]:
         yield from self._replica_manager()
         yield from self._fetch_sessions()
-        yield from self._logs()
         yield from self._topics()
         yield from self._controller()
         yield from self._group_lag()
@@ -339,25 +345,9 @@ class BrokerStateCollector(Collector):
             value=manager.incremental_fetches,
         )
 
-    def _logs(self) -> Iterator[Any]:
-        labels = ["topic", "partition"]
-        end = GaugeMetricFamily("kafka_log_log_logendoffset", "Log end offset", labels=labels)
-        start = GaugeMetricFamily("kafka_log_log_logstartoffset", "Log start offset", labels=labels)
-        size = GaugeMetricFamily("kafka_log_log_size", "Log size in bytes", labels=labels)
-        segments = GaugeMetricFamily(
-            "kafka_log_log_numlogsegments", "Segments in the log", labels=labels
-        )
-        hw = GaugeMetricFamily(
-            "kafka_cluster_partition_highwatermark", "High watermark", labels=labels
-        )
-        for (topic, partition), p in self.replica_manager.partitions.items():
-            values = [topic, str(partition)]
-            end.add_metric(values, p.log_end_offset)
-            start.add_metric(values, p.log_start_offset)
-            size.add_metric(values, p.size_in_bytes())
-            segments.add_metric(values, p.segment_count)
-            hw.add_metric(values, p.high_watermark)
-        yield from (end, start, size, segments, hw)
+    def logs_text(self) -> str:
+        """The per-partition log gauges (``LogGauges``), in the text format."""
+        return self.log_gauges.text(self.replica_manager.partitions)
 
     def _topics(self) -> Iterator[Any]:
         prefix = "kafka_server_brokertopicmetrics_"
@@ -494,16 +484,19 @@ class BrokerMetrics:
     def __init__(self, state: BrokerStateCollector) -> None:
         self.state = state
         self.registry = CollectorRegistry(auto_describe=False)
-        self.requests = RequestMetrics(self.registry)
+        self.requests = RequestMetrics()
+        # The network layer's request observer: the request metrics' own method, bound.
+        self.observe_request = self.requests.observe
         self.registry.register(state)
         self._server: asyncio.AbstractServer | None = None
         self.port: int | None = None
 
-    def observe_request(self, context: RequestContext, written_s: float) -> None:
-        self.requests.observe(context, written_s)
-
     def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+        return (
+            self.requests.exposition().encode()
+            + generate_latest(self.registry)
+            + self.state.logs_text().encode()
+        )
 
     async def start(self, host: str, port: int) -> None:
         self._server = await asyncio.start_server(self._serve, host, port)

@@ -189,7 +189,7 @@ class KafkaServer:
                 if response is None:
                     log.warning("closing connection from %s: %s", peer, exc)
                     return
-                responses.complete(await responses.reserve(), response)
+                responses.complete(await responses.reserve(), (response,))
                 continue
             except frames.InvalidFrame as exc:
                 log.warning(
@@ -235,7 +235,7 @@ class KafkaServer:
                 principal=principal,
                 listener=self.security.listener_name,
             )
-            slot = await responses.reserve(context)
+            slot = responses.try_reserve(context) or await responses.reserve(context)
             handler_task = asyncio.create_task(
                 self._handle(handler, context, request.body, responses, slot)
             )
@@ -280,7 +280,7 @@ class KafkaServer:
             body = await handler(context, request.body)
         slot = await responses.reserve()
         responses.complete(
-            slot, frames.encode_response(request.api_key, request.correlation_id, body)
+            slot, frames.encode_response_parts(request.api_key, request.correlation_id, body)
         )
         if close:
             await responses.drain_if_needed()
@@ -301,7 +301,7 @@ class KafkaServer:
             data = (
                 None
                 if response is None
-                else frames.encode_response(context.api_key, context.correlation_id, response)
+                else frames.encode_response_parts(context.api_key, context.correlation_id, response)
             )
         except Exception:
             log.exception(
@@ -313,7 +313,8 @@ class KafkaServer:
             responses.close()
             return
         responses.complete(slot, data)
-        await responses.drain_if_needed()
+        if responses.needs_drain():
+            await responses.drain_if_needed()
 
 
 class Slot:
@@ -323,7 +324,7 @@ class Slot:
 
     def __init__(self, context: RequestContext | None) -> None:
         self.done = False
-        self.data: bytes | None = None
+        self.data: tuple[bytes, ...] | None = None
         self.context = context
 
 
@@ -344,12 +345,21 @@ class ResponseQueue:
         observer: RequestObserver | None = None,
     ) -> None:
         self._writer = writer
+        self._transport = writer.transport
         self._limit = limit
         self._observer = observer
         self._slots: deque[Slot] = deque()
         self._room = asyncio.Event()
         self._room.set()
         self.closed = False
+
+    def try_reserve(self, context: RequestContext | None = None) -> Slot | None:
+        """A slot at once when there is room (the usual case: no coroutine); else None."""
+        if len(self._slots) >= self._limit and not self.closed:
+            return None
+        slot = Slot(context)
+        self._slots.append(slot)
+        return slot
 
     async def reserve(self, context: RequestContext | None = None) -> Slot:
         while len(self._slots) >= self._limit and not self.closed:
@@ -359,21 +369,24 @@ class ResponseQueue:
         self._slots.append(slot)
         return slot
 
-    def complete(self, slot: Slot, data: bytes | None) -> None:
-        """``data`` is the encoded response, or None when the request gets none (acks=0)."""
+    def complete(self, slot: Slot, data: tuple[bytes, ...] | None) -> None:
+        """``data`` is the encoded response (buffers written one after the other: see
+        ``frames.encode_response_parts``), or None when the request gets none (acks=0)."""
         slot.done = True
         slot.data = data
+        slots = self._slots
+        if slots[0] is not slot:
+            return  # an earlier response is not ready: it writes this one with its own
         out = []
         written: list[RequestContext] = []
-        slots = self._slots
         while slots and slots[0].done:
             head = slots.popleft()
             if head.data is not None:
-                out.append(head.data)
+                out.extend(head.data)
             if head.context is not None:
                 written.append(head.context)
         if out and not self.closed:
-            self._writer.writelines(out)
+            self._transport.writelines(out)
         if self._observer is not None and written:
             now = time.monotonic()
             for context in written:
@@ -387,8 +400,12 @@ class ResponseQueue:
         self._room.set()
         self._writer.close()
 
+    def needs_drain(self) -> bool:
+        """More than 1 MiB waits in the transport: the writer should wait for it."""
+        return not self.closed and self._transport.get_write_buffer_size() > (1 << 20)
+
     async def drain_if_needed(self) -> None:
-        if not self.closed and self._writer.transport.get_write_buffer_size() > (1 << 20):
+        if self.needs_drain():
             try:
                 await self._writer.drain()
             except ConnectionError:
