@@ -32,7 +32,7 @@ from fixtures.processes import free_port
 from replog.cli.main import main
 from replog.cluster.launcher import LocalCluster, pid_alive
 from replog.config import KafkaConfig
-from replog.server.broker import zookeeper_connection_timeout_ms
+from replog.server.broker_startup import zookeeper_connection_timeout_ms
 from replog.storage.meta_properties import META_PROPERTIES_FILE, read_meta_properties
 
 REPLOG = [sys.executable, "-m", "replog.cli.main"]

@@ -69,7 +69,8 @@ def _broker_start(args: argparse.Namespace) -> int:
         return 2
     _setup_logging(args.log_level)
     gc.set_threshold(*BROKER_GC_THRESHOLDS)
-    from replog.server.broker import Broker, BrokerStartupError
+    from replog.server.broker import Broker
+    from replog.server.broker_startup import BrokerStartupError
 
     try:
         import uvloop

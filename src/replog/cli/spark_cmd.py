@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from replog.cluster.launcher import pid_alive
+from replog.cluster.processes import pid_alive
 from replog.cluster.spark_cluster import StandaloneSpark
 
 

@@ -22,8 +22,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
-import subprocess
 import sys
 import time
 import warnings
@@ -35,6 +33,17 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kio.schema.metadata.v8.request import MetadataRequest
 
+from replog.cluster.processes import (
+    cmdline_names,
+    free_port,
+    listening,
+    pid_alive,
+    read_pid,
+    spawn,
+    stop_pid,
+    tail_log,
+    wait_dead,
+)
 from replog.cluster.zookeeper import MAIN_CLASS as ZOOKEEPER_MAIN
 from replog.cluster.zookeeper import start_zookeeper, stop_zookeeper
 from replog.protocol.client import KafkaConnection
@@ -43,55 +52,8 @@ from replog.zk import data as zk_data
 STATE_FILE = "cluster.json"
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child still answers kill(0); reap it if it is ours.
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return _not_zombie(pid)
-    return done == 0
-
-
-def _not_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 MAIN = "replog.cli.main"
 """In the command line of every replog process the launcher starts."""
-
-
-def _runs(pid: int, marker: str) -> bool:
-    """Whether ``pid``'s command line names ``marker`` (True where /proc cannot tell)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return marker.encode() in f.read()
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return True
-
-
-def _read_pid(path: Path) -> int | None:
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None
 
 
 class RollFailed(Exception):
@@ -161,7 +123,7 @@ class LocalCluster:
         return self.dir / f"broker-{broker_id}"
 
     def broker_pid(self, broker_id: int) -> int | None:
-        return _read_pid(self.broker_dir(broker_id) / "broker.pid")
+        return read_pid(self.broker_dir(broker_id) / "broker.pid")
 
     def live_processes(self) -> list[tuple[str, int]]:
         """The processes of this directory still alive, as (name, pid): ZooKeeper (if
@@ -170,19 +132,20 @@ class LocalCluster:
         found: dict[int, str] = {}
         for name, pid in (
             ("zookeeper", self.state.get("zookeeper_pid")),
-            ("zookeeper", _read_pid(self.dir / "zookeeper" / "zookeeper.pid")),
+            ("zookeeper", read_pid(self.dir / "zookeeper" / "zookeeper.pid")),
             ("console", self.state.get("console_pid")),
         ):
             if pid:
                 found.setdefault(int(pid), name)
         for pid_file in sorted(self.dir.glob("broker-*/broker.pid")):
-            pid = _read_pid(pid_file)
+            pid = read_pid(pid_file)
             if pid is not None:
                 found.setdefault(pid, pid_file.parent.name.replace("-", " "))
         return sorted(
             (name, pid)
             for pid, name in found.items()
-            if pid_alive(pid) and _runs(pid, ZOOKEEPER_MAIN if name == "zookeeper" else MAIN)
+            if pid_alive(pid)
+            and cmdline_names(pid, ZOOKEEPER_MAIN if name == "zookeeper" else MAIN)
         )
 
     def check_not_running(self) -> None:
@@ -357,7 +320,7 @@ class LocalCluster:
         self.state["console_port"] = port
         self._save()
         deadline = time.monotonic() + wait_s
-        while not _listening(port):
+        while not listening(port):
             if not pid_alive(pid) or time.monotonic() > deadline:
                 raise RuntimeError(f"console did not start:\n{tail_log(self.dir / 'console.log')}")
             time.sleep(0.1)
@@ -600,29 +563,6 @@ async def _knows_itself(host: str, port: int, broker_id: int) -> bool:
     return response.controller_id >= 0 and any(b.node_id == broker_id for b in response.brokers)
 
 
-def spawn(command: list[str], log_path: Path, env: dict[str, str] | None = None) -> int:
-    """Start ``command`` in a session of its own (a terminal's signals do not reach it),
-    output appended to ``log_path``; its pid, to stop it by."""
-    with open(log_path, "ab") as out:
-        proc = subprocess.Popen(
-            command,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-        )
-    return proc.pid
-
-
-def _listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
 @contextlib.contextmanager
 def _stopped_on_failure(started: list[tuple[str, int]]) -> Iterator[None]:
     """On the way out with an exception, stop by pid the processes in ``started`` (name,
@@ -636,30 +576,3 @@ def _stopped_on_failure(started: list[tuple[str, int]]) -> Iterator[None]:
             else:
                 stop_pid(pid, 10)
         raise
-
-
-def stop_pid(pid: int, timeout_s: float) -> None:
-    """SIGTERM to ``pid``, SIGKILL past ``timeout_s`` (SIGCONT first: it may be paused)."""
-    if not pid_alive(pid):
-        return
-    for sig in (signal.SIGCONT, signal.SIGTERM):
-        os.kill(pid, sig)
-    if not wait_dead(pid, timeout_s):
-        os.kill(pid, signal.SIGKILL)
-        wait_dead(pid, 10)
-
-
-def wait_dead(pid: int, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while pid_alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
-def tail_log(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"

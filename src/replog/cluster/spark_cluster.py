@@ -23,7 +23,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from replog.cluster.launcher import free_port, pid_alive, spawn, tail_log, wait_dead
+from replog.cluster.processes import free_port, pid_alive, spawn, tail_log, wait_dead
 
 STATE_FILE = "spark.json"
 

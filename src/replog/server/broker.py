@@ -51,6 +51,13 @@ from replog.server.authentication import (
     listener_security,
 )
 from replog.server.authorizer import Authorizer
+from replog.server.broker_startup import (
+    BrokerStartupError,
+    connect_zookeeper,
+    register_broker,
+    require_live_log_dirs,
+)
+from replog.server.broker_tasks import periodic_tasks
 from replog.server.config_manager import ConfigManager
 from replog.server.controlled_shutdown import (
     ControllerEndpoint,
@@ -90,7 +97,6 @@ from replog.zk.data import BrokerInfo, EndPoint
 
 log = logging.getLogger(__name__)
 
-ISR_PROPAGATION_CHECK_S = 2.5  # Kafka's isr-change-propagation check interval
 HALT_ZK_CLOSE_S = 5.0  # how long a broker without log dirs waits to close its session
 LOG_DIR_EVENT_RETRY_S = 1.0  # between attempts to write a log dir event notification
 # What a broker fenced from ZooKeeper still answers: the controller, which restores it.
@@ -107,18 +113,6 @@ CONTROLLER_APIS = frozenset(
 
 FLUSH_SLICE_S = 0.01
 """The longest the minute's flush holds the event loop before letting requests in."""
-
-
-class BrokerStartupError(Exception):
-    """The broker cannot start, for a reason the user can cure; the message is one line."""
-
-
-def zookeeper_connection_timeout_ms(config: KafkaConfig) -> int:
-    """``zookeeper.connection.timeout.ms``, or Kafka's default when unset:
-    ``zookeeper.session.timeout.ms``."""
-    if "zookeeper.connection.timeout.ms" in config.static_properties:
-        return config.zookeeper_connection_timeout_ms
-    return config.zookeeper_session_timeout_ms
 
 
 class Broker:
@@ -352,16 +346,16 @@ class Broker:
         # Kafka's order: ZooKeeper and its cluster id, meta.properties, then the logs. The
         # locks come first here, so that a second broker on a dir is refused at once.
         self.log_manager.lock_log_dirs()
-        self._require_live_log_dirs()
+        require_live_log_dirs(self.log_manager)
         stored = common_metadata(self.log_manager.read_broker_metadata())
         check_broker_id(self.config.broker_id, stored)
-        self._require_live_log_dirs()
-        await self._connect_zookeeper()
+        require_live_log_dirs(self.log_manager)
+        await connect_zookeeper(self.zk, self.config)
         cluster_id = await asyncio.to_thread(self.zk.get_or_create_cluster_id)
         check_cluster_id(cluster_id, stored)
         self.admin.cluster_id = cluster_id
         self.log_manager.startup(now_ms())
-        self._require_live_log_dirs()
+        require_live_log_dirs(self.log_manager)
         self.replica_manager.on_log_dir_offline = self._on_log_dir_offline
         # The log cleaner's threads hand every call on the logs to this loop.
         self.log_manager.start_cleaner(LoopOwner(asyncio.get_running_loop()))
@@ -388,7 +382,7 @@ class Broker:
         )
         self._broker_info = info
         try:
-            self.broker_epoch = await self._register(info)
+            self.broker_epoch = await register_broker(self.zk, self.config, info)
         except BrokerAlreadyRegisteredError as exc:
             raise BrokerStartupError(f"{exc} (another broker with this broker.id?)") from None
         # Registered: the dirs are this broker's, of this cluster (Kafka writes it here).
@@ -425,52 +419,14 @@ class Broker:
             self.server.port,
         )
         await self._recover_assignments()
-        self._tasks.append(asyncio.create_task(self._retention_loop()))
-        self._tasks.append(asyncio.create_task(self._checkpoint_loop()))
-        self._tasks.append(asyncio.create_task(self._isr_expiration_loop()))
-        self._tasks.append(asyncio.create_task(self._isr_propagation_loop()))
-        self._tasks.append(asyncio.create_task(self._high_watermark_checkpoint_loop()))
-        self._tasks.append(asyncio.create_task(self._offsets_expiration_loop()))
-
-    def _require_live_log_dirs(self) -> None:
-        if not self.log_manager.live_log_dirs:
-            raise BrokerStartupError(
-                "every log dir has failed: "
-                + "; ".join(f"{d}: {why}" for d, why in self.log_manager.offline_log_dirs.items())
-            )
-
-    async def _connect_zookeeper(self) -> None:
-        """Connect within ``zookeeper.connection.timeout.ms`` or, unset, Kafka's default
-        (Kafka's ``ZooKeeperClientTimeoutException`` past it). The ZooKeeper calls after
-        it keep their own deadline (``zookeeper.connection.timeout.ms`` as configured)."""
-        timeout_ms = zookeeper_connection_timeout_ms(self.config)
-        try:
-            await asyncio.to_thread(self.zk.start, timeout_ms)
-        except self.zk.client.handler.timeout_exception:
-            raise BrokerStartupError(
-                f"Timed out waiting for connection to ZooKeeper {self.config.zookeeper_connect} "
-                f"(zookeeper.connection.timeout.ms={timeout_ms})"
-            ) from None
-
-    async def _register(self, info: BrokerInfo) -> int:
-        """Register in ``/brokers/ids``. After a kill -9 the previous process's znode lives
-        until ZooKeeper expires its session; wait for that rather than fail."""
-        deadline = time.monotonic() + 2 * self.config.zookeeper_session_timeout_ms / 1000
-        waiting_logged = False
-        while True:
-            try:
-                return await asyncio.to_thread(self.zk.register_broker, info)
-            except BrokerAlreadyRegisteredError:
-                if time.monotonic() > deadline:
-                    raise
-                if not waiting_logged:
-                    log.info(
-                        "broker %d is still registered by an earlier session; waiting for "
-                        "ZooKeeper to expire it",
-                        self.config.broker_id,
-                    )
-                    waiting_logged = True
-                await asyncio.sleep(0.2)
+        for task in periodic_tasks(
+            self.config,
+            self.log_manager,
+            self.replica_manager,
+            self.group_coordinator,
+            self._flush_dirty_logs,
+        ):
+            self._tasks.append(asyncio.create_task(task))
 
     def _serves(self, api_key: int) -> bool:
         """While fenced from ZooKeeper (until the controller's next UpdateMetadata), only
@@ -498,7 +454,7 @@ class Broker:
 
     async def _reregister(self) -> None:
         """A new ZooKeeper session lost our ephemeral registration: register again."""
-        self.broker_epoch = await self._register(self._broker_info)
+        self.broker_epoch = await register_broker(self.zk, self.config, self._broker_info)
         # a leader fenced at an epoch obeys the controller's word at it from now on
         self.replica_manager.on_session_renewed()
         log.info(
@@ -569,50 +525,6 @@ class Broker:
                 self.config.broker_id,
             )
             self.log_manager.delete_log(topic, partition)
-
-    async def _isr_expiration_loop(self) -> None:
-        interval = max(self.config.replica_lag_time_max_ms / 2, 10) / 1000
-        while True:
-            await asyncio.sleep(interval)
-            self.replica_manager.maybe_shrink_isr(now_ms())
-
-    async def _isr_propagation_loop(self) -> None:
-        while True:
-            await asyncio.sleep(ISR_PROPAGATION_CHECK_S)
-            try:
-                await self.replica_manager.maybe_propagate_isr_changes(now_ms())
-            except Exception as exc:
-                log.warning("could not announce ISR changes: %s", exc)
-
-    async def _high_watermark_checkpoint_loop(self) -> None:
-        interval = self.config.replica_high_watermark_checkpoint_interval_ms / 1000
-        while True:
-            await asyncio.sleep(interval)
-            self.replica_manager.checkpoint_high_watermarks()
-
-    async def _offsets_expiration_loop(self) -> None:
-        interval = self.config.offsets_retention_check_interval_ms / 1000
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await self.group_coordinator.expire_offsets()
-            except Exception:
-                log.exception("expiring committed offsets failed")
-
-    async def _retention_loop(self) -> None:
-        interval = self.config.log_retention_check_interval_ms / 1000
-        while True:
-            await asyncio.sleep(interval)
-            deleted = self.log_manager.cleanup_logs(now_ms())
-            if deleted:
-                log.info("retention deleted %d segments", deleted)
-
-    async def _checkpoint_loop(self) -> None:
-        interval = self.config.log_flush_offset_checkpoint_interval_ms / 1000
-        while True:
-            await asyncio.sleep(interval)
-            await self._flush_dirty_logs()
-            self.log_manager.checkpoint()
 
     async def _flush_dirty_logs(self) -> None:
         """The minute's fsyncs, giving the event loop back every ``FLUSH_SLICE_S``: after
