@@ -47,10 +47,11 @@ demo: $(STAMP)
 	$(PY) -m replog.demo $(DEMO_ARGS)
 
 # Two workers (the machine has 2 cores; most of a test's time is waiting on brokers), each
-# taking whole files, so a module's shared cluster stays on one worker.
+# taking whole files, so a module's shared cluster stays on one worker; files in collection
+# order, where tests/conftest.py puts the longest first.
 test: $(STAMP) system-deps js-deps
 	$(VENV)/bin/ruff check src tests bench
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 # Random replication-simulation seeds for SIM_SECONDS of wall time over every profile
 # (SIM_PROFILE narrows it to one); failures print
