@@ -100,14 +100,20 @@ class Authorizer:
         await asyncio.shield(self._reloading)
 
     async def _reload(self) -> None:
+        # A change noticed at any await of this task, the purge's included, reads every
+        # ACL again: ``reload`` only sets ``_again`` while this task runs (a change seen
+        # during the purge was lost before, and with it an ACL until the next change).
         while True:
             self._again = False
             try:
                 self.acls = await asyncio.to_thread(zk_acls.load_all, self.zk.client)
             except Exception as exc:  # ZooKeeper away: keep the ACLs we have
                 log.warning("could not reload ACLs: %s", exc)
+            await self._purge_expired_changes()
             if not self._again:
                 break
+
+    async def _purge_expired_changes(self) -> None:
         try:
             purged = await asyncio.to_thread(
                 zk_acls.purge_expired_changes, self.zk.client, now_ms()
