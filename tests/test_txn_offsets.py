@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from types import SimpleNamespace
 
 import pytest
 from kio.schema.errors import ErrorCode
+from kio.schema.offset_fetch.v7 import request as fetch_v7
+from kio.schema.txn_offset_commit.v3 import request as txn_v3
 
 from replog.common.topics import GROUP_METADATA_TOPIC_NAME
 from replog.config import KafkaConfig
@@ -43,6 +46,9 @@ from replog.protocol.records import (
     iter_batches,
 )
 from replog.replication.delayed_operations import ProduceResult
+from replog.security.acl import AclOperation, ResourceType
+from replog.server.handlers.group_coordinator import GroupCoordinatorRequests
+from replog.server.handlers.txn_offsets import handle_txn_offset_commit
 from replog.storage.record_reader import iter_records
 
 TP0 = ("t", 0)
@@ -505,5 +511,173 @@ def test_expiry_keeps_groups_with_open_transactions() -> None:
         assert shard.offsets.has_pending("g", TP1)
         coordinator.on_transaction_marker(0, 7, commit=True)
         assert shard.offsets.get("g", TP1).offset == 2
+
+    asyncio.run(scenario())
+
+
+# -- the handler's checks, in Kafka's order ------------------------------------------------
+
+
+class Grants:
+    """The authorizer's answer for this test: the grants listed, nothing else."""
+
+    def __init__(self, *grants: tuple[AclOperation, ResourceType, str]) -> None:
+        self.grants = set(grants)
+
+    def allowed(self, ctx, operation, resource_type, name) -> bool:
+        return (operation, resource_type, name) in self.grants
+
+
+class Topics:
+    def partition(self, topic: str, partition: int):
+        return object() if topic in ("t", "secret") and partition < 2 else None
+
+
+def handle(coordinator: GroupCoordinator, grants: Grants, request) -> dict:
+    services = SimpleNamespace(
+        config=coordinator.config,
+        group_coordinator=coordinator,
+        metadata_cache=Topics(),
+        allowed=grants.allowed,
+    )
+    ctx = SimpleNamespace(api_version=int(type(request).__version__))
+    response = asyncio.run(handle_txn_offset_commit(services, ctx, request))  # type: ignore[arg-type]
+    return {
+        (str(t.name), int(p.partition_index)): p.error_code
+        for t in response.topics
+        for p in t.partitions
+    }
+
+
+def txn_request(group: str = "g", topics=(("t", (0,)), ("secret", (0,)), ("t", (5,)))):
+    return txn_v3.TxnOffsetCommitRequest(
+        transactional_id="tx",
+        group_id=group,
+        producer_id=42,
+        producer_epoch=0,
+        topics=tuple(
+            txn_v3.TxnOffsetCommitRequestTopic(
+                name=name,
+                partitions=tuple(
+                    txn_v3.TxnOffsetCommitRequestPartition(
+                        partition_index=p, committed_offset=1, committed_metadata=""
+                    )
+                    for p in parts
+                ),
+            )
+            for name, parts in topics
+        ),
+    )
+
+
+ALL = (
+    (AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, "tx"),
+    (AclOperation.READ, ResourceType.GROUP, "g"),
+    (AclOperation.READ, ResourceType.TOPIC, "t"),
+)
+
+
+def test_handler_authorizes_transactional_id_then_group_then_topics() -> None:
+    coordinator, rm = runtime()
+    coordinator._shards[0] = shard = GroupShard(coordinator, 0, 1)
+    shard.state = ShardState.LOADED
+    every = {("t", 0), ("secret", 0), ("t", 5)}
+    answer = handle(coordinator, Grants(*ALL[1:]), txn_request())
+    assert answer == dict.fromkeys(every, ErrorCode.transactional_id_authorization_failed)
+    answer = handle(coordinator, Grants(ALL[0], ALL[2]), txn_request())
+    assert answer == dict.fromkeys(every, ErrorCode.group_authorization_failed)
+    assert rm.partition.batches == []
+    answer = handle(coordinator, Grants(*ALL), txn_request())
+    assert answer[("secret", 0)] == ErrorCode.topic_authorization_failed
+    assert answer[("t", 5)] == ErrorCode.unknown_topic_or_partition
+    assert answer[("t", 0)] == ErrorCode.none
+    [written] = rm.partition.batches  # only the authorized, existing partition
+    [(_, header)] = list(iter_batches(written))
+    keys = [rec.decode_offset_commit_key(r.key) for r in iter_records(written, header)]
+    assert keys == [rec.OffsetCommitKey("g", "t", 0)]
+    assert shard.offsets.has_pending("g", ("t", 0))
+
+
+def test_handler_answers_coordinator_errors_for_every_partition() -> None:
+    coordinator, _ = runtime()  # no shard loaded: not the coordinator
+    grants = Grants(*ALL, (AclOperation.READ, ResourceType.GROUP, ""))
+    answer = handle(coordinator, grants, txn_request(topics=(("t", (0, 1)),)))
+    assert answer == {("t", 0): ErrorCode.not_coordinator, ("t", 1): ErrorCode.not_coordinator}
+    answer = handle(coordinator, grants, txn_request(group="", topics=(("t", (0,)),)))
+    assert answer == {("t", 0): ErrorCode.invalid_group_id}
+
+
+# -- OffsetFetch require_stable, DeleteGroups and OffsetDelete with pending commits ---------
+
+
+def group_requests(coordinator: GroupCoordinator) -> GroupCoordinatorRequests:
+    services = SimpleNamespace(
+        config=coordinator.config,
+        group_coordinator=coordinator,
+        metadata_cache=Topics(),
+        allowed=lambda *args: True,
+        authorizer=None,
+    )
+    return GroupCoordinatorRequests(services)  # type: ignore[arg-type]
+
+
+def fetch(coordinator: GroupCoordinator, require_stable: bool, partitions=(0, 1)) -> dict:
+    request = fetch_v7.OffsetFetchRequest(
+        group_id="g",
+        topics=(fetch_v7.OffsetFetchRequestTopic(name="t", partition_indexes=partitions),),
+        require_stable=require_stable,
+    )
+    ctx = SimpleNamespace(api_version=7)
+    response = asyncio.run(group_requests(coordinator).handle_offset_fetch(ctx, request))  # type: ignore[arg-type]
+    assert response.error_code == ErrorCode.none
+    [topic] = response.topics
+    return {
+        int(p.partition_index): (int(p.committed_offset), p.error_code) for p in topic.partitions
+    }
+
+
+def test_offset_fetch_require_stable() -> None:
+    coordinator, _ = runtime()
+    coordinator._shards[0] = shard = GroupShard(coordinator, 0, 1)
+    shard.state = ShardState.LOADED
+    shard.offsets.put("g", TP0, at(3, record_offset=0))
+    shard.offsets.put("g", TP1, at(4, record_offset=1))
+    shard.offsets.put_pending(42, "g", TP0, at(10, record_offset=2))
+    assert fetch(coordinator, require_stable=False) == {
+        0: (3, ErrorCode.none),
+        1: (4, ErrorCode.none),
+    }
+    assert fetch(coordinator, require_stable=True) == {
+        0: (-1, ErrorCode.unstable_offset_commit),
+        1: (4, ErrorCode.none),
+    }
+    coordinator.on_transaction_marker(0, 42, commit=True)
+    assert fetch(coordinator, require_stable=True) == {
+        0: (10, ErrorCode.none),
+        1: (4, ErrorCode.none),
+    }
+
+
+def test_deleting_a_group_deletes_its_pending_commits() -> None:
+    """Kafka's ``deleteAllOffsets``: a group known only by a pending commit can be
+    deleted, and a later COMMIT does not bring its offsets back."""
+
+    async def scenario() -> None:
+        coordinator, rm = runtime()
+        shard = await loaded(coordinator)
+        await commit_transactional_offsets(
+            coordinator, "g", TransactionalProducer(42, 0), GroupFence(), [(TP0, value(10))]
+        )
+        assert await group_requests(coordinator)._delete_group("g") == ErrorCode.none
+        tombstone = rm.partition.batches[-1]
+        [(_, header)] = list(iter_batches(tombstone))
+        [record] = list(iter_records(tombstone, header))
+        assert record.value is None
+        assert rec.decode_offset_commit_key(record.key) == rec.OffsetCommitKey("g", "t", 0)
+        coordinator.on_transaction_marker(0, 42, commit=True)
+        assert shard.offsets.get("g", TP0) is None
+        assert await group_requests(coordinator)._delete_group("g") == (
+            ErrorCode.group_id_not_found
+        )
 
     asyncio.run(scenario())
