@@ -681,3 +681,41 @@ def test_deleting_a_group_deletes_its_pending_commits() -> None:
         )
 
     asyncio.run(scenario())
+
+
+def test_handler_metadata_too_large_after_the_group_check() -> None:
+    coordinator, rm = runtime()
+    coordinator._shards[0] = shard = GroupShard(coordinator, 0, 1)
+    shard.state = ShardState.LOADED
+    big = "x" * (coordinator.config.offset_metadata_max_bytes + 1)
+
+    def request(generation: int, member: str):
+        return txn_v3.TxnOffsetCommitRequest(
+            transactional_id="tx",
+            group_id="g",
+            producer_id=42,
+            producer_epoch=0,
+            generation_id=generation,
+            member_id=member,
+            topics=(
+                txn_v3.TxnOffsetCommitRequestTopic(
+                    name="t",
+                    partitions=(
+                        txn_v3.TxnOffsetCommitRequestPartition(
+                            partition_index=0, committed_offset=1, committed_metadata=big
+                        ),
+                        txn_v3.TxnOffsetCommitRequestPartition(
+                            partition_index=1, committed_offset=1, committed_metadata="ok"
+                        ),
+                    ),
+                ),
+            ),
+        )
+
+    shard.groups["g"] = classic_group()
+    answer = handle(coordinator, Grants(*ALL), request(7, "m2"))  # a fenced zombie
+    assert answer == {TP0: ErrorCode.illegal_generation, TP1: ErrorCode.illegal_generation}
+    assert rm.partition.batches == []
+    answer = handle(coordinator, Grants(*ALL), request(1, "m2"))
+    assert answer == {TP0: ErrorCode.offset_metadata_too_large, TP1: ErrorCode.none}
+    assert not shard.offsets.has_pending("g", TP0) and shard.offsets.has_pending("g", TP1)

@@ -558,10 +558,13 @@ class GroupCoordinator:
 @dataclass(frozen=True)
 class TransactionalProducer:
     """The producer whose transaction a batch of ``__consumer_offsets`` belongs to
-    (``producer_id`` -1: not transactional)."""
+    (``producer_id`` -1: not transactional). ``transactional_id`` is what KIP-890's
+    verification asks the transaction coordinator about before the partition appends
+    a transaction's first batch (Kafka ``appendForGroup``'s transactional id)."""
 
     producer_id: int
     producer_epoch: int
+    transactional_id: str | None = None
 
 
 NON_TRANSACTIONAL = TransactionalProducer(-1, -1)

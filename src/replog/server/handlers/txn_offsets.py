@@ -14,8 +14,8 @@ Read (TOPIC_AUTHORIZATION_FAILED) and existence of each partition
 (UNKNOWN_TOPIC_OR_PARTITION); the rest goes to the group coordinator
 (``coordinator.group.txn_offsets``), whose error (NOT_COORDINATOR, ILLEGAL_GENERATION,
 FENCED_INSTANCE_ID, INVALID_PRODUCER_EPOCH from the partition, ...) every one of those
-partitions carries, except a metadata string over ``offset.metadata.max.bytes``
-(OFFSET_METADATA_TOO_LARGE for its partition alone).
+partitions carries; a metadata string over ``offset.metadata.max.bytes`` is
+OFFSET_METADATA_TOO_LARGE for its partition alone when the group accepts the commit.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ async def handle_txn_offset_commit(
         request_error = ErrorCode.none
     now = s.group_coordinator.clock()
     writes: list[tuple[tuple[str, int], OffsetCommitValue]] = []
+    too_large: list[tuple[str, int]] = []
     for topic in request.topics:
         name = str(topic.name)
         readable = request_error == ErrorCode.none and s.allowed(
@@ -73,7 +74,7 @@ async def handle_txn_offset_commit(
             elif s.metadata_cache.partition(name, tp[1]) is None or not storable(name):
                 errors[tp] = ErrorCode.unknown_topic_or_partition
             elif len(metadata.encode()) > s.config.offset_metadata_max_bytes:
-                errors[tp] = ErrorCode.offset_metadata_too_large
+                too_large.append(tp)
             else:
                 writes.append(
                     (
@@ -87,18 +88,23 @@ async def handle_txn_offset_commit(
                         ),
                     )
                 )
-    if writes:
+    if writes or too_large:
         fence = GroupFence(
             int(getattr(request, "generation_id", -1)),
             str(getattr(request, "member_id", "") or ""),
             getattr(request, "group_instance_id", None),
         )
-        producer = TransactionalProducer(int(request.producer_id), int(request.producer_epoch))
+        producer = TransactionalProducer(
+            int(request.producer_id), int(request.producer_epoch), str(request.transactional_id)
+        )
         error = await commit_transactional_offsets(
             s.group_coordinator, group_id, producer, fence, writes
         )
         for tp, _ in writes:
             errors[tp] = error
+        # Kafka checks the group first: its error wins over the metadata's size.
+        for tp in too_large:
+            errors[tp] = error if error != ErrorCode.none else ErrorCode.offset_metadata_too_large
     by_topic: dict[str, list[Any]] = {}
     for tp in order:
         by_topic.setdefault(tp[0], []).append(
