@@ -21,13 +21,10 @@ from replog.coordinator.group import records as rec
 from replog.coordinator.group.classic_group import ClassicGroup, GroupMember, GroupState
 from replog.coordinator.group.consumer_group import ConsumerGroup, ConsumerGroupMember
 from replog.coordinator.group.coordinator import (
-    CONTROL_TYPE_ABORT,
-    CONTROL_TYPE_COMMIT,
     GroupCoordinator,
     GroupShard,
     ShardState,
     TransactionalProducer,
-    end_transaction_marker,
     offset_commit_record,
     offset_tombstone,
 )
@@ -322,7 +319,7 @@ def commit_batch(group: str, tp, offset: int, producer_id: int = -1) -> bytes:
 
 
 def marker_batch(producer_id: int, commit: bool) -> bytes:
-    kind = CONTROL_TYPE_COMMIT if commit else CONTROL_TYPE_ABORT
+    kind = rec.CONTROL_TYPE_COMMIT if commit else rec.CONTROL_TYPE_ABORT
     key = struct.pack(">hh", 0, kind)
     marker = struct.pack(">hi", 0, 7)  # version, coordinator epoch
     return batch(
@@ -334,11 +331,11 @@ def marker_batch(producer_id: int, commit: bool) -> bytes:
 
 
 def test_control_record_keys() -> None:
-    assert end_transaction_marker(struct.pack(">hh", 0, 1)) is True
-    assert end_transaction_marker(struct.pack(">hh", 0, 0)) is False
-    assert end_transaction_marker(struct.pack(">hh", 0, 5)) is None
-    assert end_transaction_marker(b"\x00") is None
-    assert end_transaction_marker(None) is None
+    assert rec.end_transaction_marker(struct.pack(">hh", 0, 1)) is True
+    assert rec.end_transaction_marker(struct.pack(">hh", 0, 0)) is False
+    assert rec.end_transaction_marker(struct.pack(">hh", 0, 5)) is None
+    assert rec.end_transaction_marker(b"\x00") is None
+    assert rec.end_transaction_marker(None) is None
 
 
 def test_txn_offset_commit_writes_a_transactional_batch_held_until_the_marker() -> None:

@@ -395,7 +395,7 @@ class GroupCoordinator:
         """A control batch read while loading: a COMMIT or ABORT marker decides the
         pending offset commits of its producer."""
         for record in iter_records(batch, header):
-            commit = end_transaction_marker(record.key)
+            commit = rec.end_transaction_marker(record.key)
             if commit is None:
                 log.warning(
                     "%s-%d: skipping an unknown control record at offset %d",
@@ -568,22 +568,6 @@ class TransactionalProducer:
 
 
 NON_TRANSACTIONAL = TransactionalProducer(-1, -1)
-
-CONTROL_TYPE_ABORT = 0
-CONTROL_TYPE_COMMIT = 1
-
-
-def end_transaction_marker(key: bytes | None) -> bool | None:
-    """A control record's key (Kafka ``ControlRecordType``: int16 version, int16 type):
-    True for COMMIT, False for ABORT, None for anything else."""
-    if key is None or len(key) < 4:
-        return None
-    kind = int.from_bytes(key[2:4], "big", signed=True)
-    if kind == CONTROL_TYPE_COMMIT:
-        return True
-    if kind == CONTROL_TYPE_ABORT:
-        return False
-    return None
 
 
 def offset_commit_record(
