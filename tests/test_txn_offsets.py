@@ -117,6 +117,11 @@ def test_a_tombstone_removes_pending_commits_written_before_it() -> None:
     store.complete_transaction(7, commit=True)
     assert store.get("g", TP0) is None  # deleted offsets do not come back with the commit
     assert store.get("g", TP1) == at(11, 9)
+    # a tombstone over every pending commit of a group leaves no transaction open on it
+    store.put_pending(8, "h", TP0, at(1, record_offset=10))
+    store.remove("h", TP0, record_offset=11)
+    assert not store.has_open_transactions("h")
+    assert store.open_producer_ids() == set()
 
 
 def test_drop_pending_takes_back_only_its_own_write() -> None:

@@ -79,10 +79,9 @@ class OffsetStore:
         """A tombstone at ``record_offset`` removes what was written before it, pending
         transactional commits of the partition included."""
         for producer_id in list(self._open_transactions.get(group, ())):
-            pending = self._pending[producer_id][group]
-            entry = pending.get(tp)
+            entry = self._pending[producer_id][group].get(tp)
             if entry is not None and entry.record_offset <= record_offset:
-                del pending[tp]
+                self._forget(producer_id, group, tp)
         offsets = self._groups.get(group)
         if offsets is None:
             return
@@ -109,24 +108,27 @@ class OffsetStore:
         self, producer_id: int, group: str, tp: TopicPartition, record_offset: int
     ) -> None:
         """Forget the pending commit written at ``record_offset`` (its write failed);
-        a later one of the same partition stays. A producer left without pending
-        commits of the group no longer holds a transaction open on it (Kafka
-        ``failPendingTxnOffsetCommit``)."""
-        by_group = self._pending.get(producer_id, {})
-        offsets = by_group.get(group)
-        if offsets is None:
-            return
-        entry = offsets.get(tp)
+        a later one of the same partition stays (Kafka ``failPendingTxnOffsetCommit``)."""
+        entry = self._pending.get(producer_id, {}).get(group, {}).get(tp)
         if entry is not None and entry.record_offset == record_offset:
-            del offsets[tp]
-        if not offsets:
-            del by_group[group]
-            producers = self._open_transactions[group]
-            producers.discard(producer_id)
-            if not producers:
-                del self._open_transactions[group]
-            if not by_group:
-                del self._pending[producer_id]
+            self._forget(producer_id, group, tp)
+
+    def _forget(self, producer_id: int, group: str, tp: TopicPartition) -> None:
+        """Remove one pending commit; a producer left without pending commits of the
+        group no longer holds a transaction open on it (Kafka's ``openTransactions``
+        are per partition: a tombstone clears them)."""
+        by_group = self._pending[producer_id]
+        offsets = by_group[group]
+        del offsets[tp]
+        if offsets:
+            return
+        del by_group[group]
+        producers = self._open_transactions[group]
+        producers.discard(producer_id)
+        if not producers:
+            del self._open_transactions[group]
+        if not by_group:
+            del self._pending[producer_id]
 
     def complete_transaction(self, producer_id: int, commit: bool) -> list[str]:
         """The marker of ``producer_id``'s transaction: a COMMIT moves its pending
@@ -169,7 +171,7 @@ class OffsetStore:
         return {g: dict(o) for g, o in self._pending.get(producer_id, {}).items()}
 
     def has_open_transactions(self, group: str) -> bool:
-        """Whether a transaction that committed offsets for ``group`` is undecided: the
+        """Whether an undecided transaction holds pending commits for ``group``: the
         group is not removed by expiry meanwhile (Kafka ``cleanupExpiredOffsets``)."""
         return group in self._open_transactions
 
