@@ -77,6 +77,7 @@ from replog.server.handlers.controller_rpc import ControllerCommands
 from replog.server.handlers.group_coordinator import GroupCoordinatorRequests
 from replog.server.handlers.group_membership import GroupMembershipRequests
 from replog.server.handlers.scram_credentials import ScramCredentialRequests
+from replog.server.handlers.txn_offsets import handle_txn_offset_commit
 from replog.server.metadata_cache import MetadataCache
 from replog.server.metrics import BrokerMetrics, BrokerStateCollector, RemoteEndOffsets
 from replog.server.network import KafkaServer, RequestContext
@@ -287,6 +288,7 @@ class Broker:
             ApiKey.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
             ApiKey.DESCRIBE_PRODUCERS: producers.handle_describe_producers,
             ApiKey.CREATE_PARTITIONS: partition_handlers.handle_create_partitions,
+            ApiKey.TXN_OFFSET_COMMIT: handle_txn_offset_commit,
         }
         handlers = {int(key): partial(handler, s) for key, handler in table.items()}
         acl_requests = AclRequests(self.services)
