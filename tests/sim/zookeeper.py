@@ -104,6 +104,9 @@ class SimZooKeeper:
     def get_broker_ids(self) -> set[int]:
         return set(self.registrations)
 
+    def get_broker_epoch(self, broker_id: int) -> int | None:
+        return self.registrations.get(broker_id)
+
     def get_all_brokers(self) -> dict[int, BrokerInfo]:
         return {
             b: BrokerInfo.plaintext(b, f"b{b}", 9092).with_epoch(epoch)
