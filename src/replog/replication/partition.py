@@ -20,6 +20,7 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
+from replog.replication.actions import AdvanceLogStart
 from replog.replication.core import AcksAllStatus, HwChange
 from replog.replication.delayed import DelayedOperation, WatchList
 from replog.replication.delete_records import DeleteRecordsStatus
@@ -28,7 +29,6 @@ from replog.replication.follower import EpochRequest, RestartAt
 from replog.replication.isr import IsrChangeProposal
 from replog.replication.machine import (
     Action,
-    AdvanceLogStart,
     AssignLeaderEpoch,
     DeleteRecordsDecision,
     FetchDecision,
