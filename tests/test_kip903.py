@@ -11,7 +11,7 @@ style).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -25,21 +25,6 @@ from sim.run import PROFILES, run_random
 from sim.world import SimInvariantViolation
 
 TOPIC = "t"
-
-
-@pytest.fixture
-def make_client(zk_chroot: str) -> Iterator[Callable[[], KafkaZkClient]]:
-    clients: list[KafkaZkClient] = []
-
-    def make() -> KafkaZkClient:
-        client = KafkaZkClient(zk_chroot, session_timeout_ms=10000)
-        client.start()
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        client.close()
 
 
 def _broker(broker_id: int) -> BrokerInfo:
@@ -59,6 +44,19 @@ def _expansion(zk_version: int, added_epoch: int) -> IsrChangeProposal:
     )
 
 
+def _partition(zk: KafkaZkClient, isr: tuple[int, ...]) -> int:
+    """Topic ``t``, partition 0 on (1, 2), led by 1 with ``isr``; the controller epoch."""
+    zk.create_topic(TOPIC, {0: [1, 2]}, {})
+    epoch, epoch_version = zk.register_controller_and_increment_epoch(1, 0)
+    created = zk.create_partition_states(
+        {(TOPIC, 0): LeaderAndIsr(leader=1, leader_epoch=0, isr=isr, zk_version=0)},
+        epoch,
+        epoch_version,
+    )
+    assert created[(TOPIC, 0)].ok
+    return epoch
+
+
 def _isr(zk: KafkaZkClient) -> tuple[tuple[int, ...], int]:
     lai = zk.get_partition_states([(TOPIC, 0)])[(TOPIC, 0)].leader_and_isr
     return tuple(lai.isr), lai.zk_version
@@ -68,14 +66,7 @@ def test_expansion_refused_for_a_stale_or_missing_registration(
     make_client: Callable[[], KafkaZkClient],
 ) -> None:
     zk = make_client()
-    zk.create_topic(TOPIC, {0: [1, 2]}, {})
-    epoch, epoch_version = zk.register_controller_and_increment_epoch(1, 0)
-    created = zk.create_partition_states(
-        {(TOPIC, 0): LeaderAndIsr(leader=1, leader_epoch=0, isr=(1,), zk_version=0)},
-        epoch,
-        epoch_version,
-    )
-    assert created[(TOPIC, 0)].ok
+    epoch = _partition(zk, (1,))
 
     # Broker 2 is not registered at all: no fetch epoch makes it eligible.
     assert zk.get_broker_epoch(2) is None
@@ -114,13 +105,7 @@ def test_fetch_without_an_epoch_needs_a_registration_only(
 ) -> None:
     """A Fetch below v15 carries no broker epoch: as Kafka, only liveness is checked."""
     zk = make_client()
-    zk.create_topic(TOPIC, {0: [1, 2]}, {})
-    epoch, epoch_version = zk.register_controller_and_increment_epoch(1, 0)
-    zk.create_partition_states(
-        {(TOPIC, 0): LeaderAndIsr(leader=1, leader_epoch=0, isr=(1,), zk_version=0)},
-        epoch,
-        epoch_version,
-    )
+    epoch = _partition(zk, (1,))
     make_client().register_broker(_broker(2))
     result = write_isr_change(zk, TOPIC, 0, _expansion(0, UNKNOWN_BROKER_EPOCH), epoch)
     assert result == IsrWriteResult(1)
@@ -129,13 +114,7 @@ def test_fetch_without_an_epoch_needs_a_registration_only(
 
 def test_shrink_checks_no_registration(make_client: Callable[[], KafkaZkClient]) -> None:
     zk = make_client()
-    zk.create_topic(TOPIC, {0: [1, 2]}, {})
-    epoch, epoch_version = zk.register_controller_and_increment_epoch(1, 0)
-    zk.create_partition_states(
-        {(TOPIC, 0): LeaderAndIsr(leader=1, leader_epoch=0, isr=(1, 2), zk_version=0)},
-        epoch,
-        epoch_version,
-    )
+    epoch = _partition(zk, (1, 2))
     shrink = IsrChangeProposal(1, 0, IsrState.PENDING_SHRINK_ISR, (1, 2), (1,), 0)
     assert write_isr_change(zk, TOPIC, 0, shrink, epoch) == IsrWriteResult(1)
     assert _isr(zk) == ((1,), 1)

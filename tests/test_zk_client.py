@@ -44,21 +44,6 @@ WAIT_S = 20  # upper bound when waiting for a callback; never reached when thing
 
 
 @pytest.fixture
-def make_client(zk_chroot: str) -> Iterator[Callable[[], KafkaZkClient]]:
-    clients: list[KafkaZkClient] = []
-
-    def make() -> KafkaZkClient:
-        client = KafkaZkClient(zk_chroot, session_timeout_ms=10000)
-        client.start()
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        client.close()
-
-
-@pytest.fixture
 def zk(make_client: Callable[[], KafkaZkClient]) -> KafkaZkClient:
     return make_client()
 
