@@ -1,6 +1,8 @@
 """KIP-903 in the shipped ISR write: an expansion adding a replica that is not
 registered at the broker epoch it fetched with is refused (Kafka's
-``INELIGIBLE_REPLICA``), and the partition's znode is left as it was.
+``INELIGIBLE_REPLICA``), and the partition's znode is left as it was. A follower's
+Fetch v15+ carries that epoch (``ReplicaState.ReplicaEpoch``); the last test sends one
+to a broker process as the follower.
 
 ``write_isr_change`` runs against a real ZooKeeper here; the simulator carries out
 its ISR writes with the same function on its own ZooKeeper, so a break of the rule
@@ -10,11 +12,20 @@ style).
 
 from __future__ import annotations
 
+import asyncio
+import datetime
 import logging
+import uuid
 from collections.abc import Callable
 
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
 
+from clients_util import log_lines
+from cluster_util import ZkView, wait_for
+from replog.protocol.apis import ApiKey, make, nested, request_schema
+from replog.protocol.client import KafkaConnection
 from replog.replication import isr_write
 from replog.replication.isr import IsrChangeProposal, IsrState
 from replog.replication.isr_write import IsrWriteResult, write_isr_change
@@ -153,3 +164,100 @@ def test_unbroken_seeds_pass_and_reach_the_rule(caplog) -> None:
         world = run_random(seed, PROFILES[PROFILE], STEPS, label=PROFILE)
         refused += world.stats.get("isr_ineligible", 0)
     assert refused > 0
+
+
+# -- the broker: a follower's Fetch v15 carries its broker epoch to the ISR write ---------------
+
+
+def _follower_fetch(port: int, topic_id: uuid.UUID, replica_id: int, replica_epoch: int) -> None:
+    """One sessionless Fetch v15 of partition 0 at offset 0, as follower ``replica_id`` of
+    broker epoch ``replica_epoch`` sends it (``ReplicaState``, KIP-903)."""
+    cls = request_schema(ApiKey.FETCH, 15)
+    request = make(
+        cls,
+        replica_state=nested(cls, "ReplicaState")(
+            replica_id=replica_id, replica_epoch=replica_epoch
+        ),
+        max_wait=datetime.timedelta(milliseconds=0),
+        min_bytes=1,
+        topics=(
+            make(
+                nested(cls, "FetchTopic"),
+                topic_id=topic_id,
+                partitions=(
+                    make(
+                        nested(cls, "FetchPartition"),
+                        partition=0,
+                        fetch_offset=0,
+                        partition_max_bytes=1 << 20,
+                    ),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+    )
+
+    async def go() -> None:
+        conn = KafkaConnection("127.0.0.1", port, client_id=f"replica-{replica_id}")
+        await conn.connect()
+        try:
+            response = await conn.request(request, timeout_s=30)
+        finally:
+            await conn.close()
+        assert int(response.error_code) == ErrorCode.none
+        (answer,) = response.responses[0].partitions
+        assert int(answer.error_code) == ErrorCode.none
+
+    asyncio.run(go())
+
+
+def test_broker_refuses_a_follower_fetching_with_a_stale_broker_epoch(
+    cluster_factory, make_client: Callable[[], KafkaZkClient]
+) -> None:
+    """A broker process leads partition 0 of (leader, replica); the replica's broker is
+    this test: a registration in ZooKeeper and a Fetch v15 carrying a broker epoch. A
+    fetch at an epoch the replica is not registered at now (an earlier incarnation's)
+    brings it back in sync but not into the ISR; one at its registered epoch does."""
+    cluster = cluster_factory(1, overrides={"replica.lag.time.max.ms": "1000"})
+    (leader,) = cluster.broker_ids
+    replica = leader + 1  # this test
+    zk_view = ZkView(cluster)
+    try:
+        follower = KafkaZkClient(cluster.zookeeper_connect, session_timeout_ms=30000)
+        follower.start()
+        try:
+            epoch = follower.register_broker(BrokerInfo.plaintext(replica, "127.0.0.1", 1))
+            admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers()})
+            wait_for(
+                lambda: replica in admin.list_topics(timeout=10).brokers,
+                what="the leader to know the replica's broker",
+            )
+            admin.create_topics([NewTopic("kip903", 1, replica_assignment=[[leader, replica]])])[
+                "kip903"
+            ].result(timeout=60)
+            # The replica never fetched: the leader shrinks it out of the ISR.
+            wait_for(
+                lambda: (zk_view.partition_state("kip903", 0) or {}).get("isr") == [leader],
+                what="the replica out of the ISR",
+            )
+            topic_id = follower.get_topic_ids({"kip903"})["kip903"]
+            _follower_fetch(cluster.port(leader), topic_id, replica, epoch - 1)
+            refused = r"ISR expansion .* refused"
+            wait_for(
+                lambda: (
+                    log_lines(cluster.broker_dir(leader), refused)
+                    or zk_view.partition_state("kip903", 0)["isr"] != [leader]
+                ),
+                what="the leader to answer the expansion",
+            )
+            assert zk_view.partition_state("kip903", 0)["isr"] == [leader]
+            assert log_lines(cluster.broker_dir(leader), refused)
+            _follower_fetch(cluster.port(leader), topic_id, replica, epoch)
+            wait_for(
+                lambda: zk_view.partition_state("kip903", 0)["isr"] == [leader, replica],
+                what="the replica back in the ISR",
+            )
+        finally:
+            follower.close()
+    finally:
+        zk_view.close()
