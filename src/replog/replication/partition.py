@@ -20,6 +20,7 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
+from replog.replication.actions import AdvanceLogStart
 from replog.replication.core import AcksAllStatus, HwChange
 from replog.replication.delayed import DelayedOperation, WatchList
 from replog.replication.delete_records import DeleteRecordsStatus
@@ -28,7 +29,6 @@ from replog.replication.follower import EpochRequest, RestartAt
 from replog.replication.isr import IsrChangeProposal
 from replog.replication.machine import (
     Action,
-    AdvanceLogStart,
     AssignLeaderEpoch,
     DeleteRecordsDecision,
     FetchDecision,
@@ -43,6 +43,7 @@ from replog.storage.log import AppendInfo, Log, UnexpectedAppendOffset
 from replog.storage.log_config import LogConfig
 from replog.storage.producer_state import ProducerStateEntry
 from replog.storage.segment import TimestampAndOffset
+from replog.zk.fencing import UNKNOWN_BROKER_EPOCH
 
 
 class LogFacts:
@@ -281,9 +282,11 @@ class Partition:
         return self._machine.maybe_shrink_isr(now_ms)
 
     def on_isr_update_result(
-        self, proposal: IsrChangeProposal, new_zk_version: int | None
+        self, proposal: IsrChangeProposal, new_zk_version: int | None, *, ineligible: bool = False
     ) -> list[Action]:
-        return self._carry_out(self._machine.on_isr_update_result(proposal, new_zk_version))
+        return self._carry_out(
+            self._machine.on_isr_update_result(proposal, new_zk_version, ineligible=ineligible)
+        )
 
     # -- reads ----------------------------------------------------------------------
 
@@ -294,6 +297,7 @@ class Partition:
         now_ms: int,
         *,
         isolation_level: int = READ_UNCOMMITTED,
+        broker_epoch: int = UNKNOWN_BROKER_EPOCH,
         isr_eligible: bool,
         replication_throttled: bool,
     ) -> tuple[FetchDecision, list[Action]]:
@@ -305,6 +309,7 @@ class Partition:
             request.current_leader_epoch,
             now_ms,
             isolation_level=isolation_level,
+            broker_epoch=broker_epoch,
             isr_eligible=isr_eligible,
             follower_log_start_offset=request.log_start_offset,
             last_fetched_epoch=request.last_fetched_epoch,

@@ -44,6 +44,7 @@ from replog.replication.truncation import EpochEndOffset
 from replog.storage.log_config import LogConfig
 from replog.storage.log_manager import LogManager
 from replog.zk.client import KafkaZkClient
+from replog.zk.fencing import UNKNOWN_BROKER_EPOCH
 
 log = logging.getLogger(__name__)
 
@@ -253,6 +254,7 @@ class ReplicaManager:
         now: int,
         isolation_level: int = READ_UNCOMMITTED,
         leader_quota: ReplicationQuota | None = None,
+        broker_epoch: int = UNKNOWN_BROKER_EPOCH,
     ) -> FetchResult:
         """One partition of a fetch: the partition's machine decides (fencing, KIP-595,
         the leader's throttle, the bounds), the partition reads."""
@@ -265,6 +267,7 @@ class ReplicaManager:
             request,
             now,
             isolation_level=isolation_level,
+            broker_epoch=broker_epoch,
             isr_eligible=is_follower and self.is_live_broker(replica_id),
             # No replica can be over the leader's quota while it is unlimited (the usual
             # case): then the per-partition check is skipped.
@@ -309,6 +312,7 @@ class ReplicaManager:
         max_bytes: int,
         isolation_level: int,
         leader_quota: ReplicationQuota | None,
+        broker_epoch: int,
     ) -> tuple[list[FetchResult], int]:
         now = now_ms()
         budget = max_bytes
@@ -316,7 +320,13 @@ class ReplicaManager:
         total = 0
         for req in requests:
             result = self.read_partition(
-                replica_id, req, budget if budget > 0 else 0, now, isolation_level, leader_quota
+                replica_id,
+                req,
+                budget if budget > 0 else 0,
+                now,
+                isolation_level,
+                leader_quota,
+                broker_epoch,
             )
             # KIP-74: the first partition with data may exceed the budget.
             budget -= len(result.records)
@@ -334,14 +344,16 @@ class ReplicaManager:
         isolation_level: int = READ_UNCOMMITTED,
         wait: FetchWait | None = None,
         leader_quota: ReplicationQuota | None = None,
+        broker_epoch: int = UNKNOWN_BROKER_EPOCH,
     ) -> list[FetchResult]:
         """Read ``requests``; short of ``min_bytes``, wait up to ``max_wait_ms`` for one of
         them to have data (``DelayedFetch``) and read them all again. An error or a
         diverging epoch is answered at once. The time spent waiting is added to
         ``wait``; bytes sent to a follower for a throttled replica count against
-        ``leader_quota``."""
+        ``leader_quota``. ``broker_epoch`` is the follower's, from its fetch (Fetch v15+
+        ``ReplicaState.ReplicaEpoch``, KIP-903; unknown before)."""
         results, total = self._read_all(
-            replica_id, requests, max_bytes, isolation_level, leader_quota
+            replica_id, requests, max_bytes, isolation_level, leader_quota, broker_epoch
         )
         if (
             total < min_bytes
@@ -360,7 +372,7 @@ class ReplicaManager:
                 wait.waited_s += time.monotonic() - waiting_from
             # Answered or timed out: one more read, so the answer carries the latest HW.
             results, total = self._read_all(
-                replica_id, requests, max_bytes, isolation_level, leader_quota
+                replica_id, requests, max_bytes, isolation_level, leader_quota, broker_epoch
             )
         if replica_id >= 0 and leader_quota is not None and total:
             self._record_leader_bytes(requests, results, leader_quota)

@@ -25,7 +25,6 @@ import random
 import signal
 import time
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from replog.common.clock import now_ms
@@ -60,8 +59,8 @@ from replog.server.broker_startup import (
 from replog.server.broker_tasks import periodic_tasks
 from replog.server.config_manager import ConfigManager
 from replog.server.controlled_shutdown import (
-    ControllerEndpoint,
     controlled_shutdown,
+    find_controller,
     send_controlled_shutdown,
 )
 from replog.server.fetch_session import FetchManager, FetchSessionCache
@@ -78,6 +77,7 @@ from replog.server.handlers.group_coordinator import GroupCoordinatorRequests
 from replog.server.handlers.group_membership import GroupMembershipRequests
 from replog.server.handlers.scram_credentials import ScramCredentialRequests
 from replog.server.handlers.txn_offsets import handle_txn_offset_commit
+from replog.server.log_dir_failure import LogDirFailureHandler
 from replog.server.metadata_cache import MetadataCache
 from replog.server.metrics import BrokerMetrics, BrokerStateCollector, RemoteEndOffsets
 from replog.server.network import KafkaServer, RequestContext
@@ -98,8 +98,6 @@ from replog.zk.data import BrokerInfo, EndPoint
 
 log = logging.getLogger(__name__)
 
-HALT_ZK_CLOSE_S = 5.0  # how long a broker without log dirs waits to close its session
-LOG_DIR_EVENT_RETRY_S = 1.0  # between attempts to write a log dir event notification
 # What a broker fenced from ZooKeeper still answers: the controller, which restores it.
 CONTROLLER_APIS = frozenset(
     {
@@ -160,7 +158,9 @@ class Broker:
         self.replica_manager.fetcher_manager.on_storage_error = self.replica_manager.storage_failed
         self.halt = os._exit
         """Ends the process at once (Kafka ``Exit.halt``) when no log dir is left."""
-        self._log_dir_tasks: set[asyncio.Task[None]] = set()
+        self.log_dir_failure = LogDirFailureHandler(
+            config.broker_id, self.log_manager, self.zk, lambda code: self.halt(code)
+        )
         self.admin = AdminManager(config, self.zk, self.metadata_cache)
         self.producer_ids = ProducerIdManager(config.broker_id, self.zk.client)
         self.group_coordinator = GroupCoordinator(
@@ -358,7 +358,7 @@ class Broker:
         self.admin.cluster_id = cluster_id
         self.log_manager.startup(now_ms())
         require_live_log_dirs(self.log_manager)
-        self.replica_manager.on_log_dir_offline = self._on_log_dir_offline
+        self.replica_manager.on_log_dir_offline = self.log_dir_failure.on_log_dir_offline
         # The log cleaner's threads hand every call on the logs to this loop.
         self.log_manager.start_cleaner(LoopOwner(asyncio.get_running_loop()))
         await self.configs.start()  # dynamic configs before any log is served
@@ -465,44 +465,6 @@ class Broker:
             self.broker_epoch,
         )
 
-    def _on_log_dir_offline(self, log_dir: Path, partitions: list[tuple[str, int]]) -> None:
-        """A log dir failed and its replicas stopped (``ReplicaManager``). With other log
-        dirs live, tell the controller (a log dir event notification), which moves the
-        leaderships and ISRs of those replicas; with none left, halt as Kafka does, but
-        close the ZooKeeper session first so that the controller sees this broker gone
-        at once rather than after the session timeout."""
-        if self.log_manager.live_log_dirs:
-            task = asyncio.get_running_loop().create_task(self._announce_log_dir_failure())
-        else:
-            log.critical(
-                "broker %d: shutting down: every log dir has failed (last %s, %d replicas)",
-                self.config.broker_id,
-                log_dir,
-                len(partitions),
-            )
-            task = asyncio.get_running_loop().create_task(self._halt_without_log_dirs())
-        self._log_dir_tasks.add(task)
-        task.add_done_callback(self._log_dir_tasks.discard)
-
-    async def _announce_log_dir_failure(self) -> None:
-        while True:
-            try:
-                name = await asyncio.to_thread(
-                    self.zk.propagate_log_dir_event, self.config.broker_id
-                )
-                log.info("broker %d: log dir failure announced (%s)", self.config.broker_id, name)
-                return
-            except Exception as exc:  # ZooKeeper unreachable: the controller must hear of it
-                log.warning("could not announce the log dir failure (%s); retrying", exc)
-                await asyncio.sleep(LOG_DIR_EVENT_RETRY_S)
-
-    async def _halt_without_log_dirs(self) -> None:
-        try:
-            await asyncio.wait_for(asyncio.to_thread(self.zk.close), HALT_ZK_CLOSE_S)
-        except Exception as exc:  # the session then expires on its own
-            log.warning("closing the ZooKeeper session before halting failed: %s", exc)
-        self.halt(1)
-
     async def _recover_assignments(self) -> None:
         """Seed 000 question 5: delete local partitions no longer assigned to this broker.
 
@@ -546,7 +508,12 @@ class Broker:
         done = await controlled_shutdown(
             c.broker_id,
             lambda: self.broker_epoch,
-            self._find_controller,
+            partial(
+                find_controller,
+                self.zk,
+                self.metadata_cache,
+                self.config.inter_broker_listener_name.upper(),
+            ),
             c.controlled_shutdown_max_retries,
             c.controlled_shutdown_retry_backoff_ms / 1000,
             c.controller_socket_timeout_ms / 1000,
@@ -557,29 +524,6 @@ class Broker:
             c.broker_id,
             "completed" if done else "gave up",
             time.monotonic() - started,
-        )
-
-    async def _find_controller(self) -> ControllerEndpoint | None:
-        """The controller as ZooKeeper names it (the metadata cache may lag a move)."""
-        try:
-            controller_id = await asyncio.to_thread(self.zk.get_controller_id)
-            info = (
-                None
-                if controller_id is None
-                else await asyncio.to_thread(self.zk.get_broker, controller_id)
-            )
-        except Exception as exc:  # ZooKeeper unreachable: fall back to the cache
-            log.warning("controlled shutdown: ZooKeeper lookup failed: %s", exc)
-            controller_id, info = self.metadata_cache.controller_id, None
-            listener = self.config.inter_broker_listener_name.upper()
-            endpoint = self.metadata_cache.brokers_for(listener).get(controller_id or -1)
-            if controller_id is None or endpoint is None:
-                return None
-            return ControllerEndpoint(controller_id, endpoint.host, endpoint.port)
-        if controller_id is None or info is None:
-            return None
-        return ControllerEndpoint(
-            controller_id, *info.address(self.config.inter_broker_listener_name.upper())
         )
 
     async def run_until_stopped(self) -> None:
