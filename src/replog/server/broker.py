@@ -39,6 +39,11 @@ from replog.coordinator.group.classic_group_service import (
     replay_group_metadata_record,
 )
 from replog.coordinator.group.coordinator import GroupCoordinator
+from replog.coordinator.transaction.marker_channel import TransactionMarkerChannel
+from replog.coordinator.transaction.runtime import (
+    TransactionCoordinatorRuntime,
+    transaction_config,
+)
 from replog.protocol.apis import ApiKey
 from replog.replication.fetcher import FetcherConfig, ReplicaFetcherManager
 from replog.replication.replica_manager import ReplicaManager
@@ -167,6 +172,16 @@ class Broker:
             self.replica_manager,
             lambda: len(self.metadata_cache.partitions.get(GROUP_METADATA_TOPIC_NAME, {})) or None,
         )
+        self.transaction_coordinator = TransactionCoordinatorRuntime(
+            transaction_config(config),
+            self.replica_manager,
+            self.producer_ids.generate_producer_id,
+            lambda: (
+                len(self.metadata_cache.partitions.get(GROUP_METADATA_TOPIC_NAME, {}))
+                or config.offsets_topic_num_partitions
+            ),
+            self._marker_channel,
+        )
         self.services = BrokerServices(
             config=config,
             replica_manager=self.replica_manager,
@@ -183,6 +198,7 @@ class Broker:
                 )
             ),
             authorizer=Authorizer.from_config(config, self.zk),
+            transaction_coordinator=self.transaction_coordinator,
         )
         self.controller_commands = ControllerCommands(
             self.services, self.zk, lambda: self.broker_epoch
@@ -231,6 +247,28 @@ class Broker:
         self._stopped = asyncio.Event()
         self.broker_epoch = -1
         self._zk_fence: ZkSessionFence | None = None
+
+    def _marker_channel(self, listener: TransactionCoordinatorRuntime) -> TransactionMarkerChannel:
+        """WriteTxnMarkers to the partition leaders, as the controller and fetchers reach
+        the other brokers (the inter-broker listener and its security)."""
+        cache, name = self.metadata_cache, self.config.inter_broker_listener_name.upper()
+
+        def leader_of(topic: str, partition: int) -> int | None:
+            info = cache.partition(topic, partition)
+            return None if info is None else info.leader
+
+        def endpoint_of(broker_id: int) -> tuple[str, int] | None:
+            broker = cache.brokers_for(name).get(broker_id)
+            return None if broker is None else (broker.host, broker.port)
+
+        return TransactionMarkerChannel(
+            self.config.broker_id,
+            leader_of,
+            endpoint_of,
+            listener,
+            request_timeout_ms=self.config.request_timeout_ms,
+            security=self.client_security,
+        )
 
     def _cluster_allowed(self, ctx: RequestContext, operation: AclOperation) -> bool:
         return self.services.allowed(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)
@@ -310,6 +348,12 @@ class Broker:
         handlers[ApiKey.OFFSET_FETCH] = groups.handle_offset_fetch
         handlers[ApiKey.OFFSET_DELETE] = groups.handle_offset_delete
         handlers[ApiKey.DELETE_GROUPS] = groups.handle_delete_groups
+        transactions = groups.transactions
+        handlers[ApiKey.ADD_PARTITIONS_TO_TXN] = transactions.handle_add_partitions_to_txn
+        handlers[ApiKey.ADD_OFFSETS_TO_TXN] = transactions.handle_add_offsets_to_txn
+        handlers[ApiKey.END_TXN] = transactions.handle_end_txn
+        handlers[ApiKey.DESCRIBE_TRANSACTIONS] = transactions.handle_describe_transactions
+        handlers[ApiKey.LIST_TRANSACTIONS] = transactions.handle_list_transactions
         classic = ClassicGroupService(self.group_coordinator)
         self.group_coordinator.listeners.append(classic)
         self.group_coordinator.replayers[group_records.GROUP_METADATA_KEY] = (
@@ -419,6 +463,7 @@ class Broker:
             self.server.port,
         )
         await self._recover_assignments()
+        self.transaction_coordinator.start()
         for task in periodic_tasks(
             self.config,
             self.log_manager,
@@ -604,6 +649,7 @@ class Broker:
         if self.metrics is not None:
             await self.metrics.stop()
         await self.group_coordinator.shutdown()
+        await self.transaction_coordinator.shutdown()
         await self.configs.stop()
         await self.replica_manager.shutdown()
         if self._zk_fence is not None:

@@ -15,6 +15,7 @@ from replog.server.topic_stats import BrokerTopicStats
 if TYPE_CHECKING:
     from replog.config import KafkaConfig
     from replog.coordinator.group.coordinator import GroupCoordinator
+    from replog.coordinator.transaction.runtime import TransactionCoordinatorRuntime
     from replog.replication.replica_manager import ReplicaManager
     from replog.security.acl import AclOperation, ResourceType
     from replog.server.admin import AdminManager
@@ -41,6 +42,7 @@ class BrokerServices:
     fetch_manager: FetchManager  # incremental fetch sessions (KIP-227)
     topic_stats: BrokerTopicStats = field(default_factory=BrokerTopicStats)
     authorizer: Authorizer | None = None  # None: no authorizer.class.name, all allowed
+    transaction_coordinator: TransactionCoordinatorRuntime | None = None
 
     def allowed(
         self, ctx: RequestContext, operation: AclOperation, resource_type: ResourceType, name: str
@@ -48,6 +50,15 @@ class BrokerServices:
         """Whether the request's principal may do ``operation`` on the resource."""
         return self.authorizer is None or self.authorizer.allowed(
             ctx, operation, resource_type, name
+        )
+
+    def allowed_on_some(
+        self, ctx: RequestContext, operation: AclOperation, resource_type: ResourceType
+    ) -> bool:
+        """Whether the principal may do ``operation`` on at least one resource of the type
+        (Kafka ``authorizeByResourceType``)."""
+        return self.authorizer is None or self.authorizer.allowed_on_some(
+            ctx, operation, resource_type
         )
 
     def authorized_operations(

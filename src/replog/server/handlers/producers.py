@@ -6,9 +6,10 @@ coordinator's ``handleInitProducerId``): a producer id without the other half
 (v3+ ``producer_id`` / ``producer_epoch``, KIP-360) is INVALID_REQUEST; a
 non-transactional producer always gets a new producer id at epoch 0, also when
 it names the id and epoch it had (Kafka "blindly accepts" those: an idempotent
-producer that wants a new epoch gets a new id). Transactions are not
-implemented: a transactional id is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-an empty one is INVALID_REQUEST as in Kafka.
+producer that wants a new epoch gets a new id). It needs IdempotentWrite on the cluster
+or, since Kafka 3.0 (KIP-679), Write on some topic. A transactional id goes to the
+transaction coordinator (``handlers.transactions``), Write on the TransactionalId
+checked first.
 
 DescribeProducers (KIP-664; Kafka ``handleDescribeProducersRequest``,
 ``Partition.activeProducerState``): the producers the replica's log has state
@@ -24,6 +25,7 @@ from kio.schema.errors import ErrorCode
 from replog.protocol.apis import ApiKey, make, nested
 from replog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
+from replog.server.handlers.transactions import init_transactional_producer_id
 from replog.server.network import RequestContext
 
 NO_PRODUCER_ID = -1
@@ -49,17 +51,16 @@ async def handle_init_producer_id(services: BrokerServices, ctx: RequestContext,
     producer_epoch = int(getattr(request, "producer_epoch", NO_PRODUCER_EPOCH))
     if (producer_id == NO_PRODUCER_ID) != (producer_epoch == NO_PRODUCER_EPOCH):
         return answer(ErrorCode.invalid_request)
-    # Kafka: an idempotent producer needs IdempotentWrite on the cluster (or, since Kafka
-    # 3.0, Write on some topic: not checked here, only the cluster grant)
-    if request.transactional_id is None and not services.allowed(
-        ctx, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME
-    ):
-        return answer(ErrorCode.cluster_authorization_failed)
     if transactional_id is not None:
-        if transactional_id == "":
-            return answer(ErrorCode.invalid_request)
-        # Transactions are not implemented; idempotent producers are.
-        return answer(ErrorCode.transactional_id_authorization_failed)
+        return answer(
+            *await init_transactional_producer_id(services, ctx, str(transactional_id), request)
+        )
+    # Kafka: an idempotent producer needs IdempotentWrite on the cluster or, since Kafka
+    # 3.0 (KIP-679), Write on any topic
+    if not services.allowed(
+        ctx, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME
+    ) and not services.allowed_on_some(ctx, AclOperation.WRITE, ResourceType.TOPIC):
+        return answer(ErrorCode.cluster_authorization_failed)
     return answer(ErrorCode.none, await services.producer_ids.generate_producer_id(), 0)
 
 
