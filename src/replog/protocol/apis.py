@@ -120,6 +120,9 @@ CLIENT_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
+    # Inter-broker (ClusterAction). v0 left with Kafka 4.0 (KIP-896); kio has v1 and v2,
+    # and v2's transaction version 2 (KIP-890 part 2) is not served.
+    ApiKey.WRITE_TXN_MARKERS: (1, 1),
 }
 
 # Filled in by replog.protocol.controller_schemas when it is importable.

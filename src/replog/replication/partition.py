@@ -20,6 +20,7 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
+from replog.protocol.records import EndTxnMarker
 from replog.replication.core import AcksAllStatus, HwChange
 from replog.replication.delayed import DelayedOperation, WatchList
 from replog.replication.delete_records import DeleteRecordsStatus
@@ -345,11 +346,29 @@ class Partition:
             return error, None
         info = self._log.append_as_leader(records, leader_epoch=self.leader_epoch, now_ms=now_ms)
         if not info.duplicate:
-            change = self._machine.on_local_append()
-            if change is not None:
-                self._log.update_high_watermark(change.new)
-            self._complete_delayed()  # follower fetches wait for the log end to move
+            self._appended_as_leader()
         return ErrorCode.none, info
+
+    def append_marker_as_leader(
+        self, producer_id: int, producer_epoch: int, marker: EndTxnMarker, *, now_ms: int
+    ) -> tuple[ErrorCode, AppendInfo | None]:
+        """Append a transaction's COMMIT or ABORT marker from its coordinator (always
+        acks=all, as Kafka: NOT_ENOUGH_REPLICAS below ``min.insync.replicas``)."""
+        error = self._machine.check_append(-1)
+        if error is not ErrorCode.none:
+            return error, None
+        info = self._log.append_marker_as_leader(
+            producer_id, producer_epoch, marker, leader_epoch=self.leader_epoch, now_ms=now_ms
+        )
+        self._appended_as_leader()
+        return ErrorCode.none, info
+
+    def _appended_as_leader(self) -> None:
+        change = self._machine.on_local_append()
+        if change is not None:
+            self._log.update_high_watermark(change.new)
+        # follower fetches wait for the log end to move, read_committed ones for the LSO
+        self._complete_delayed()
 
     # -- following: truncation and appends (the fetcher's IO, the machine's rules) ----------
 

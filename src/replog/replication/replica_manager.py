@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode
 from replog.common.clock import now_ms
 from replog.config import KafkaConfig
 from replog.protocol.errors import error_code_for
+from replog.protocol.records import EndTxnMarker
 from replog.replication.core import StopLeading
 from replog.replication.delayed_operations import (
     DelayedDeleteRecords,
@@ -41,6 +42,7 @@ from replog.replication.machine import (
 from replog.replication.partition import Partition
 from replog.replication.quota import ReplicationQuota
 from replog.replication.truncation import EpochEndOffset
+from replog.storage.log import AppendInfo
 from replog.storage.log_config import LogConfig
 from replog.storage.log_manager import LogManager
 from replog.zk.client import KafkaZkClient
@@ -172,8 +174,35 @@ class ReplicaManager:
         part = self.partitions.get((topic, partition))
         if part is None:
             return ProduceResult(self._missing(topic, partition))
+        return self._append(
+            part, lambda: part.append_as_leader(bytearray(records), acks=acks, now_ms=now)
+        )
+
+    def append_txn_marker(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        marker: EndTxnMarker,
+        now: int,
+    ) -> ProduceResult:
+        """A WriteTxnMarkers entry's COMMIT or ABORT for one partition led here; wait for
+        it with ``wait_for_acks_all`` (markers are written with acks=all)."""
+        part = self.partitions.get((topic, partition))
+        if part is None:
+            return ProduceResult(self._missing(topic, partition))
+        return self._append(
+            part,
+            lambda: part.append_marker_as_leader(producer_id, producer_epoch, marker, now_ms=now),
+        )
+
+    def _append(
+        self, part: Partition, append: Callable[[], tuple[ErrorCode, AppendInfo | None]]
+    ) -> ProduceResult:
+        topic, partition = part.topic, part.partition
         try:
-            error, info = part.append_as_leader(bytearray(records), acks=acks, now_ms=now)
+            error, info = append()
         except Exception as exc:
             code = error_code_for(exc)
             if code == ErrorCode.unknown_server_error:

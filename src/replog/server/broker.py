@@ -71,7 +71,16 @@ from replog.server.controlled_shutdown import (
 )
 from replog.server.fetch_session import FetchManager, FetchSessionCache
 from replog.server.handlers import admin as admin_handlers
-from replog.server.handlers import cluster, fetch, metadata, offsets, produce, producers, records
+from replog.server.handlers import (
+    cluster,
+    fetch,
+    metadata,
+    offsets,
+    produce,
+    producers,
+    records,
+    txn_markers,
+)
 from replog.server.handlers import configs as config_handlers
 from replog.server.handlers import partitions as partition_handlers
 from replog.server.handlers.acls import AclRequests
@@ -325,6 +334,7 @@ class Broker:
             ApiKey.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
             ApiKey.DESCRIBE_PRODUCERS: producers.handle_describe_producers,
             ApiKey.CREATE_PARTITIONS: partition_handlers.handle_create_partitions,
+            ApiKey.WRITE_TXN_MARKERS: txn_markers.handle_write_txn_markers,
         }
         handlers = {int(key): partial(handler, s) for key, handler in table.items()}
         acl_requests = AclRequests(self.services)

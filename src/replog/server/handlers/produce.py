@@ -1,4 +1,8 @@
-"""Produce: append to partition leaders; acks 0, 1 and -1 (all)."""
+"""Produce: append to partition leaders; acks 0, 1 and -1 (all).
+
+Transactional batches need the request's ``transactional_id`` and Write on it
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition otherwise, as Kafka); the
+partition's producer state checks them (``storage.producer_state``)."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from kio.schema.errors import ErrorCode
 from replog.common.clock import now_ms
 from replog.common.topics import INTERNAL_TOPICS
 from replog.protocol import frames, produce_codec
+from replog.protocol.records import first_batch_is_transactional
 from replog.replication.replica_manager import ProduceResult
 from replog.security.acl import AclOperation, ResourceType
 from replog.server.handlers.context import BrokerServices
@@ -20,12 +25,27 @@ from replog.server.handlers.leader_discovery import (
 from replog.server.network import RequestContext
 
 
+def _has_transactional_records(request) -> bool:  # type: ignore[no-untyped-def]
+    """Kafka ``ProduceRequest.hasTransactionalRecords``: a partition's first batch is."""
+    return any(
+        part.records and first_batch_is_transactional(part.records)
+        for topic in request.topic_data
+        for part in topic.partition_data
+    )
+
+
 async def handle_produce(services: BrokerServices, ctx: RequestContext, request) -> object | None:
     rm = services.replica_manager
     now = now_ms()
     results: dict[tuple[str, int], ProduceResult] = {}
     acks = int(request.acks)
-    if request.transactional_id is not None:
+    if _has_transactional_records(request) and (
+        request.transactional_id is None
+        or not services.allowed(
+            ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, str(request.transactional_id)
+        )
+    ):
+        # Kafka: transactional batches need Write on the request's TransactionalId.
         error: ErrorCode | None = ErrorCode.transactional_id_authorization_failed
     elif acks not in (0, 1, -1):
         error = ErrorCode.invalid_required_acks

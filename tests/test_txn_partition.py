@@ -1,0 +1,213 @@
+"""The partition side of transactions, on a storage ``Log``: transactional batches open a
+producer's transaction, COMMIT/ABORT markers end it, the last stable offset, the
+``.txnindex`` of aborted transactions (written with the marker, rebuilt after a crash,
+cut with a truncation) and the leader's checks (INVALID_TXN_STATE, INVALID_PRODUCER_EPOCH,
+TRANSACTION_COORDINATOR_FENCED, no control batches from clients)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from replog.protocol.errors import (
+    InvalidProducerEpoch,
+    InvalidTxnState,
+    TransactionCoordinatorFenced,
+)
+from replog.protocol.records import (
+    ATTR_TRANSACTIONAL,
+    EndTxnMarker,
+    InvalidRecord,
+    build_batch,
+    encode_record,
+    end_txn_marker_batch,
+    iter_batches,
+    read_end_txn_marker,
+    read_header,
+)
+from replog.storage.log import Log
+from replog.storage.log_config import LogConfig
+from replog.storage.producer_state import ProducerStateManager, decode_snapshot, encode_snapshot
+from replog.storage.txn_index import AbortedTxn, TransactionIndex
+
+NOW = 1_700_000_000_000
+
+
+def open_log(dir: Path, *, clean: bool = False, recovery_point: int = 0, **config: object) -> Log:
+    return Log.open(
+        dir,
+        LogConfig(**config),  # type: ignore[arg-type]
+        recovery_point=recovery_point,
+        log_start_offset=0,
+        now_ms=NOW,
+        clean_shutdown=clean,
+    )
+
+
+def txn_batch(pid: int, seq: int, n: int = 2, *, epoch: int = 0, transactional: bool = True):
+    records = b"".join(encode_record(i, 0, None, b"v%d" % (seq + i)) for i in range(n))
+    return bytearray(
+        build_batch(
+            base_offset=0,
+            partition_leader_epoch=0,
+            attributes=ATTR_TRANSACTIONAL if transactional else 0,
+            last_offset_delta=n - 1,
+            base_timestamp=NOW,
+            max_timestamp=NOW,
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=seq,
+            record_count=n,
+            records=records,
+        )
+    )
+
+
+def marker(log: Log, pid: int, *, commit: bool, epoch: int = 0, coordinator_epoch: int = 0):
+    return log.append_marker_as_leader(
+        pid, epoch, EndTxnMarker(commit, coordinator_epoch), leader_epoch=0, now_ms=NOW
+    )
+
+
+def test_marker_batch_round_trip() -> None:
+    batch = end_txn_marker_batch(
+        producer_id=7, producer_epoch=3, commit=False, coordinator_epoch=12, timestamp=NOW
+    )
+    header = read_header(batch)
+    assert header.is_control and header.is_transactional and header.base_sequence == -1
+    assert read_end_txn_marker(batch, header) == EndTxnMarker(False, 12)
+
+
+def test_transactions_move_the_last_stable_offset_and_index_aborts(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(txn_batch(1, 0), leader_epoch=0, now_ms=NOW)  # 0-1, pid 1 opens
+    log.append_as_leader(txn_batch(2, 0), leader_epoch=0, now_ms=NOW)  # 2-3, pid 2 opens
+    log.update_high_watermark(log.log_end_offset)
+    assert log.producer_state.first_unstable_offset() == 0
+    assert log.last_stable_offset() == 0
+    assert marker(log, 1, commit=True).first_offset == 4  # pid 1 commits
+    log.update_high_watermark(log.log_end_offset)
+    assert log.last_stable_offset() == 2
+    assert log.active_segment.txn_index.entries == []  # a commit is not indexed
+    marker(log, 2, commit=False)  # pid 2 aborts at 5
+    assert log.last_stable_offset() == 5  # the HW, not yet past the marker
+    log.update_high_watermark(log.log_end_offset)
+    assert log.last_stable_offset() == 6
+    assert log.active_segment.txn_index.entries == [AbortedTxn(2, 2, 5, 6)]
+    assert log.collect_aborted_transactions(0, 6) == [AbortedTxn(2, 2, 5, 6)]
+    assert log.collect_aborted_transactions(4, 6) == [AbortedTxn(2, 2, 5, 6)]
+    assert log.collect_aborted_transactions(0, 2) == []
+    assert log.collect_aborted_transactions(6, 7) == []
+    # the markers are in the log as control batches, readable by anyone
+    data = log.read(0, 1 << 20).records
+    controls = [h for _, h in iter_batches(data) if h.is_control]
+    assert [(h.base_offset, h.producer_id) for h in controls] == [(4, 1), (5, 2)]
+
+
+def test_an_empty_transaction_marker_is_not_indexed(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    marker(log, 9, commit=False)
+    assert log.active_segment.txn_index.entries == []
+    assert log.producer_state.first_unstable_offset() is None
+
+
+def test_leader_checks(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(txn_batch(1, 0, epoch=2), leader_epoch=0, now_ms=NOW)
+    end = log.log_end_offset
+    with pytest.raises(InvalidTxnState):
+        log.append_as_leader(
+            txn_batch(1, 2, epoch=2, transactional=False), leader_epoch=0, now_ms=NOW
+        )
+    with pytest.raises(InvalidProducerEpoch):
+        log.append_as_leader(txn_batch(1, 0, epoch=1), leader_epoch=0, now_ms=NOW)
+    with pytest.raises(InvalidProducerEpoch):
+        marker(log, 1, commit=True, epoch=1)
+    marker(log, 1, commit=True, epoch=2, coordinator_epoch=5)
+    with pytest.raises(TransactionCoordinatorFenced):
+        marker(log, 1, commit=False, epoch=2, coordinator_epoch=4)
+    with pytest.raises(InvalidRecord):
+        forged = bytearray(
+            end_txn_marker_batch(
+                producer_id=1, producer_epoch=2, commit=True, coordinator_epoch=9, timestamp=NOW
+            )
+        )
+        log.append_as_leader(forged, leader_epoch=0, now_ms=NOW)
+    assert log.log_end_offset == end + 1  # only the accepted marker was written
+    # after the commit the producer may write outside a transaction again
+    log.append_as_leader(txn_batch(1, 2, epoch=2, transactional=False), leader_epoch=0, now_ms=NOW)
+
+
+def test_snapshot_keeps_open_transactions(tmp_path: Path) -> None:
+    state = ProducerStateManager("t-0")
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(txn_batch(4, 0), leader_epoch=0, now_ms=NOW)
+    log.append_as_leader(txn_batch(5, 0), leader_epoch=0, now_ms=NOW)
+    marker(log, 5, commit=True)
+    state.producers = decode_snapshot(encode_snapshot(log.producer_state.producers))
+    assert state.producers[4].current_txn_first_offset == 0
+    assert state.producers[5].current_txn_first_offset == -1
+    path = log.producer_state.write_snapshot(tmp_path)
+    assert state.load_snapshot(path, log.log_end_offset)
+    assert state.first_unstable_offset() == 0
+
+
+def test_follower_rebuilds_the_same_state(tmp_path: Path) -> None:
+    leader = open_log(tmp_path / "l-0")
+    follower = open_log(tmp_path / "f-0")
+    leader.append_as_leader(txn_batch(1, 0), leader_epoch=0, now_ms=NOW)
+    leader.append_as_leader(txn_batch(2, 0), leader_epoch=0, now_ms=NOW)
+    marker(leader, 1, commit=False)
+    follower.append_as_follower(leader.read(0, 1 << 20).records, now_ms=NOW)
+    assert follower.producer_state.ongoing_txns == {2: 2}
+    assert follower.active_segment.txn_index.entries == leader.active_segment.txn_index.entries
+
+
+def test_txn_index_rebuilt_after_a_crash_and_cut_by_truncation(tmp_path: Path) -> None:
+    dir = tmp_path / "t-0"
+    log = open_log(dir, segment_bytes=300)
+    for pid in range(1, 5):
+        log.append_as_leader(txn_batch(pid, 0), leader_epoch=0, now_ms=NOW)
+    for pid in range(1, 5):
+        marker(log, pid, commit=pid % 2 == 0)  # 1 and 3 abort
+    assert len(log.segments) > 1
+    expected = [t for s in log.segments for t in s.txn_index.entries]
+    assert [(t.producer_id, t.first_offset, t.last_offset) for t in expected] == [
+        (1, 0, 8),
+        (3, 4, 10),
+    ]
+    # An unclean stop: nothing of the indexes was written (no flush since the rolls'),
+    # and the newest .txnindex files are gone entirely.
+    for path in dir.glob("*.txnindex"):
+        path.unlink()
+    reopened = open_log(dir, segment_bytes=300)
+    assert [t for s in reopened.segments for t in s.txn_index.entries] == expected
+    assert reopened.producer_state.first_unstable_offset() is None
+    # A truncation below the second abort's marker drops its entry and reopens pid 3's
+    # (and pid 4's) transaction.
+    reopened.truncate_to(10)
+    assert [t for s in reopened.segments for t in s.txn_index.entries] == expected[:1]
+    assert reopened.producer_state.ongoing_txns == {3: 4, 4: 6}
+    reopened.flush()
+    reopened.close()
+    clean = open_log(dir, clean=True, recovery_point=10, segment_bytes=300)
+    assert [t for s in clean.segments for t in s.txn_index.entries] == expected[:1]
+    assert clean.producer_state.ongoing_txns == {3: 4, 4: 6}
+
+
+def test_txn_index_file_round_trip_and_torn_tail(tmp_path: Path) -> None:
+    path = tmp_path / "00000000000000000000.txnindex"
+    index = TransactionIndex(path, load=False)
+    index.append(AbortedTxn(1, 0, 5, 6))
+    index.append(AbortedTxn(2, 3, 9, 10))
+    index.flush()
+    with open(path, "ab") as f:
+        f.write(b"\x00\x00\x01")  # a torn entry
+    again = TransactionIndex(path, load=True)
+    assert again.entries == index.entries
+    assert path.stat().st_size == 2 * 34
+    with pytest.raises(ValueError):
+        again.append(AbortedTxn(3, 0, 9, 10))
+    again.truncate_to(9)
+    assert TransactionIndex(path, load=True).entries == [AbortedTxn(1, 0, 5, 6)]
