@@ -242,6 +242,14 @@ def describe(cluster, transactional_id: str) -> SimpleNamespace:
     return wait_for(attempt, 60, f"a description of {transactional_id}")
 
 
+def wait_state(cluster, transactional_id: str, state: str) -> SimpleNamespace:
+    def reached():
+        described = describe(cluster, transactional_id)
+        return described if described.transaction_state == state else None
+
+    return wait_for(reached, 60, f"{transactional_id} in {state}")
+
+
 # -- the topic --------------------------------------------------------------------------------
 
 
@@ -309,6 +317,43 @@ def test_confluent_init_transactions_and_fencing(cluster) -> None:
         assert error.fatal() or error.code() == KafkaError._FENCED, error
     finally:
         consumer.close()
+
+
+def test_confluent_commit_and_abort(cluster) -> None:
+    tid = "txn-confluent-data"
+    producer = _producer(cluster, tid)
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    for i in range(6):
+        producer.produce(TOPIC, value=b"committed-%d" % i, partition=i % 3)
+    producer.commit_transaction(60)
+    # EndTxn is answered once PrepareCommit is written; the markers follow
+    committed = wait_state(cluster, tid, "CompleteCommit")
+    assert committed.topics == []  # the markers are written: no partition left pending
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce(TOPIC, value=b"aborted-%d" % i, partition=i)
+    producer.flush(30)
+    ongoing = describe(cluster, tid)
+    assert ongoing.transaction_state == "Ongoing"
+    assert ongoing.topics == [(TOPIC, [0, 1, 2])]
+    producer.abort_transaction(60)
+    aborted = wait_state(cluster, tid, "CompleteAbort")
+    assert (aborted.transaction_state, aborted.producer_epoch) == (
+        "CompleteAbort",
+        committed.producer_epoch,
+    )
+    # Every record and both transactions' markers are in the log: per partition two
+    # committed records, one aborted, a COMMIT and an ABORT marker
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers(), "group.id": "txn-r"})
+    try:
+        ends = [
+            consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=30)[1]
+            for p in range(3)
+        ]
+    finally:
+        consumer.close()
+    assert all(end >= 2 + 1 + 2 for end in ends), ends
 
 
 def test_transaction_timeout_over_the_maximum(cluster) -> None:
@@ -439,6 +484,7 @@ def test_timed_out_transaction_is_aborted_with_an_epoch_bump(cluster) -> None:
     described = wait_for(aborted, 30, "the coordinator to abort the timed-out transaction")
     assert described.transaction_state in ("PrepareAbort", "CompleteAbort")
     assert described.producer_epoch == epoch + 1
+    wait_state(cluster, tid, "CompleteAbort")
     # The abandoned producer's epoch is fenced
     assert end_txn(cluster, tid, pid, epoch, committed=True) is ErrorCode.producer_fenced
 
@@ -495,9 +541,23 @@ def test_coordinator_killed_with_transactions_prepared_and_open(cluster) -> None
         assert add_partitions(cluster, open_tid, opid, oepoch, {TOPIC: [2]}) == {
             (TOPIC, 2): ErrorCode.none
         }
+        # the new coordinator completes the commit its predecessor prepared
+        wait_state(cluster, committing, "CompleteCommit")
+        # KIP-360: the producer aborts, then bumps its epoch with its id and epoch (the
+        # bump waits, CONCURRENT_TRANSACTIONS, until the abort's markers are written)
         assert end_txn(cluster, open_tid, opid, oepoch, committed=False) is ErrorCode.none
-        aborting = describe(cluster, open_tid)
-        assert aborting.transaction_state in ("PrepareAbort", "CompleteAbort")
-        assert aborting.producer_epoch == oepoch
+        answer = retried(
+            cluster,
+            open_tid,
+            lambda: init_v5.InitProducerIdRequest(
+                transactional_id=open_tid,
+                transaction_timeout=_ms(60_000),
+                producer_id=opid,
+                producer_epoch=oepoch,
+            ),
+        )
+        assert answer.error_code is ErrorCode.none
+        assert (int(answer.producer_id), int(answer.producer_epoch)) == (opid, oepoch + 1)
+        assert describe(cluster, open_tid).transaction_state == "Empty"
     finally:
         cluster.start_broker(old)
