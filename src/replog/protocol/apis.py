@@ -111,6 +111,7 @@ CLIENT_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.OFFSET_COMMIT: (2, 9),
     ApiKey.OFFSET_FETCH: (1, 9),
     ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 4),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.JOIN_GROUP: (2, 9),
     ApiKey.SYNC_GROUP: (0, 5),

@@ -91,6 +91,7 @@ from replog.server.handlers.controller_rpc import ControllerCommands
 from replog.server.handlers.group_coordinator import GroupCoordinatorRequests
 from replog.server.handlers.group_membership import GroupMembershipRequests
 from replog.server.handlers.scram_credentials import ScramCredentialRequests
+from replog.server.handlers.txn_offsets import handle_txn_offset_commit
 from replog.server.metadata_cache import MetadataCache
 from replog.server.metrics import BrokerMetrics, BrokerStateCollector, RemoteEndOffsets
 from replog.server.network import KafkaServer, RequestContext
@@ -335,6 +336,7 @@ class Broker:
             ApiKey.DESCRIBE_PRODUCERS: producers.handle_describe_producers,
             ApiKey.CREATE_PARTITIONS: partition_handlers.handle_create_partitions,
             ApiKey.WRITE_TXN_MARKERS: txn_markers.handle_write_txn_markers,
+            ApiKey.TXN_OFFSET_COMMIT: handle_txn_offset_commit,
         }
         handlers = {int(key): partial(handler, s) for key, handler in table.items()}
         acl_requests = AclRequests(self.services)

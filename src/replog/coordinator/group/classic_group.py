@@ -130,6 +130,31 @@ class ClassicGroup:
             return ErrorCode.rebalance_in_progress
         return ErrorCode.none
 
+    def validate_txn_offset_commit(
+        self, member_id: str, generation_id: int, group_instance_id: str | None
+    ) -> ErrorCode:
+        """Kafka ``ClassicGroup.validateOffsetCommit`` for TxnOffsetCommit (KIP-447): the
+        member fields are checked only when given (v3+ sends them; older versions and
+        producers outside a group do not), and a rebalance in progress does not refuse
+        the commit (the transaction decides it)."""
+        if self.state is GroupState.DEAD:
+            return ErrorCode.coordinator_not_available
+        if generation_id < 0 and self.state is GroupState.EMPTY:
+            return ErrorCode.none
+        if generation_id < 0 and not member_id and group_instance_id is None:
+            return ErrorCode.none
+        if group_instance_id is not None:
+            known = self.static_members.get(group_instance_id)
+            if known is None:
+                return ErrorCode.unknown_member_id
+            if known != member_id:
+                return ErrorCode.fenced_instance_id
+        elif member_id not in self.members:
+            return ErrorCode.unknown_member_id
+        if generation_id != self.generation_id:
+            return ErrorCode.illegal_generation
+        return ErrorCode.none
+
     def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> ErrorCode:
         return ErrorCode.none
 

@@ -365,6 +365,26 @@ class ConsumerGroup:
             return ErrorCode.stale_member_epoch
         return ErrorCode.none
 
+    def validate_txn_offset_commit(
+        self, member_id: str, generation_id: int, group_instance_id: str | None
+    ) -> ErrorCode:
+        """Kafka ``ConsumerGroup.validateOffsetCommit`` for TxnOffsetCommit (KIP-447 with
+        KIP-848's member epoch as the generation): a commit from outside group management
+        while the group is empty, or one naming no member at all, is accepted; otherwise a
+        known member at its current epoch. A wrong epoch is ILLEGAL_GENERATION, for
+        members of either protocol: Kafka turns STALE_MEMBER_EPOCH into it for
+        TxnOffsetCommit, which transactional producers know."""
+        if generation_id < 0 and not self.members:
+            return ErrorCode.none
+        if generation_id == -1 and not member_id and group_instance_id is None:
+            return ErrorCode.none
+        member = self.members.get(member_id)
+        if member is None:
+            return ErrorCode.unknown_member_id
+        if generation_id != member.member_epoch:
+            return ErrorCode.illegal_generation
+        return ErrorCode.none
+
     def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> ErrorCode:
         """Kafka ``ConsumerGroup.validateOffsetFetch``: epoch -1 (admin clients) reads
         freely; a member must be known and at its epoch."""

@@ -13,7 +13,15 @@ coordinator.
 Writes go through the partition leader's append with acks=all, like a producer's: a
 commit is acknowledged only once every in-sync replica has it
 (``offsets.commit.timeout.ms`` bounds the wait). The in-memory state changes only
-after the write is acknowledged.
+after the write is acknowledged, except a transactional commit's pending entry
+(``txn_offsets``), held from its append on so that its transaction's marker, which
+can only follow it in the log, always finds it.
+
+Transaction markers: the WriteTxnMarkers handler, after appending a COMMIT or ABORT
+marker to an offsets partition with acks=all, calls ``on_transaction_marker``; while
+loading, the markers are read from the log instead (control batches), so a shard that
+is still loading ignores the call: it reads up to the high watermark it finds at its
+end, which is past every marker acknowledged by then.
 
 Concurrency: everything here is owned by the event loop. A shard's groups and offsets
 change only in callbacks that do not await between a check and the change; the one
@@ -27,6 +35,7 @@ import enum
 import logging
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -37,7 +46,7 @@ from replog.coordinator.group import records as rec
 from replog.coordinator.group.group import Group, Record
 from replog.coordinator.group.offsets import CommittedOffset, OffsetStore, TopicPartition
 from replog.coordinator.group.offsets_topic import partition_for
-from replog.protocol.records import build_batch, encode_record, iter_batches
+from replog.protocol.records import ATTR_TRANSACTIONAL, build_batch, encode_record, iter_batches
 from replog.protocol.wire import CodecError
 from replog.replication.delayed_operations import DelayedHighWatermark
 from replog.storage.record_reader import iter_records
@@ -138,6 +147,7 @@ class GroupShard:
 
     def unload(self, error: ErrorCode) -> None:
         self.state = ShardState.UNLOADED
+        self.offsets = OffsetStore()  # pending transactional commits go with the rest
         for handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
@@ -150,16 +160,23 @@ class GroupShard:
 
     # -- replay -------------------------------------------------------------------
 
-    def replay(self, record_offset: int, key: bytes, value: bytes | None) -> None:
-        """Apply one record of the partition, in log order."""
+    def replay(
+        self, record_offset: int, key: bytes, value: bytes | None, producer_id: int = -1
+    ) -> None:
+        """Apply one record of the partition, in log order; ``producer_id`` is that of a
+        transactional batch (its offset commits wait for the transaction's marker)."""
         version = rec.key_version(key)
         if version in (rec.OFFSET_COMMIT_KEY_V0, rec.OFFSET_COMMIT_KEY):
             k = rec.decode_offset_commit_key(key)
+            tp = (k.topic, k.partition)
             if value is None:
-                self.offsets.remove(k.group, (k.topic, k.partition), record_offset)
+                self.offsets.remove(k.group, tp, record_offset)
+                return
+            committed = CommittedOffset.of(rec.decode_offset_commit_value(value), record_offset)
+            if producer_id >= 0:
+                self.offsets.put_pending(producer_id, k.group, tp, committed)
             else:
-                committed = CommittedOffset.of(rec.decode_offset_commit_value(value), record_offset)
-                self.offsets.put(k.group, (k.topic, k.partition), committed)
+                self.offsets.put(k.group, tp, committed)
             return
         replayer = self.coordinator.replayers.get(version)
         if replayer is None:
@@ -172,6 +189,11 @@ class GroupShard:
             )
             return
         replayer(self, version, key, value)
+
+    def replay_end_transaction_marker(self, producer_id: int, commit: bool) -> list[str]:
+        """A COMMIT or ABORT marker of ``producer_id``, read or written (Kafka
+        ``replayEndTransactionMarker``): its pending offset commits are decided."""
+        return self.offsets.complete_transaction(producer_id, commit)
 
 
 Replayer = Callable[["GroupShard", int, bytes, "bytes | None"], None]
@@ -307,25 +329,32 @@ class GroupCoordinator:
             part = self._current_partition(shard)
             if part is None:
                 return
-        high_watermark = part.high_watermark
         offset = part.log_start_offset
         count = 0
         try:
-            while offset < high_watermark:
+            # To the high watermark as it is at the end (markers acknowledged meanwhile
+            # are read here: ``on_transaction_marker`` ignores a loading shard); nothing
+            # awaits between the last check and LOADED.
+            while offset < part.high_watermark:
+                high_watermark = part.high_watermark
                 data = part.read_records(offset, LOAD_READ_BYTES, high_watermark)
                 if not data:
                     break
                 for pos, header in iter_batches(data):
                     offset = header.next_offset
+                    batch = memoryview(data)[pos : pos + header.size]
                     if header.is_control:
+                        if header.base_offset < high_watermark:
+                            self._replay_control(shard, batch, header)
                         continue
-                    for record in iter_records(memoryview(data)[pos : pos + header.size], header):
+                    producer_id = header.producer_id if header.is_transactional else -1
+                    for record in iter_records(batch, header):
                         if record.offset >= high_watermark:
                             break
                         if record.key is None:
                             continue
                         try:
-                            shard.replay(record.offset, record.key, record.value)
+                            shard.replay(record.offset, record.key, record.value, producer_id)
                             count += 1
                         except (CodecError, ValueError) as exc:
                             log.error(
@@ -337,8 +366,10 @@ class GroupCoordinator:
                             )
                 # Yield between reads so a large partition does not hold the loop.
                 await asyncio.sleep(0)
-                if self._current_partition(shard) is None:
+                current = self._current_partition(shard)
+                if current is None:
                     return
+                part = current
         except Exception:
             log.exception(
                 "%s-%d: loading groups failed", GROUP_METADATA_TOPIC_NAME, shard.partition
@@ -360,11 +391,69 @@ class GroupCoordinator:
             time.monotonic() - started,
         )
 
+    def _replay_control(self, shard: GroupShard, batch: memoryview, header) -> None:
+        """A control batch read while loading: a COMMIT or ABORT marker decides the
+        pending offset commits of its producer."""
+        for record in iter_records(batch, header):
+            commit = rec.end_transaction_marker(record.key)
+            if commit is None:
+                log.warning(
+                    "%s-%d: skipping an unknown control record at offset %d",
+                    GROUP_METADATA_TOPIC_NAME,
+                    shard.partition,
+                    record.offset,
+                )
+                continue
+            shard.replay_end_transaction_marker(header.producer_id, commit)
+
+    def on_transaction_marker(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A COMMIT (``commit``) or ABORT marker of ``producer_id`` was appended to
+        ``__consumer_offsets-partition`` and acknowledged by the ISR (Kafka
+        ``GroupCoordinator.onTransactionCompleted`` / ``scheduleHandleTxnCompletion``).
+        Synchronous: it only moves or drops the producer's pending commits of the
+        partition's groups. A shard that is not loaded here ignores it (a loading shard
+        reads the marker from the log; an unloaded one's successor does)."""
+        shard = self._shards.get(partition)
+        if shard is None or shard.state is not ShardState.LOADED:
+            return
+        groups = shard.replay_end_transaction_marker(producer_id, commit)
+        if groups:
+            log.debug(
+                "%s-%d: %s of producer %d decided the offsets of groups %s",
+                GROUP_METADATA_TOPIC_NAME,
+                partition,
+                "COMMIT" if commit else "ABORT",
+                producer_id,
+                sorted(groups),
+            )
+
     # -- writes -------------------------------------------------------------------------
 
     async def append(self, shard: GroupShard, records: list[Record]) -> tuple[ErrorCode, int]:
         """Append ``records`` as one batch with acks=all; the error to answer with and the
         offset of the first record."""
+        return await self._append(shard, records, NON_TRANSACTIONAL, None)
+
+    async def append_transactional(
+        self,
+        shard: GroupShard,
+        records: list[Record],
+        producer: TransactionalProducer,
+        on_appended: Callable[[int], None],
+    ) -> tuple[ErrorCode, int]:
+        """As ``append``, as a transactional batch of ``producer`` (Kafka writes a
+        TxnOffsetCommit's records so: the partition checks the producer epoch, and the
+        transaction's marker decides them). ``on_appended(first offset)`` runs as soon as
+        the leader appended them, before the wait for acks=all."""
+        return await self._append(shard, records, producer, on_appended)
+
+    async def _append(
+        self,
+        shard: GroupShard,
+        records: list[Record],
+        producer: TransactionalProducer,
+        on_appended: Callable[[int], None] | None,
+    ) -> tuple[ErrorCode, int]:
         if not records:
             return ErrorCode.none, -1
         if self._current_partition(shard) is None:
@@ -374,12 +463,12 @@ class GroupCoordinator:
         batch = build_batch(
             base_offset=0,
             partition_leader_epoch=-1,
-            attributes=0,
+            attributes=ATTR_TRANSACTIONAL if producer.producer_id >= 0 else 0,
             last_offset_delta=len(records) - 1,
             base_timestamp=now,
             max_timestamp=now,
-            producer_id=-1,
-            producer_epoch=-1,
+            producer_id=producer.producer_id,
+            producer_epoch=producer.producer_epoch,
             base_sequence=-1,
             record_count=len(records),
             records=body,
@@ -388,6 +477,8 @@ class GroupCoordinator:
         key = (GROUP_METADATA_TOPIC_NAME, shard.partition)
         result = rm.append_to_leader(key[0], key[1], batch, -1, now)
         if result.error == ErrorCode.none:
+            if on_appended is not None and shard.active:
+                on_appended(result.base_offset)
             await rm.wait_for_acks_all({key: result}, self.config.offsets_commit_timeout_ms)
         error = ErrorCode(result.error)
         if error != ErrorCode.none:
@@ -423,7 +514,11 @@ class GroupCoordinator:
                 due = shard.offsets.expired(group_id, now, retention_ms, since)
                 expired += [(group_id, tp) for tp in due]
                 tombstones += [offset_tombstone(group_id, tp) for tp in due]
-                if group is not None and len(due) == len(shard.offsets.of_group(group_id)):
+                if (
+                    group is not None
+                    and len(due) == len(shard.offsets.of_group(group_id))
+                    and not shard.offsets.has_open_transactions(group_id)
+                ):
                     dead_groups.append(group_id)
                     tombstones.extend(group.metadata_tombstones())
             if not tombstones:
@@ -458,6 +553,21 @@ class GroupCoordinator:
                 await task
             except (asyncio.CancelledError, Exception):
                 pass
+
+
+@dataclass(frozen=True)
+class TransactionalProducer:
+    """The producer whose transaction a batch of ``__consumer_offsets`` belongs to
+    (``producer_id`` -1: not transactional). ``transactional_id`` is what KIP-890's
+    verification asks the transaction coordinator about before the partition appends
+    a transaction's first batch (Kafka ``appendForGroup``'s transactional id)."""
+
+    producer_id: int
+    producer_epoch: int
+    transactional_id: str | None = None
+
+
+NON_TRANSACTIONAL = TransactionalProducer(-1, -1)
 
 
 def offset_commit_record(

@@ -57,6 +57,15 @@ class Group(Protocol):
         group is empty."""
         ...
 
+    def validate_txn_offset_commit(
+        self, member_id: str, generation_id: int, group_instance_id: str | None
+    ) -> ErrorCode:
+        """ErrorCode.none if a transactional producer may commit offsets for this member
+        (TxnOffsetCommit, KIP-447): as ``validate_offset_commit``, but the member fields
+        are checked only when given, and a consumer group's stale member epoch is
+        ILLEGAL_GENERATION (Kafka ``validateTransactionalOffsetCommit``)."""
+        ...
+
     def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> ErrorCode:
         """ErrorCode.none if this fetch may read offsets (OffsetFetch v9+ names the member
         of a consumer group; classic groups accept every fetch)."""

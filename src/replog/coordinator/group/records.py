@@ -140,6 +140,26 @@ def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
     return OffsetCommitValue(offset, leader_epoch, metadata, commit_timestamp, expire_timestamp)
 
 
+# -- transaction markers ----------------------------------------------------------------
+
+CONTROL_TYPE_ABORT = 0
+CONTROL_TYPE_COMMIT = 1
+
+
+def end_transaction_marker(key: bytes | None) -> bool | None:
+    """The key of a control batch's record (Kafka ``ControlRecordType``: int16 version,
+    int16 type), as the loader reads COMMIT and ABORT markers of transactional offset
+    commits: True for COMMIT, False for ABORT, None for anything else."""
+    if key is None or len(key) < 4:
+        return None
+    kind = int.from_bytes(key[2:4], "big", signed=True)
+    if kind == CONTROL_TYPE_COMMIT:
+        return True
+    if kind == CONTROL_TYPE_ABORT:
+        return False
+    return None
+
+
 # -- group metadata keys (the values are the classic module's) --------------------------
 
 

@@ -255,7 +255,13 @@ class GroupCoordinatorRequests:
     # -- OffsetFetch ---------------------------------------------------------------------
 
     def _fetch_group(
-        self, ctx: RequestContext, group_id: str, topics, member_id: str | None, member_epoch: int
+        self,
+        ctx: RequestContext,
+        group_id: str,
+        topics,
+        member_id: str | None,
+        member_epoch: int,
+        require_stable: bool = False,
     ) -> tuple[ErrorCode, list[tuple[str, int, int, int, str | None, ErrorCode]]]:
         """(group error, [(topic, partition, offset, leader epoch, metadata, error)]).
         Kafka: Describe on the group; topics the principal may not describe are left out
@@ -264,6 +270,8 @@ class GroupCoordinatorRequests:
         if not s.allowed(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
             return ErrorCode.group_authorization_failed, []
         error, rows = self._committed_rows(group_id, topics, member_id, member_epoch)
+        if require_stable and error == ErrorCode.none:
+            rows = self._stable_rows(group_id, rows)
         if s.authorizer is None:
             return error, rows
         visible = {
@@ -312,13 +320,35 @@ class GroupCoordinatorRequests:
                     )
         return ErrorCode.none, rows
 
+    def _stable_rows(self, group_id: str, rows):
+        """OffsetFetch ``require_stable`` (v7+, KIP-447): a partition with a pending
+        transactional commit of the group is UNSTABLE_OFFSET_COMMIT (the consumer retries
+        until the transaction is decided), as Kafka's ``fetchOffsets`` answers."""
+        _, shard = self.services.group_coordinator.shard_for(group_id)
+        if shard is None:
+            return rows
+        unstable = ErrorCode.unstable_offset_commit
+        return [
+            (row[0], row[1], NO_OFFSET, NO_LEADER_EPOCH, "", unstable)
+            if row[5] == ErrorCode.none and shard.offsets.has_pending(group_id, (row[0], row[1]))
+            else row
+            for row in rows
+        ]
+
     async def handle_offset_fetch(self, ctx: RequestContext, request) -> object:
         version = ctx.api_version
         cls = response_class(ApiKey.OFFSET_FETCH, version)
         if version < FIRST_BATCHED_OFFSET_FETCH:
             topic_cls = nested(cls, "OffsetFetchResponseTopic")
             part_cls = nested(cls, "OffsetFetchResponsePartition")
-            error, rows = self._fetch_group(ctx, str(request.group_id), request.topics, None, -1)
+            error, rows = self._fetch_group(
+                ctx,
+                str(request.group_id),
+                request.topics,
+                None,
+                -1,
+                bool(getattr(request, "require_stable", False)),
+            )
             if error != ErrorCode.none and request.topics is not None:
                 # Without a top-level error field (v0-1) every partition carries it.
                 rows = [
@@ -343,6 +373,7 @@ class GroupCoordinatorRequests:
                 g.topics,
                 getattr(g, "member_id", None),
                 int(getattr(g, "member_epoch", -1)),
+                bool(getattr(request, "require_stable", False)),
             )
             groups.append(
                 make(
@@ -385,7 +416,11 @@ class GroupCoordinatorRequests:
         if shard is None:
             return answer(error, {})
         group = shard.groups.get(group_id)
-        if group is None and not shard.offsets.has_offsets(group_id):
+        if (
+            group is None
+            and not shard.offsets.has_offsets(group_id)
+            and not shard.offsets.has_open_transactions(group_id)
+        ):
             return answer(ErrorCode.group_id_not_found, {})
         if group is not None and not group.is_empty() and group.protocol_type != "consumer":
             return answer(ErrorCode.non_empty_group, {})
@@ -404,7 +439,10 @@ class GroupCoordinatorRequests:
                     per[tp] = ErrorCode.unknown_topic_or_partition
                 else:
                     per[tp] = ErrorCode.none
-                    if shard.offsets.get(group_id, tp) is not None:
+                    # Kafka: a tombstone also for a pending transactional commit
+                    if shard.offsets.get(group_id, tp) is not None or shard.offsets.has_pending(
+                        group_id, tp
+                    ):
                         tombstones.append((tp, offset_tombstone(group_id, tp)))
         if tombstones:
             error, first = await shard.write_at([r for _, r in tombstones])
@@ -421,13 +459,19 @@ class GroupCoordinatorRequests:
         if shard is None:
             return error
         group = shard.groups.get(group_id)
-        if group is None and not shard.offsets.has_offsets(group_id):
+        if (
+            group is None
+            and not shard.offsets.has_offsets(group_id)
+            and not shard.offsets.has_open_transactions(group_id)
+        ):
             return ErrorCode.group_id_not_found
         if group is not None:
             error = group.validate_delete_group()
             if error != ErrorCode.none:
                 return error
+        # Kafka ``deleteAllOffsets``: pending transactional commits are deleted too
         offsets = list(shard.offsets.of_group(group_id))
+        offsets += sorted(shard.offsets.pending_partitions(group_id) - set(offsets))
         records = [offset_tombstone(group_id, tp) for tp in offsets]
         if group is not None:
             records += group.metadata_tombstones()

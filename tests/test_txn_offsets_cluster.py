@@ -1,0 +1,309 @@
+"""TxnOffsetCommit and OffsetFetch ``require_stable`` against a real broker process.
+
+Requests are written with kio through ``replog.protocol.client.KafkaConnection`` (no
+client library sends a TxnOffsetCommit without the transaction coordinator's
+InitProducerId / AddOffsetsToTxn first), with made-up producer ids. One broker for the
+module.
+
+What is checked now: the API is offered (v0-v4); the request's own refusals
+(INVALID_GROUP_ID, UNKNOWN_TOPIC_OR_PARTITION) and KIP-447's fencing against a classic
+group formed through JoinGroup/SyncGroup (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
+FENCED_INSTANCE_ID) and a KIP-848 consumer group formed through ConsumerGroupHeartbeat
+(a stale member epoch is ILLEGAL_GENERATION, as Kafka answers TxnOffsetCommit); that a
+transactional commit is never visible to OffsetFetch, and that ``require_stable``
+(librdkafka's default, read_committed) reads committed offsets.
+
+``test_transactional_commit_is_pending_until_decided`` has two outcomes: until the
+partition side accepts the coordinator's transactional batches (issue 26's
+partition work), the write is refused and nothing is pending; once it does, the
+commit is pending (OffsetFetch ``require_stable`` answers UNSTABLE_OFFSET_COMMIT, a
+plain OffsetFetch the previous offset). Markers (WriteTxnMarkers) and
+``send_offsets_to_transaction`` end to end are tested where those are served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import uuid
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.consumer_group_heartbeat.v0 import request as heartbeat_v0
+from kio.schema.errors import ErrorCode
+from kio.schema.join_group.v5 import request as join_v5
+from kio.schema.offset_fetch.v7 import request as fetch_v7
+from kio.schema.sync_group.v3 import request as sync_v3
+from kio.schema.txn_offset_commit.v0 import request as txn_v0
+from kio.schema.txn_offset_commit.v3 import request as txn_v3
+from kio.static.primitive import i32Timedelta
+
+from clients_util import create_topic
+from group_util import commit_offsets
+from replog.protocol.apis import ApiKey
+from replog.protocol.client import KafkaConnection
+
+TOPIC = "txn-offsets"
+PRODUCER_ID = 4242
+
+# How the partition refuses the coordinator's transactional batch of a made-up producer:
+# before the partition side serves transactions, its producer-state check refuses a
+# batch with a producer id and no sequence (CORRUPT_MESSAGE); with KIP-890's
+# verification, a producer the transaction coordinator does not know
+# (INVALID_TXN_STATE).
+REFUSED_BY_THE_PARTITION = {ErrorCode.corrupt_message, ErrorCode.invalid_txn_state}
+
+
+def _ms(ms: int) -> i32Timedelta:
+    return i32Timedelta.parse(datetime.timedelta(milliseconds=ms))
+
+
+def _run(port: int, *requests: Any) -> list[Any]:
+    async def go() -> list[Any]:
+        conn = KafkaConnection("127.0.0.1", port, client_id="replog-txn-offsets-tests")
+        await conn.connect()
+        try:
+            return [await conn.request(r, timeout_s=30) for r in requests]
+        finally:
+            await conn.close()
+
+    return asyncio.run(go())
+
+
+@pytest.fixture(scope="module")
+def broker(replog_broker):
+    """The module's broker with TOPIC (2 partitions) and ``__consumer_offsets`` whose
+    coordinators are loaded."""
+    bootstrap = replog_broker.bootstrap_servers()
+    create_topic(bootstrap, TOPIC, 2)
+    # The first commit creates __consumer_offsets and waits until it is served.
+    commit_offsets(bootstrap, "txn-offsets-warmup", [TopicPartition(TOPIC, 0, 1)])
+    return replog_broker
+
+
+def _port(broker) -> int:
+    return broker.port(broker.broker_ids[0])
+
+
+def _group() -> str:
+    return f"txn-{uuid.uuid4().hex[:8]}"
+
+
+def _txn_commit(
+    port: int,
+    group: str,
+    offsets: dict[tuple[str, int], int],
+    *,
+    generation: int = -1,
+    member: str = "",
+    instance: str | None = None,
+    producer_id: int = PRODUCER_ID,
+) -> dict[tuple[str, int], ErrorCode]:
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, partition), offset in offsets.items():
+        by_topic.setdefault(topic, []).append(
+            txn_v3.TxnOffsetCommitRequestPartition(
+                partition_index=partition,
+                committed_offset=offset,
+                committed_leader_epoch=-1,
+                committed_metadata="m",
+            )
+        )
+    request = txn_v3.TxnOffsetCommitRequest(
+        transactional_id=f"tx-{group}",
+        group_id=group,
+        producer_id=producer_id,
+        producer_epoch=0,
+        generation_id=generation,
+        member_id=member,
+        group_instance_id=instance,
+        topics=tuple(
+            txn_v3.TxnOffsetCommitRequestTopic(name=t, partitions=tuple(ps))
+            for t, ps in by_topic.items()
+        ),
+    )
+    [response] = _run(port, request)
+    return {
+        (str(t.name), int(p.partition_index)): p.error_code
+        for t in response.topics
+        for p in t.partitions
+    }
+
+
+def _fetch(port: int, group: str, partitions: list[int], require_stable: bool):
+    """{partition: (offset, error)} of TOPIC for ``group`` (OffsetFetch v7)."""
+    [response] = _run(
+        port,
+        fetch_v7.OffsetFetchRequest(
+            group_id=group,
+            topics=(fetch_v7.OffsetFetchRequestTopic(name=TOPIC, partition_indexes=partitions),),
+            require_stable=require_stable,
+        ),
+    )
+    assert response.error_code == ErrorCode.none
+    [topic] = response.topics
+    return {
+        int(p.partition_index): (int(p.committed_offset), p.error_code) for p in topic.partitions
+    }
+
+
+def test_api_is_offered(broker) -> None:
+    [response] = _run(
+        _port(broker),
+        ApiVersionsRequest(client_software_name="t", client_software_version="1"),
+    )
+    versions = {int(a.api_key): (int(a.min_version), int(a.max_version)) for a in response.api_keys}
+    assert versions[ApiKey.TXN_OFFSET_COMMIT] == (0, 4)
+
+
+def test_request_refusals(broker) -> None:
+    port = _port(broker)
+    assert _txn_commit(port, "", {(TOPIC, 0): 1}) == {(TOPIC, 0): ErrorCode.invalid_group_id}
+    answer = _txn_commit(port, _group(), {("no-such-topic", 0): 1, (TOPIC, 7): 1})
+    assert answer == {
+        ("no-such-topic", 0): ErrorCode.unknown_topic_or_partition,
+        (TOPIC, 7): ErrorCode.unknown_topic_or_partition,
+    }
+    # v0 (no member fields) is served too: an unknown topic answered the same way
+    [response] = _run(
+        port,
+        txn_v0.TxnOffsetCommitRequest(
+            transactional_id="tx",
+            group_id=_group(),
+            producer_id=PRODUCER_ID,
+            producer_epoch=0,
+            topics=(
+                txn_v0.TxnOffsetCommitRequestTopic(
+                    name="no-such-topic",
+                    partitions=(
+                        txn_v0.TxnOffsetCommitRequestPartition(
+                            partition_index=0, committed_offset=1, committed_metadata=None
+                        ),
+                    ),
+                ),
+            ),
+        ),
+    )
+    [topic] = response.topics
+    assert [p.error_code for p in topic.partitions] == [ErrorCode.unknown_topic_or_partition]
+
+
+def _classic_member(port: int, group: str, instance: str) -> tuple[str, int]:
+    """A static member alone in a classic group, Stable after SyncGroup: (member id,
+    generation)."""
+    join = join_v5.JoinGroupRequest(
+        group_id=group,
+        session_timeout=_ms(30_000),
+        rebalance_timeout=_ms(30_000),
+        member_id="",
+        group_instance_id=instance,
+        protocol_type="consumer",
+        protocols=(join_v5.JoinGroupRequestProtocol(name="range", metadata=b""),),
+    )
+    [joined] = _run(port, join)
+    assert joined.error_code == ErrorCode.none, joined
+    member_id, generation = str(joined.member_id), int(joined.generation_id)
+    [synced] = _run(
+        port,
+        sync_v3.SyncGroupRequest(
+            group_id=group,
+            generation_id=generation,
+            member_id=member_id,
+            group_instance_id=instance,
+            assignments=(sync_v3.SyncGroupRequestAssignment(member_id=member_id, assignment=b""),),
+        ),
+    )
+    assert synced.error_code == ErrorCode.none, synced
+    return member_id, generation
+
+
+def test_classic_group_fencing(broker) -> None:
+    """KIP-447: a producer committing for a consumer that is no longer the group's
+    member at that generation is fenced, and nothing is written."""
+    port = _port(broker)
+    group = _group()
+    member_id, generation = _classic_member(port, group, "instance-1")
+    tp = (TOPIC, 0)
+    assert _txn_commit(port, group, {tp: 5}, generation=generation + 1, member=member_id) == {
+        tp: ErrorCode.illegal_generation
+    }
+    assert _txn_commit(port, group, {tp: 5}, generation=generation, member="zombie") == {
+        tp: ErrorCode.unknown_member_id
+    }
+    answer = _txn_commit(
+        port, group, {tp: 5}, generation=generation, member="zombie", instance="instance-1"
+    )
+    assert answer == {tp: ErrorCode.fenced_instance_id}
+    assert _fetch(port, group, [0], require_stable=True) == {0: (-1, ErrorCode.none)}
+
+
+def test_consumer_group_fencing(broker) -> None:
+    """A KIP-848 member's epoch is its generation: a stale one is ILLEGAL_GENERATION."""
+    port = _port(broker)
+    group = _group()
+    [joined] = _run(
+        port,
+        heartbeat_v0.ConsumerGroupHeartbeatRequest(
+            group_id=group,
+            member_id="",
+            member_epoch=0,
+            rebalance_timeout=_ms(30_000),
+            subscribed_topic_names=(TOPIC,),
+            topic_partitions=(),
+        ),
+    )
+    assert joined.error_code == ErrorCode.none, joined
+    member_id, epoch = str(joined.member_id), int(joined.member_epoch)
+    assert epoch >= 1
+    tp = (TOPIC, 1)
+    assert _txn_commit(port, group, {tp: 5}, generation=epoch - 1, member=member_id) == {
+        tp: ErrorCode.illegal_generation
+    }
+    assert _txn_commit(port, group, {tp: 5}, generation=epoch, member="zombie") == {
+        tp: ErrorCode.unknown_member_id
+    }
+    assert _fetch(port, group, [1], require_stable=True) == {1: (-1, ErrorCode.none)}
+
+
+def test_transactional_commit_is_pending_until_decided(broker) -> None:
+    port = _port(broker)
+    group = _group()
+    commit_offsets(broker.bootstrap_servers(), group, [TopicPartition(TOPIC, 0, 3)])
+    answer = _txn_commit(port, group, {(TOPIC, 0): 10})
+    error = answer[(TOPIC, 0)]
+    # Never visible before its marker, whatever the write's outcome.
+    assert _fetch(port, group, [0], require_stable=False) == {0: (3, ErrorCode.none)}
+    stable = _fetch(port, group, [0, 1], require_stable=True)
+    if error == ErrorCode.none:
+        # The partition side accepts transactional batches: the commit waits for the
+        # transaction's marker, and a read_committed consumer is told to retry.
+        assert stable == {
+            0: (-1, ErrorCode.unstable_offset_commit),
+            1: (-1, ErrorCode.none),
+        }
+    else:
+        # Before it does: the write is refused and nothing is left pending.
+        assert error in REFUSED_BY_THE_PARTITION, error
+        assert stable == {0: (3, ErrorCode.none), 1: (-1, ErrorCode.none)}
+
+
+def test_read_committed_consumer_reads_committed_offsets(broker) -> None:
+    """librdkafka's consumers (read_committed by default) fetch with require_stable."""
+    group = _group()
+    bootstrap = broker.bootstrap_servers()
+    commit_offsets(bootstrap, group, [TopicPartition(TOPIC, 1, 17)])
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        [got] = consumer.committed([TopicPartition(TOPIC, 1)], timeout=30)
+        assert got.offset == 17 and got.error is None
+    finally:
+        consumer.close()
