@@ -356,6 +356,46 @@ def test_confluent_commit_and_abort(cluster) -> None:
     assert all(end >= 2 + 1 + 2 for end in ends), ends
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="txn-group x txn-part: the group coordinator's transactional __consumer_offsets "
+    "batch has no base sequence (Kafka's NO_SEQUENCE, origin COORDINATOR), which the "
+    "partition's producer-state check refuses as an idempotent batch (CORRUPT_MESSAGE)",
+)
+def test_confluent_send_offsets_to_transaction(cluster) -> None:
+    """AddOffsetsToTxn and TxnOffsetCommit: the group's offsets commit with the
+    transaction, and an aborted transaction's offsets are never committed."""
+    group = "txn-ctp"
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers(),
+            "group.id": group,
+            "enable.auto.commit": False,
+        }
+    )
+    producer = _producer(cluster, "txn-ctp-producer")
+    try:
+        producer.init_transactions(60)
+        metadata = consumer.consumer_group_metadata()
+        producer.begin_transaction()
+        producer.produce(TOPIC, value=b"transformed", partition=0)
+        producer.send_offsets_to_transaction([TopicPartition(TOPIC, 0, 3)], metadata, 30)
+        producer.commit_transaction(60)
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction([TopicPartition(TOPIC, 0, 7)], metadata, 30)
+        producer.abort_transaction(60)
+
+        def committed() -> int:
+            [tp] = consumer.committed([TopicPartition(TOPIC, 0)], timeout=10)
+            return tp.offset + 1  # (-1001, none, reads -1000: truthy)
+
+        wait_for(lambda: committed() == 3 + 1, 30, "the committed transaction's offset")
+        wait_state(cluster, "txn-ctp-producer", "CompleteAbort")
+        assert committed() == 3 + 1  # the aborted offset 7 never became committed
+    finally:
+        consumer.close()
+
+
 def test_transaction_timeout_over_the_maximum(cluster) -> None:
     producer = _producer(cluster, "txn-too-long", **{"transaction.timeout.ms": MAX_TIMEOUT_MS + 1})
     with pytest.raises(KafkaException) as refused:
