@@ -22,6 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.add_offsets_to_txn.v3 import request as add_offsets_v3
 from kio.schema.add_partitions_to_txn.v3 import request as add_v3
 from kio.schema.add_partitions_to_txn.v4 import request as add_v4
+from kio.schema.describe_producers.v0 import request as producers_v0
 from kio.schema.end_txn.v3 import request as end_v3
 from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v4 import request as find_v4
@@ -337,8 +338,12 @@ def test_confluent_commit_and_abort(cluster) -> None:
     ongoing = describe(cluster, tid)
     assert ongoing.transaction_state == "Ongoing"
     assert ongoing.topics == [(TOPIC, [0, 1, 2])]
+    # DescribeProducers at the partition's leader: the open transaction's first offset
+    start = open_txn_start_offset(cluster, ongoing.producer_id)
+    assert start >= 2  # after the committed records and their marker
     producer.abort_transaction(60)
     aborted = wait_state(cluster, tid, "CompleteAbort")
+    assert open_txn_start_offset(cluster, ongoing.producer_id) == -1
     assert (aborted.transaction_state, aborted.producer_epoch) == (
         "CompleteAbort",
         committed.producer_epoch,
@@ -394,6 +399,26 @@ def test_confluent_send_offsets_to_transaction(cluster) -> None:
         assert committed() == 3 + 1  # the aborted offset 7 never became committed
     finally:
         consumer.close()
+
+
+def open_txn_start_offset(cluster, producer_id: int, partition: int = 0) -> int:
+    zk = ZkView(cluster)
+    try:
+        leader = int(zk.partition_state(TOPIC, partition)["leader"])
+    finally:
+        zk.close()
+    [answer] = _call(
+        cluster.port(leader),
+        producers_v0.DescribeProducersRequest(
+            topics=(producers_v0.TopicRequest(name=TOPIC, partition_indexes=(partition,)),)
+        ),
+    )
+    [state] = [
+        p
+        for p in answer.topics[0].partitions[0].active_producers
+        if int(p.producer_id) == producer_id
+    ]
+    return int(state.current_txn_start_offset)
 
 
 def test_transaction_timeout_over_the_maximum(cluster) -> None:

@@ -13,7 +13,8 @@ checked first.
 
 DescribeProducers (KIP-664; Kafka ``handleDescribeProducersRequest``,
 ``Partition.activeProducerState``): the producers the replica's log has state
-for, from whichever replica is asked (clients ask the leader); an unknown topic
+for, from whichever replica is asked (clients ask the leader), with the first offset of
+each producer's open transaction there (-1 without one); an unknown topic
 is UNKNOWN_TOPIC_OR_PARTITION, a partition without a local replica
 NOT_LEADER_OR_FOLLOWER.
 """
@@ -31,7 +32,6 @@ from replog.server.network import RequestContext
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_COORDINATOR_EPOCH = -1
-NO_TXN_START_OFFSET = -1
 
 
 async def handle_init_producer_id(services: BrokerServices, ctx: RequestContext, request) -> object:
@@ -100,7 +100,7 @@ async def handle_describe_producers(
                         last_sequence=entry.last_seq,
                         last_timestamp=entry.last_timestamp,
                         coordinator_epoch=entry.coordinator_epoch,
-                        current_txn_start_offset=NO_TXN_START_OFFSET,
+                        current_txn_start_offset=entry.current_txn_first_offset,
                     )
                     for entry in sorted(
                         partition.producer_states(),
