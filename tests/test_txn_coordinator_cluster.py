@@ -306,18 +306,19 @@ def test_confluent_init_transactions_and_fencing(cluster) -> None:
     second = describe(cluster, tid)
     assert second.producer_id == first.producer_id
     assert second.producer_epoch == first.producer_epoch + 1
-    # The old producer is fenced: its next request to the coordinator fails fatally.
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers(), "group.id": "txn-g"})
-    try:
-        old.begin_transaction()
-        with pytest.raises(KafkaException) as fenced:
-            old.send_offsets_to_transaction(
-                [TopicPartition(TOPIC, 0, 1)], consumer.consumer_group_metadata(), 30
-            )
-        error = fenced.value.args[0]
-        assert error.fatal() or error.code() == KafkaError._FENCED, error
-    finally:
-        consumer.close()
+    # The old producer is fenced (a zombie): its next request to the coordinator
+    # (AddPartitionsToTxn for its record) fails fatally, PRODUCER_FENCED
+    old.begin_transaction()
+    old.produce(TOPIC, value=b"zombie", partition=0)
+    with pytest.raises(KafkaException) as fenced:
+        old.commit_transaction(30)
+    error = fenced.value.args[0]
+    assert error.fatal() and error.code() == KafkaError._FENCED, error
+    # and the new one commits
+    new.begin_transaction()
+    new.produce(TOPIC, value=b"live", partition=0)
+    new.commit_transaction(60)
+    wait_state(cluster, tid, "CompleteCommit")
 
 
 def test_confluent_commit_and_abort(cluster) -> None:
@@ -435,7 +436,7 @@ def test_transaction_timeout_over_the_maximum(cluster) -> None:
     assert answer.error_code is ErrorCode.invalid_transaction_timeout
 
 
-def test_kafka_python_init_transactions(cluster) -> None:
+def test_kafka_python_commit_and_abort(cluster) -> None:
     from kafka import KafkaProducer
 
     tid = "txn-kafka-python"
@@ -446,8 +447,40 @@ def test_kafka_python_init_transactions(cluster) -> None:
         producer.init_transactions()
         described = describe(cluster, tid)
         assert (described.transaction_state, described.producer_epoch) == ("Empty", 0)
+        producer.begin_transaction()
+        producer.send(TOPIC, b"kafka-python committed", partition=1)
+        producer.commit_transaction()
+        wait_state(cluster, tid, "CompleteCommit")
+        producer.begin_transaction()
+        producer.send(TOPIC, b"kafka-python aborted", partition=2)
+        producer.flush()
+        producer.abort_transaction()
+        assert wait_state(cluster, tid, "CompleteAbort").producer_epoch == 0
     finally:
         producer.close(timeout=10)
+
+
+def test_aiokafka_commit_and_abort(cluster) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    tid = "txn-aiokafka"
+
+    async def run() -> None:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=cluster.bootstrap_servers(), transactional_id=tid
+        )
+        await producer.start()
+        try:
+            async with producer.transaction():
+                await producer.send_and_wait(TOPIC, b"aiokafka committed", partition=0)
+            await producer.begin_transaction()
+            await producer.send_and_wait(TOPIC, b"aiokafka aborted", partition=1)
+            await producer.abort_transaction()
+        finally:
+            await producer.stop()
+
+    asyncio.run(run())
+    assert wait_state(cluster, tid, "CompleteAbort").producer_epoch == 0
 
 
 # -- the protocol, request by request --------------------------------------------------------
