@@ -587,6 +587,28 @@ def test_timed_out_transaction_is_aborted_with_an_epoch_bump(cluster) -> None:
     assert end_txn(cluster, tid, pid, epoch, committed=True) is ErrorCode.producer_fenced
 
 
+def test_markers_for_a_deleted_topic_are_not_needed(cluster) -> None:
+    """A partition whose topic is deleted before the commit takes no marker: the
+    transaction completes with the others."""
+    tid = "txn-deleted-topic"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers()})
+    admin.create_topics([NewTopic("txn-doomed", 1, 3)])["txn-doomed"].result(30)
+    pid, epoch = init_producer(cluster, tid)
+    added = wait_for(
+        lambda: (
+            (a := add_partitions(cluster, tid, pid, epoch, {"txn-doomed": [0], TOPIC: [0]}))
+            and all(e is ErrorCode.none for e in a.values())
+        ),
+        30,
+        "the new topic in every broker's metadata",
+    )
+    assert added
+    admin.delete_topics(["txn-doomed"])["txn-doomed"].result(30)
+    wait_for(lambda: "txn-doomed" not in admin.list_topics(timeout=10).topics, 30, "the deletion")
+    assert end_txn(cluster, tid, pid, epoch, committed=True) is ErrorCode.none
+    assert wait_state(cluster, tid, "CompleteCommit").topics == []
+
+
 # -- failover (last: it kills a broker and starts it again) ------------------------------------
 
 

@@ -120,8 +120,10 @@ class TransactionMarkerChannel:
         if leaderless:
             self._later(dataclasses.replace(marker, partitions=frozenset(leaderless)))
         if deleted:
-            self.listener.markers_partitions_deleted(
-                dataclasses.replace(marker, partitions=frozenset(deleted)), deleted
+            _report(
+                self.listener.markers_partitions_deleted,
+                dataclasses.replace(marker, partitions=frozenset(deleted)),
+                deleted,
             )
 
     def _later(self, marker: SendTxnMarkers, delay_s: float = RETRY_BACKOFF_S) -> None:
@@ -141,7 +143,9 @@ class TransactionMarkerChannel:
             queue.clear()
             try:
                 response = await self._request(broker, batch)
-            except (OSError, TimeoutError, ConnectionError, asyncio.IncompleteReadError) as exc:
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # refused, lost, timed out, unreadable: sent again
                 log.info(
                     "WriteTxnMarkers to broker %d got no answer (%s); %d markers to resend",
                     broker,
@@ -151,7 +155,7 @@ class TransactionMarkerChannel:
                 await self._drop_connection(broker)
                 await asyncio.sleep(RECONNECT_BACKOFF_S)
                 for marker in batch:
-                    self.listener.markers_undelivered(marker)
+                    _report(self.listener.markers_undelivered, marker)
                 continue
             self._dispatch(broker, batch, response)
 
@@ -174,7 +178,7 @@ class TransactionMarkerChannel:
                     marker.transactional_id,
                 )
                 errors.update({tp: ErrorCode.request_timed_out for tp in missing})
-            self.listener.markers_written(marker, errors)
+            _report(self.listener.markers_written, marker, errors)
 
     async def _request(self, broker: int, batch: list[SendTxnMarkers]):
         conn = self._connections.get(broker)
@@ -227,3 +231,12 @@ class TransactionMarkerChannel:
                 await task
         for broker in list(self._connections):
             await self._drop_connection(broker)
+
+
+def _report(answer: Callable[..., None], marker: SendTxnMarkers, *args: object) -> None:
+    """Hand an answer to the core; one it cannot take (Kafka's fatal case: an error a
+    marker should never get) is logged, and the other markers go on."""
+    try:
+        answer(marker, *args)
+    except Exception:
+        log.exception("%s: the markers' answer %s was refused", marker.transactional_id, args)

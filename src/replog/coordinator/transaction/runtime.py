@@ -62,7 +62,6 @@ from replog.coordinator.transaction.effects import (
 from replog.coordinator.transaction.marker_channel import TransactionMarkerChannel
 from replog.coordinator.transaction.transaction_topic import TransactionConfig
 from replog.protocol.records import build_batch, encode_record, iter_batches
-from replog.protocol.wire import CodecError
 from replog.replication.delayed_operations import DelayedHighWatermark
 from replog.storage.record_reader import iter_records
 
@@ -228,7 +227,7 @@ class TransactionCoordinatorRuntime:
                 if part is None:
                     return
             outcome = self.core.complete_loading(partition, leader_epoch, records, self.clock())
-        except (CodecError, ValueError):
+        except Exception:  # an unreadable record (CodecError), a state the core refuses
             log.exception("%s-%d: loading failed; not coordinating it", TOPIC, partition)
             self._resign(partition)
             return
