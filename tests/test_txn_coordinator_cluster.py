@@ -623,8 +623,9 @@ def _same_state_partition(transactional_id: str, prefix: str) -> str:
 
 
 def test_coordinator_killed_with_transactions_prepared_and_open(cluster) -> None:
-    """One transaction in PrepareCommit (or done), one Ongoing, at the coordinator killed:
-    the new coordinator loads both; the commit completes, the open one carries on."""
+    """One transaction in PrepareCommit (or done), two Ongoing, at the coordinator killed:
+    the new coordinator loads them; the commit completes, a confluent-kafka producer
+    commits through it, and a producer recovers its open one (KIP-360)."""
     committing = "txn-failover-commit"
     open_tid = _same_state_partition(committing, "txn-failover-open")
     pid, epoch = init_producer(cluster, committing)
@@ -636,10 +637,21 @@ def test_coordinator_killed_with_transactions_prepared_and_open(cluster) -> None
     assert add_partitions(cluster, open_tid, opid, oepoch, {TOPIC: [1]}) == {
         (TOPIC, 1): ErrorCode.none
     }
+    # A confluent-kafka producer with records in an open transaction, same coordinator
+    client_tid = _same_state_partition(committing, "txn-failover-client")
+    producer = _producer(cluster, client_tid)
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    for p in range(3):
+        producer.produce(TOPIC, value=b"across the failover", partition=p)
+    producer.flush(30)
     assert end_txn(cluster, committing, pid, epoch, committed=True) is ErrorCode.none
     old = coordinator(cluster, committing)
     cluster.kill_broker(old)
     try:
+        # the client finds the new coordinator and commits (markers to the new leaders)
+        producer.commit_transaction(120)
+        assert wait_state(cluster, client_tid, "CompleteCommit").topics == []
         new = (
             wait_for(
                 lambda: (c := coordinator(cluster, committing)) != old and c + 1,

@@ -272,9 +272,6 @@ _LONG_KEYS = frozenset(
         "offsets.retention.check.interval.ms",
         "log.cleaner.dedupe.buffer.size",
         "log.cleaner.backoff.ms",
-        "transactional.id.expiration.ms",
-        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
-        "transaction.remove.expired.transaction.cleanup.interval.ms",
     }
 )
 KEY_TYPES: dict[str, str] = {
