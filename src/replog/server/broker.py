@@ -264,6 +264,8 @@ class Broker:
         cache, name = self.metadata_cache, self.config.inter_broker_listener_name.upper()
 
         def leader_of(topic: str, partition: int) -> int | None:
+            if cache.controller_id is None:
+                return -1  # no UpdateMetadata yet: wait, a partition unknown is not deleted
             info = cache.partition(topic, partition)
             return None if info is None else info.leader
 
