@@ -91,10 +91,10 @@ def _ms(ms: int) -> i32Timedelta:
     return i32Timedelta.parse(datetime.timedelta(milliseconds=ms))
 
 
-def _find(cluster, broker_id: int, transactional_id: str) -> Any:
+def _find(cluster, broker_id: int, key: str, key_type: int = 1) -> Any:
     [answer] = _call(
         cluster.port(broker_id),
-        find_v4.FindCoordinatorRequest(key_type=1, coordinator_keys=(transactional_id,)),
+        find_v4.FindCoordinatorRequest(key_type=key_type, coordinator_keys=(key,)),
     )
     return answer.coordinators[0]
 
@@ -558,7 +558,17 @@ def test_add_partitions_describe_list_and_bad_input(cluster) -> None:
     after = describe(cluster, tid)
     assert (after.transaction_state, after.producer_epoch) == ("Ongoing", epoch)
     assert after.topics == [(TOPIC, [0, 1])]
-    # AddOffsetsToTxn adds the group's __consumer_offsets partition
+    # A client may not add an internal topic's partition itself
+    assert add_partitions(cluster, tid, pid, epoch, {"__consumer_offsets": [0]}) == {
+        ("__consumer_offsets", 0): ErrorCode.topic_authorization_failed
+    }
+    # AddOffsetsToTxn adds the group's __consumer_offsets partition (the group's
+    # FindCoordinator creates the topic first)
+    wait_for(
+        lambda: _find(cluster, 0, "txn-group", key_type=0).error_code is ErrorCode.none,
+        60,
+        "__consumer_offsets",
+    )
     [offsets] = _call(
         cluster.port(coordinator(cluster, tid)),
         add_offsets_v3.AddOffsetsToTxnRequest(

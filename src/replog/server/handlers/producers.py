@@ -49,18 +49,24 @@ async def handle_init_producer_id(services: BrokerServices, ctx: RequestContext,
     transactional_id = request.transactional_id
     producer_id = int(getattr(request, "producer_id", NO_PRODUCER_ID))
     producer_epoch = int(getattr(request, "producer_epoch", NO_PRODUCER_EPOCH))
+    # Kafka's order: the ACL first (Write on the TransactionalId; for an idempotent
+    # producer IdempotentWrite on the cluster or, since Kafka 3.0 (KIP-679), Write on any
+    # topic), then the producer id and epoch
+    if transactional_id is not None:
+        if not services.allowed(
+            ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, str(transactional_id)
+        ):
+            return answer(ErrorCode.transactional_id_authorization_failed)
+    elif not services.allowed(
+        ctx, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME
+    ) and not services.allowed_on_some(ctx, AclOperation.WRITE, ResourceType.TOPIC):
+        return answer(ErrorCode.cluster_authorization_failed)
     if (producer_id == NO_PRODUCER_ID) != (producer_epoch == NO_PRODUCER_EPOCH):
         return answer(ErrorCode.invalid_request)
     if transactional_id is not None:
         return answer(
             *await init_transactional_producer_id(services, ctx, str(transactional_id), request)
         )
-    # Kafka: an idempotent producer needs IdempotentWrite on the cluster or, since Kafka
-    # 3.0 (KIP-679), Write on any topic
-    if not services.allowed(
-        ctx, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME
-    ) and not services.allowed_on_some(ctx, AclOperation.WRITE, ResourceType.TOPIC):
-        return answer(ErrorCode.cluster_authorization_failed)
     return answer(ErrorCode.none, await services.producer_ids.generate_producer_id(), 0)
 
 

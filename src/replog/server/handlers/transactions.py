@@ -5,13 +5,16 @@ DescribeTransactions and ListTransactions (Kafka ``KafkaApis``).
 The decisions and their errors are the core's (``replog.coordinator.transaction``); here
 are the checks Kafka makes before it asks its coordinator:
 
-- ACLs: Write on the TransactionalId for InitProducerId, AddPartitionsToTxn (client
-  form), AddOffsetsToTxn and EndTxn (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); Read on the
-  group for AddOffsetsToTxn (GROUP_AUTHORIZATION_FAILED); Write on each topic for
-  AddPartitionsToTxn (TOPIC_AUTHORIZATION_FAILED, the others OPERATION_NOT_ATTEMPTED);
-  ClusterAction for AddPartitionsToTxn v4+, which only brokers send (top-level
-  CLUSTER_AUTHORIZATION_FAILED); Describe on the TransactionalId for FindCoordinator and
-  DescribeTransactions, and ListTransactions lists only the ids it allows.
+- ACLs: Write on the TransactionalId for InitProducerId, AddPartitionsToTxn v0-v3,
+  AddOffsetsToTxn and EndTxn (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); Read on the group
+  for AddOffsetsToTxn (GROUP_AUTHORIZATION_FAILED); Write on each topic for
+  AddPartitionsToTxn v0-v3, never granted for an internal topic (TOPIC_AUTHORIZATION_FAILED,
+  the others OPERATION_NOT_ATTEMPTED); ClusterAction for AddPartitionsToTxn v4+, which only
+  brokers send (top-level CLUSTER_AUTHORIZATION_FAILED) and nothing else; Describe on the
+  TransactionalId for FindCoordinator and DescribeTransactions, and ListTransactions lists
+  only the ids it allows (and of each transaction only the topics the principal may
+  describe).
+- AddOffsetsToTxn before ``__consumer_offsets`` exists: UNKNOWN_TOPIC_OR_PARTITION.
 - A partition the cluster does not know: UNKNOWN_TOPIC_OR_PARTITION (the rest of the
   transaction OPERATION_NOT_ATTEMPTED).
 - PRODUCER_FENCED reads INVALID_PRODUCER_EPOCH to versions before KIP-588
@@ -34,7 +37,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
-from replog.common.topics import TRANSACTION_STATE_TOPIC_NAME
+from replog.common.topics import (
+    GROUP_METADATA_TOPIC_NAME,
+    INTERNAL_TOPICS,
+    TRANSACTION_STATE_TOPIC_NAME,
+)
 from replog.coordinator.transaction.coordinator import error_for_version, rejected_partitions
 from replog.coordinator.transaction.effects import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, Answer
 from replog.coordinator.transaction.transaction_topic import transaction_topic_configs
@@ -204,10 +211,17 @@ class TransactionRequests:
     ) -> dict[tuple[str, int], ErrorCode]:
         """One transaction's partitions and the error of each."""
         s = self.services
-        if not verify_only and not self._write_allowed(ctx, transactional_id):
+        from_client = ctx.api_version < FIRST_BATCHED_ADD_PARTITIONS
+        if from_client and not self._write_allowed(ctx, transactional_id):
             return {tp: ErrorCode.transactional_id_authorization_failed for tp in partitions}
+        # Clients need Write on each topic and may not add an internal topic's partition
+        # (AddOffsetsToTxn adds __consumer_offsets); v4+ comes from brokers (ClusterAction)
         writable = {
-            topic: s.allowed(ctx, AclOperation.WRITE, ResourceType.TOPIC, topic)
+            topic: not from_client
+            or (
+                topic not in INTERNAL_TOPICS
+                and s.allowed(ctx, AclOperation.WRITE, ResourceType.TOPIC, topic)
+            )
             for topic in {t for t, _ in partitions}
         }
         unauthorized = [tp for tp in partitions if not writable[tp[0]]]
@@ -243,6 +257,8 @@ class TransactionRequests:
             error = ErrorCode.group_authorization_failed
         elif runtime is None:
             error = ErrorCode.coordinator_not_available
+        elif not self.services.metadata_cache.has_topic(GROUP_METADATA_TOPIC_NAME):
+            error = ErrorCode.unknown_topic_or_partition  # Kafka: no offsets partition to add
         else:
             answer = await runtime.add_offsets(
                 transactional_id, int(request.producer_id), int(request.producer_epoch), group_id
@@ -370,11 +386,7 @@ async def init_transactional_producer_id(
     services: BrokerServices, ctx: RequestContext, transactional_id: str, request
 ) -> tuple[ErrorCode, int, int]:
     """InitProducerId with a transactional id (the ``producers`` handler's other half):
-    (error, producer id, epoch)."""
-    if not services.allowed(
-        ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id
-    ):
-        return ErrorCode.transactional_id_authorization_failed, NO_PRODUCER_ID, -1
+    (error, producer id, epoch); the handler checked Write on the TransactionalId."""
     runtime = services.transaction_coordinator
     if runtime is None:
         return ErrorCode.coordinator_not_available, NO_PRODUCER_ID, -1
