@@ -9,19 +9,25 @@ protocol client), and what consumers of each isolation level read.
 * Produce: a transactional batch without a transactional id is
   TRANSACTIONAL_ID_AUTHORIZATION_FAILED; a plain batch from a producer whose
   transaction is open INVALID_TXN_STATE; a forged control batch INVALID_RECORD.
-* read_uncommitted consumers (confluent-kafka) see every data record, markers skipped.
+* read_uncommitted consumers (confluent-kafka) see every data record, markers skipped;
+  read_committed ones (confluent-kafka, kafka-python) only committed records, and
+  nothing at or after the first offset of a transaction still open (the last stable
+  offset), which ListOffsets with isolation_level=1 answers for LATEST. A long poll of a
+  read_committed consumer is answered when the transaction's marker moves the LSO.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import threading
+import time
 from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
 
-from clients_util import consume_confluent, create_topic
+from clients_util import consume_confluent, consumer_confluent, create_topic
 from replog.cluster.launcher import LocalCluster
 from replog.protocol.apis import ApiKey, make, nested, request_schema
 from replog.protocol.client import KafkaConnection
@@ -33,7 +39,7 @@ from replog.protocol.records import (
 )
 
 TOPIC = "txn-part"
-NOW = 1_700_000_000_000
+NOW = int(time.time() * 1000)  # old timestamps would roll segments (segment.ms)
 
 
 def _call(port: int, body: Any) -> Any:
@@ -169,6 +175,183 @@ def test_markers_end_transactions_and_their_errors(replog_broker: LocalCluster, 
     ]
 
     # partition 0: c1 c2 COMMIT e1 ABORT; partition 1: a1 a2 ABORT
-    read = consume_confluent(replog_broker.bootstrap_servers(), TOPIC, {0: 4, 1: 2})
+    # (librdkafka reads read_committed unless told otherwise)
+    read = consume_confluent(
+        replog_broker.bootstrap_servers(),
+        TOPIC,
+        {0: 4, 1: 2},
+        **{"isolation.level": "read_uncommitted"},
+    )
     values = sorted((r.partition, r.value) for r in read)
     assert values == [(0, b"c1"), (0, b"c2"), (0, b"e1"), (1, b"a1"), (1, b"a2")]
+
+
+def list_latest(port: int, partition: int, isolation_level: int) -> int:
+    cls = request_schema(ApiKey.LIST_OFFSETS, 7)
+    part = make(
+        nested(cls, "ListOffsetsPartition"),
+        partition_index=partition,
+        current_leader_epoch=-1,
+        timestamp=-1,
+    )
+    body = make(
+        cls,
+        replica_id=-1,
+        isolation_level=isolation_level,
+        topics=(make(nested(cls, "ListOffsetsTopic"), name=TOPIC, partitions=(part,)),),
+    )
+    [topic] = _call(port, body).topics
+    [answer] = topic.partitions
+    assert answer.error_code == ErrorCode.none
+    return int(answer.offset)
+
+
+def read_committed_confluent(bootstrap: str, partitions: list[int]) -> list[tuple[int, bytes]]:
+    """Everything a read_committed confluent-kafka consumer reads up to the end (its EOF
+    comes at the last stable offset)."""
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+    consumer = consumer_confluent(bootstrap, **{"isolation.level": "read_committed"})
+    try:
+        consumer.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in partitions])
+        out = []
+        at_end: set[int] = set()
+        deadline = time.monotonic() + 60
+        while at_end != set(partitions):
+            assert time.monotonic() < deadline, f"read_committed read stuck: {out}"
+            for msg in consumer.consume(num_messages=100, timeout=0.5):
+                if msg.error() is not None:
+                    assert msg.error().code() == -191, msg.error()  # _PARTITION_EOF
+                    at_end.add(msg.partition())
+                    continue
+                out.append((msg.partition(), msg.value()))
+        return sorted(out)
+    finally:
+        consumer.close()
+
+
+def read_committed_kafka_python(bootstrap: str, ends: dict[int, int]) -> list[tuple[int, bytes]]:
+    """What a read_committed kafka-python consumer reads until its position reaches ``ends``."""
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTopicPartition
+
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+    )
+    try:
+        parts = {p: KTopicPartition(TOPIC, p) for p in ends}
+        consumer.assign(list(parts.values()))
+        for tp in parts.values():
+            consumer.seek(tp, 0)
+        out = []
+        deadline = time.monotonic() + 60
+        while any(consumer.position(parts[p]) < end for p, end in ends.items()):
+            assert time.monotonic() < deadline, f"kafka-python read_committed stuck: {out}"
+            for tp, msgs in consumer.poll(timeout_ms=500).items():
+                out.extend((tp.partition, m.value) for m in msgs)
+        return sorted(out)
+    finally:
+        consumer.close()
+
+
+def test_read_committed_stops_at_the_last_stable_offset(
+    replog_broker: LocalCluster, port: int
+) -> None:
+    bootstrap = replog_broker.bootstrap_servers()
+    # After the first test: partition 0 c1 c2 COMMIT e1 ABORT (LSO 5), partition 1 a1 a2
+    # ABORT (3). Now an open transaction on partition 1, and a later one committed.
+    assert produce(port, 1, txn_records(1003, 0, [b"o1"]), "tx-c") == ErrorCode.none  # 3
+    assert produce(port, 1, txn_records(1004, 0, [b"k1"]), "tx-d") == ErrorCode.none  # 4
+    assert write_markers(port, [(1004, 0, True, 0, {TOPIC: [1]})]) == [{(TOPIC, 1): ErrorCode.none}]
+    assert list_latest(port, 1, 0) == 6
+    assert list_latest(port, 1, 1) == 3
+    assert list_latest(port, 0, 1) == 5
+    committed = [(0, b"c1"), (0, b"c2")]
+    assert read_committed_confluent(bootstrap, [0, 1]) == committed
+    assert read_committed_kafka_python(bootstrap, {0: 5, 1: 3}) == committed
+
+    # A read_committed long poll at the LSO is answered once the marker moves it.
+    answered: list[Any] = []
+
+    def long_poll() -> None:
+        cls = request_schema(ApiKey.FETCH, 11)
+        part = make(
+            nested(cls, "FetchPartition"),
+            partition=1,
+            current_leader_epoch=-1,
+            fetch_offset=3,
+            log_start_offset=-1,
+            partition_max_bytes=1 << 20,
+        )
+        body = make(
+            cls,
+            replica_id=-1,
+            max_wait=datetime.timedelta(seconds=25),
+            min_bytes=1,
+            max_bytes=1 << 20,
+            isolation_level=1,
+            session_id=0,
+            session_epoch=-1,
+            topics=(make(nested(cls, "FetchTopic"), topic=TOPIC, partitions=(part,)),),
+            forgotten_topics_data=(),
+            rack_id="",
+        )
+        answered.append(_call(port, body))
+
+    poller = threading.Thread(target=long_poll)
+    poller.start()
+    try:
+        time.sleep(0.5)  # let the fetch reach the broker and wait there
+        assert not answered, "a read_committed fetch at the LSO answered before the marker"
+        assert write_markers(port, [(1003, 0, True, 0, {TOPIC: [1]})]) == [
+            {(TOPIC, 1): ErrorCode.none}
+        ]
+    finally:
+        poller.join(timeout=30)
+    [response] = answered
+    [p] = response.responses[0].partitions
+    assert p.error_code == ErrorCode.none
+    assert (p.high_watermark, p.last_stable_offset) == (7, 7)
+    assert p.records, "the long poll got no records"
+    assert p.aborted_transactions == ()  # none in [3, 7)
+    assert list_latest(port, 1, 1) == 7
+    assert read_committed_confluent(bootstrap, [0, 1]) == sorted(
+        committed + [(1, b"o1"), (1, b"k1")]
+    )
+
+
+def test_read_committed_fetch_lists_aborted_transactions(port: int) -> None:
+    cls = request_schema(ApiKey.FETCH, 11)
+    parts = tuple(
+        make(
+            nested(cls, "FetchPartition"),
+            partition=p,
+            current_leader_epoch=-1,
+            fetch_offset=0,
+            log_start_offset=-1,
+            partition_max_bytes=1 << 20,
+        )
+        for p in (0, 1)
+    )
+    body = make(
+        cls,
+        replica_id=-1,
+        max_wait=datetime.timedelta(milliseconds=10),
+        min_bytes=0,
+        max_bytes=1 << 20,
+        isolation_level=1,
+        session_id=0,
+        session_epoch=-1,
+        topics=(make(nested(cls, "FetchTopic"), topic=TOPIC, partitions=parts),),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+    answers = {int(p.partition_index): p for p in _call(port, body).responses[0].partitions}
+    aborted = {
+        p: sorted((int(t.producer_id), int(t.first_offset)) for t in a.aborted_transactions)
+        for p, a in answers.items()
+    }
+    assert aborted == {0: [(1000, 3)], 1: [(1001, 0)]}

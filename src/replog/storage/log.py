@@ -323,6 +323,10 @@ class Log:
         return AppendInfo(offset, offset, now_ms, -1, 1)
 
     # -- transactions ----------------------------------------------------
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction (None: none is open)."""
+        return self.producer_state.first_unstable_offset()
+
     def last_stable_offset(self) -> int:
         """The LSO: the first offset of the oldest open transaction, never past the high
         watermark nor below the log start (Kafka ``UnifiedLog.lastStableOffset``)."""
