@@ -14,6 +14,8 @@ protocol client), and what consumers of each isolation level read.
   nothing at or after the first offset of a transaction still open (the last stable
   offset), which ListOffsets with isolation_level=1 answers for LATEST. A long poll of a
   read_committed consumer is answered when the transaction's marker moves the LSO.
+* The LSO lag gauge (Kafka's LastStableOffsetLag) and DescribeProducers' open
+  transactions' start offsets.
 """
 
 from __future__ import annotations
@@ -22,10 +24,14 @@ import asyncio
 import datetime
 import threading
 import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
+from prometheus_client.parser import text_string_to_metric_families
 
 from clients_util import consume_confluent, consumer_confluent, create_topic
 from replog.cluster.launcher import LocalCluster
@@ -128,9 +134,46 @@ def write_markers(
 
 
 @pytest.fixture(scope="module")
+def replog_broker(zookeeper, tmp_path_factory) -> Iterator[LocalCluster]:
+    """One broker with its Prometheus metrics on, shared by this module's tests."""
+    cluster = LocalCluster(tmp_path_factory.mktemp("txn-partition"))
+    try:
+        cluster.up(1, zookeeper=f"{zookeeper.connect}/replog-{uuid.uuid4().hex[:8]}", metrics=True)
+        yield cluster
+    finally:
+        cluster.down()
+
+
+@pytest.fixture(scope="module")
 def port(replog_broker: LocalCluster) -> int:
     create_topic(replog_broker.bootstrap_servers(), TOPIC, partitions=2)
     return _port(replog_broker)
+
+
+def lso_lag(cluster: LocalCluster, partition: int) -> float | None:
+    url = cluster.metrics_url(cluster.broker_ids[0])
+    assert url is not None
+    with urllib.request.urlopen(url, timeout=20) as response:
+        text = response.read().decode()
+    labels = {"topic": TOPIC, "partition": str(partition)}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == "kafka_cluster_partition_laststableoffsetlag" and s.labels == labels:
+                return s.value
+    return None
+
+
+def open_transactions(port: int, partition: int) -> dict[int, int]:
+    """DescribeProducers: producer id -> its open transaction's first offset (-1: none)."""
+    cls = request_schema(ApiKey.DESCRIBE_PRODUCERS, 0)
+    body = make(
+        cls,
+        topics=(make(nested(cls, "TopicRequest"), name=TOPIC, partition_indexes=(partition,)),),
+    )
+    [topic] = _call(port, body).topics
+    [answer] = topic.partitions
+    assert answer.error_code == ErrorCode.none
+    return {int(p.producer_id): int(p.current_txn_start_offset) for p in answer.active_producers}
 
 
 def test_markers_end_transactions_and_their_errors(replog_broker: LocalCluster, port: int) -> None:
@@ -269,6 +312,9 @@ def test_read_committed_stops_at_the_last_stable_offset(
     assert list_latest(port, 1, 0) == 6
     assert list_latest(port, 1, 1) == 3
     assert list_latest(port, 0, 1) == 5
+    assert lso_lag(replog_broker, 1) == 3
+    assert lso_lag(replog_broker, 0) == 0
+    assert open_transactions(port, 1) == {1001: -1, 1003: 3, 1004: -1}
     committed = [(0, b"c1"), (0, b"c2")]
     assert read_committed_confluent(bootstrap, [0, 1]) == committed
     assert read_committed_kafka_python(bootstrap, {0: 5, 1: 3}) == committed
@@ -318,6 +364,7 @@ def test_read_committed_stops_at_the_last_stable_offset(
     assert p.records, "the long poll got no records"
     assert p.aborted_transactions == ()  # none in [3, 7)
     assert list_latest(port, 1, 1) == 7
+    assert lso_lag(replog_broker, 1) == 0
     assert read_committed_confluent(bootstrap, [0, 1]) == sorted(
         committed + [(1, b"o1"), (1, b"k1")]
     )

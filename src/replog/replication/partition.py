@@ -175,6 +175,13 @@ class Partition:
         return self._machine.fetch_ready(replica_id, fetch_offset)
 
     @property
+    def last_stable_offset_lag(self) -> int:
+        """Kafka's ``LastStableOffsetLag`` gauge: HW - LSO as leader, 0 otherwise."""
+        if not self.is_leader:
+            return 0
+        return self.high_watermark - self.last_stable_offset
+
+    @property
     def last_stable_offset(self) -> int:
         """The LSO: read_committed consumers read below it (``Log.last_stable_offset``)."""
         return last_stable_offset(

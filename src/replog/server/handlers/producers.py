@@ -99,7 +99,7 @@ async def handle_describe_producers(
                         last_sequence=entry.last_seq,
                         last_timestamp=entry.last_timestamp,
                         coordinator_epoch=entry.coordinator_epoch,
-                        current_txn_start_offset=NO_TXN_START_OFFSET,
+                        current_txn_start_offset=entry.current_txn_first_offset,
                     )
                     for entry in sorted(
                         partition.producer_states(),
