@@ -10,7 +10,7 @@ protocol client), and what consumers of each isolation level read.
   TRANSACTIONAL_ID_AUTHORIZATION_FAILED; a plain batch from a producer whose
   transaction is open INVALID_TXN_STATE; a forged control batch INVALID_RECORD.
 * read_uncommitted consumers (confluent-kafka) see every data record, markers skipped;
-  read_committed ones (confluent-kafka, kafka-python) only committed records, and
+  read_committed ones (confluent-kafka, kafka-python, aiokafka, kcat) only committed records, and
   nothing at or after the first offset of a transaction still open (the last stable
   offset), which ListOffsets with isolation_level=1 answers for LATEST. A long poll of a
   read_committed consumer is answered when the transaction's marker moves the LSO.
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import subprocess
 import threading
 import time
 import urllib.request
@@ -33,7 +34,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 from prometheus_client.parser import text_string_to_metric_families
 
-from clients_util import consume_confluent, consumer_confluent, create_topic
+from clients_util import KCAT, consume_confluent, consumer_confluent, create_topic
 from replog.cluster.launcher import LocalCluster
 from replog.protocol.apis import ApiKey, make, nested, request_schema
 from replog.protocol.client import KafkaConnection
@@ -300,6 +301,47 @@ def read_committed_kafka_python(bootstrap: str, ends: dict[int, int]) -> list[tu
         consumer.close()
 
 
+def read_committed_aiokafka(bootstrap: str, ends: dict[int, int]) -> list[tuple[int, bytes]]:
+    """What a read_committed aiokafka consumer reads until its position reaches ``ends``."""
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka import TopicPartition as ATopicPartition
+
+    async def run() -> list[tuple[int, bytes]]:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap,
+            group_id=None,
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+        )
+        await consumer.start()
+        try:
+            parts = {p: ATopicPartition(TOPIC, p) for p in ends}
+            consumer.assign(list(parts.values()))
+            await consumer.seek_to_beginning(*parts.values())
+            out = []
+            deadline = time.monotonic() + 60
+            while True:
+                positions = {p: await consumer.position(tp) for p, tp in parts.items()}
+                if all(positions[p] >= end for p, end in ends.items()):
+                    return sorted(out)
+                assert time.monotonic() < deadline, f"aiokafka read_committed stuck: {out}"
+                for tp, msgs in (await consumer.getmany(timeout_ms=500)).items():
+                    out.extend((tp.partition, m.value) for m in msgs)
+        finally:
+            await consumer.stop()
+
+    return asyncio.run(run())
+
+
+def read_committed_kcat(bootstrap: str, partition: int) -> list[tuple[int, bytes]]:
+    """``kcat -C -e -X isolation.level=read_committed``: one partition to its end."""
+    args = [KCAT, "-C", "-b", bootstrap, "-t", TOPIC, "-p", str(partition), "-o", "beginning"]
+    args += ["-e", "-q", "-f", "%s\\n", "-X", "isolation.level=read_committed"]
+    done = subprocess.run(args, capture_output=True, timeout=120, check=False)
+    assert done.returncode == 0, f"kcat failed ({done.returncode}): {done.stderr.decode()}"
+    return [(partition, line.encode()) for line in done.stdout.decode().splitlines()]
+
+
 def test_read_committed_stops_at_the_last_stable_offset(
     replog_broker: LocalCluster, port: int
 ) -> None:
@@ -318,6 +360,8 @@ def test_read_committed_stops_at_the_last_stable_offset(
     committed = [(0, b"c1"), (0, b"c2")]
     assert read_committed_confluent(bootstrap, [0, 1]) == committed
     assert read_committed_kafka_python(bootstrap, {0: 5, 1: 3}) == committed
+    assert read_committed_aiokafka(bootstrap, {0: 5, 1: 3}) == committed
+    assert read_committed_kcat(bootstrap, 0) + read_committed_kcat(bootstrap, 1) == committed
 
     # A read_committed long poll at the LSO is answered once the marker moves it.
     answered: list[Any] = []
