@@ -81,14 +81,16 @@ def txn_records(pid: int, seq: int, values: list[bytes], *, epoch: int = 0, txn:
     )
 
 
-def produce(port: int, partition: int, records: bytes, transactional_id: str | None) -> ErrorCode:
+def produce(
+    port: int, partition: int, records: bytes, transactional_id: str | None, topic: str = TOPIC
+) -> ErrorCode:
     cls = request_schema(ApiKey.PRODUCE, 9)
     part = nested(cls, "PartitionProduceData")(index=partition, records=records)
     body = cls(
         transactional_id=transactional_id,
         acks=-1,
         timeout=datetime.timedelta(seconds=10),
-        topic_data=(nested(cls, "TopicProduceData")(name=TOPIC, partition_data=(part,)),),
+        topic_data=(nested(cls, "TopicProduceData")(name=topic, partition_data=(part,)),),
     )
     [topic] = _call(port, body).responses
     [answer] = topic.partition_responses
@@ -230,7 +232,7 @@ def test_markers_end_transactions_and_their_errors(replog_broker: LocalCluster, 
     assert values == [(0, b"c1"), (0, b"c2"), (0, b"e1"), (1, b"a1"), (1, b"a2")]
 
 
-def list_latest(port: int, partition: int, isolation_level: int) -> int:
+def list_latest(port: int, partition: int, isolation_level: int, topic: str = TOPIC) -> int:
     cls = request_schema(ApiKey.LIST_OFFSETS, 7)
     part = make(
         nested(cls, "ListOffsetsPartition"),
@@ -242,7 +244,7 @@ def list_latest(port: int, partition: int, isolation_level: int) -> int:
         cls,
         replica_id=-1,
         isolation_level=isolation_level,
-        topics=(make(nested(cls, "ListOffsetsTopic"), name=TOPIC, partitions=(part,)),),
+        topics=(make(nested(cls, "ListOffsetsTopic"), name=topic, partitions=(part,)),),
     )
     [topic] = _call(port, body).topics
     [answer] = topic.partitions
@@ -250,14 +252,16 @@ def list_latest(port: int, partition: int, isolation_level: int) -> int:
     return int(answer.offset)
 
 
-def read_committed_confluent(bootstrap: str, partitions: list[int]) -> list[tuple[int, bytes]]:
+def read_committed_confluent(
+    bootstrap: str, partitions: list[int], topic: str = TOPIC
+) -> list[tuple[int, bytes]]:
     """Everything a read_committed confluent-kafka consumer reads up to the end (its EOF
     comes at the last stable offset)."""
     from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
     consumer = consumer_confluent(bootstrap, **{"isolation.level": "read_committed"})
     try:
-        consumer.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in partitions])
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
         out = []
         at_end: set[int] = set()
         deadline = time.monotonic() + 60
