@@ -2,7 +2,9 @@
 producer's transaction, COMMIT/ABORT markers end it, the last stable offset, the
 ``.txnindex`` of aborted transactions (written with the marker, rebuilt after a crash,
 cut with a truncation) and the leader's checks (INVALID_TXN_STATE, INVALID_PRODUCER_EPOCH,
-TRANSACTION_COORDINATOR_FENCED, no control batches from clients)."""
+TRANSACTION_COORDINATOR_FENCED, no control batches from clients), and the log cleaner
+with transactions (aborted data removed, markers kept until their delete horizon, never
+past an open transaction)."""
 
 from __future__ import annotations
 
@@ -26,10 +28,14 @@ from replog.protocol.records import (
     read_end_txn_marker,
     read_header,
 )
+from replog.storage.cleaner_manager import cleanable_offsets
 from replog.storage.log import Log
 from replog.storage.log_config import LogConfig
 from replog.storage.producer_state import ProducerStateManager, decode_snapshot, encode_snapshot
+from replog.storage.record_reader import iter_records
 from replog.storage.txn_index import AbortedTxn, TransactionIndex
+from test_log_cleaner import DAY, Harness, write
+from test_log_cleaner import open_log as compacted_log
 
 NOW = 1_700_000_000_000
 
@@ -211,3 +217,100 @@ def test_txn_index_file_round_trip_and_torn_tail(tmp_path: Path) -> None:
         again.append(AbortedTxn(3, 0, 9, 10))
     again.truncate_to(9)
     assert TransactionIndex(path, load=True).entries == [AbortedTxn(1, 0, 5, 6)]
+
+
+# -- the log cleaner --------------------------------------------------------------------
+
+
+def keyed_txn(pid: int, seq: int, key: bytes, value: bytes) -> bytearray:
+    return bytearray(
+        build_batch(
+            base_offset=0,
+            partition_leader_epoch=0,
+            attributes=ATTR_TRANSACTIONAL,
+            last_offset_delta=0,
+            base_timestamp=NOW,
+            max_timestamp=NOW,
+            producer_id=pid,
+            producer_epoch=0,
+            base_sequence=seq,
+            record_count=1,
+            records=encode_record(0, 0, key, value),
+        )
+    )
+
+
+def batches_of(log: Log) -> list[tuple[int, bool, int, bytes | None]]:
+    """``(base offset, is control, record count, first key)`` of every batch."""
+    out = []
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:
+        data = log.read(offset, 1 << 20).records
+        if not data:
+            break
+        for pos, h in iter_batches(data):
+            records = list(iter_records(data[pos : pos + h.size], h))
+            key = None if h.is_control or not records else records[0].key
+            out.append((h.base_offset, h.is_control, h.record_count, key))
+            offset = max(offset, h.next_offset)
+    return out
+
+
+def test_the_cleaner_removes_aborted_data_and_markers_after_their_horizon(tmp_path: Path) -> None:
+    log = compacted_log(tmp_path, delete_retention_ms=DAY, min_cleanable_dirty_ratio=0.01)
+    write(log, b"k1", b"v0")  # 0
+    log.append_as_leader(keyed_txn(10, 0, b"k1", b"aborted"), leader_epoch=0, now_ms=NOW)  # 1
+    log.append_as_leader(keyed_txn(11, 0, b"k2", b"c"), leader_epoch=0, now_ms=NOW)  # 2
+    marker(log, 10, commit=False)  # 3
+    marker(log, 11, commit=True)  # 4
+    log.append_as_leader(keyed_txn(10, 1, b"k3", b"x"), leader_epoch=0, now_ms=NOW)  # 5
+    marker(log, 10, commit=True)  # 6
+    log.roll(NOW)
+    log.update_high_watermark(log.log_end_offset)
+    h = Harness(log)
+    assert h.clean(NOW)
+    # The aborted k1 neither survives nor hides the committed one; both markers stay
+    # (the ABORT one removed data now, so its range stays indexed).
+    assert batches_of(log) == [
+        (0, False, 1, b"k1"),
+        (2, False, 1, b"k2"),
+        (3, True, 1, None),
+        (4, True, 1, None),
+        (5, False, 1, b"k3"),
+        (6, True, 1, None),
+    ]
+    assert [t.producer_id for s in log.segments for t in s.txn_index.entries] == [10]
+
+    write(log, b"k1", b"v1")  # 7: supersedes offset 0
+    log.roll(NOW)
+    log.update_high_watermark(log.log_end_offset)
+    assert h.clean(NOW + 1)
+    # No data of the aborted transaction is left: its marker gets a delete horizon and
+    # its range leaves the index; the committed ones still mark data.
+    assert [b[0] for b in batches_of(log)] == [2, 3, 4, 5, 6, 7]
+    assert [t for s in log.segments for t in s.txn_index.entries] == []
+    assert not h.clean(NOW + 1 + DAY - 1)
+    assert h.clean(NOW + 1 + DAY)
+    assert [b[0] for b in batches_of(log)] == [2, 4, 5, 6, 7]
+    # the producer state rebuilt from the cleaned log is the same
+    end = log.log_end_offset
+    log.close()
+    again = compacted_log(tmp_path)
+    assert again.log_end_offset == end
+    assert again.producer_state.first_unstable_offset() is None
+
+
+def test_the_cleaner_stops_at_an_open_transaction(tmp_path: Path) -> None:
+    log = compacted_log(tmp_path)
+    write(log, b"a", b"1")
+    log.roll(NOW)
+    log.append_as_leader(keyed_txn(10, 0, b"a", b"open"), leader_epoch=0, now_ms=NOW)  # 1
+    log.roll(NOW)
+    write(log, b"a", b"2")
+    log.roll(NOW)
+    log.update_high_watermark(log.log_end_offset)
+    assert log.last_stable_offset() == 1
+    assert cleanable_offsets(log, None, NOW) == (0, 1)
+    marker(log, 10, commit=False)
+    log.update_high_watermark(log.log_end_offset)
+    assert cleanable_offsets(log, None, NOW) == (0, log.active_segment.base_offset)

@@ -20,11 +20,12 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
-from replog.protocol.records import EndTxnMarker
+from replog.protocol.records import EndTxnMarker, iter_batches
 from replog.replication.core import AcksAllStatus, HwChange
 from replog.replication.delayed import DelayedOperation, WatchList
 from replog.replication.delete_records import DeleteRecordsStatus
-from replog.replication.fetch_rules import READ_UNCOMMITTED, FetchPartitionRequest
+from replog.replication.fetch_decision import last_stable_offset
+from replog.replication.fetch_rules import READ_COMMITTED, READ_UNCOMMITTED, FetchPartitionRequest
 from replog.replication.follower import EpochRequest, RestartAt
 from replog.replication.isr import IsrChangeProposal
 from replog.replication.machine import (
@@ -44,6 +45,7 @@ from replog.storage.log import AppendInfo, Log, UnexpectedAppendOffset
 from replog.storage.log_config import LogConfig
 from replog.storage.producer_state import ProducerStateEntry
 from replog.storage.segment import TimestampAndOffset
+from replog.storage.txn_index import AbortedTxn
 
 
 class LogFacts:
@@ -165,8 +167,26 @@ class Partition:
     ) -> DeleteRecordsStatus:
         return self._machine.delete_records_status(requested_offset, leader_epoch, is_live)
 
-    def fetch_ready(self, replica_id: int, fetch_offset: int) -> bool:
+    def fetch_ready(
+        self, replica_id: int, fetch_offset: int, isolation_level: int = READ_UNCOMMITTED
+    ) -> bool:
+        if replica_id < 0 and isolation_level == READ_COMMITTED:
+            return self._machine.fetch_ready(replica_id, fetch_offset, self.last_stable_offset)
         return self._machine.fetch_ready(replica_id, fetch_offset)
+
+    @property
+    def last_stable_offset_lag(self) -> int:
+        """Kafka's ``LastStableOffsetLag`` gauge: HW - LSO as leader, 0 otherwise."""
+        if not self.is_leader:
+            return 0
+        return self.high_watermark - self.last_stable_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO: read_committed consumers read below it (``Log.last_stable_offset``)."""
+        return last_stable_offset(
+            self.high_watermark, self._log.log_start_offset, self._log.first_unstable_offset()
+        )
 
     # -- queries (the log's) ---------------------------------------------------------
 
@@ -310,6 +330,7 @@ class Partition:
             follower_log_start_offset=request.log_start_offset,
             last_fetched_epoch=request.last_fetched_epoch,
             replication_throttled=replication_throttled,
+            first_unstable_offset=self._log.first_unstable_offset(),
         )
         rest = self._carry_out(decision.actions) if decision.actions else []
         if decision.follower_log_start_advanced:
@@ -323,6 +344,17 @@ class Partition:
             return b""
         data = self._log.read(bounds.start_offset, max_bytes, max_offset=bounds.end_offset)
         return data.records
+
+    def aborted_transactions(self, fetch_offset: int, records: bytes) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed consumer needs with ``records`` (read
+        from ``fetch_offset``), Kafka ``addAbortedTransactions``: those overlapping
+        ``[fetch_offset, the offset after the last batch read)``."""
+        last = None
+        for _, header in iter_batches(records, verify=False):
+            last = header
+        if last is None:
+            return []
+        return self._log.collect_aborted_transactions(fetch_offset, last.next_offset)
 
     # -- DeleteRecords ------------------------------------------------------------------
 

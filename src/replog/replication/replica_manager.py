@@ -27,7 +27,7 @@ from replog.replication.delayed_operations import (
     DeleteRecordsResult,
     ProduceResult,
 )
-from replog.replication.fetch_rules import READ_UNCOMMITTED, FetchPartitionRequest
+from replog.replication.fetch_rules import READ_COMMITTED, READ_UNCOMMITTED, FetchPartitionRequest
 from replog.replication.fetcher import ReplicaFetcherManager
 from replog.replication.hw_checkpoint import HighWatermarkCheckpoints
 from replog.replication.isr import IsrChangeProposal
@@ -45,6 +45,7 @@ from replog.replication.truncation import EpochEndOffset
 from replog.storage.log import AppendInfo
 from replog.storage.log_config import LogConfig
 from replog.storage.log_manager import LogManager
+from replog.storage.txn_index import AbortedTxn
 from replog.zk.client import KafkaZkClient
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,7 @@ class FetchResult:
     last_stable_offset: int = -1
     diverging_epoch: EpochEndOffset | None = None
     throttled: bool = False  # a follower's fetch the leader answered empty (its quota)
+    aborted_transactions: list[AbortedTxn] | None = None  # read_committed consumers only
 
 
 class ReplicaManager:
@@ -321,6 +323,9 @@ class ReplicaManager:
         except OSError as exc:
             self.storage_failed(part, f"read of {part.topic}-{part.partition}", exc)
             return FetchResult(ErrorCode.kafka_storage_error)
+        aborted = None
+        if replica_id < 0 and isolation_level == READ_COMMITTED:
+            aborted = part.aborted_transactions(request.fetch_offset, records)
         return FetchResult(
             ErrorCode.none,
             high_watermark=decision.high_watermark,
@@ -329,6 +334,7 @@ class ReplicaManager:
             last_stable_offset=decision.last_stable_offset,
             diverging_epoch=decision.diverging_epoch,
             throttled=decision.throttled,
+            aborted_transactions=aborted,
         )
 
     def _read_all(
@@ -382,7 +388,7 @@ class ReplicaManager:
                 part = self.partitions.get((req.topic, req.partition))
                 if part is not None and not result.throttled:
                     watched.append((part, req.fetch_offset))
-            operation = DelayedFetch(replica_id, watched)
+            operation = DelayedFetch(replica_id, watched, isolation_level)
             waiting_from = time.monotonic()
             await operation.wait(operation.partitions(), max_wait_ms / 1000)
             if wait is not None:

@@ -212,11 +212,15 @@ LOG_GAUGES = (
     ("kafka_log_log_size", "Log size in bytes"),
     ("kafka_log_log_numlogsegments", "Segments in the log"),
     ("kafka_cluster_partition_highwatermark", "High watermark"),
+    (
+        "kafka_cluster_partition_laststableoffsetlag",
+        "High watermark minus the last stable offset (0 where not leader)",
+    ),
 )
 
 
 class LogGauges:
-    """Five gauges per partition (``LOG_GAUGES``), rendered as Prometheus text by hand:
+    """Six gauges per partition (``LOG_GAUGES``), rendered as Prometheus text by hand:
     at thousands of partitions they are most of a scrape, and most partitions did not
     move since the last one, so each partition's lines are kept with the values they
     show and made again only when a value changed (the text is what
@@ -238,6 +242,7 @@ class LogGauges:
                 p.size_in_bytes(),
                 p.segment_count,
                 p.high_watermark,
+                p.last_stable_offset_lag,
             )
             entry = cache.get(key)
             if entry is None or entry[0] != values:

@@ -323,6 +323,10 @@ class Log:
         return AppendInfo(offset, offset, now_ms, -1, 1)
 
     # -- transactions ----------------------------------------------------
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction (None: none is open)."""
+        return self.producer_state.first_unstable_offset()
+
     def last_stable_offset(self) -> int:
         """The LSO: the first offset of the oldest open transaction, never past the high
         watermark nor below the log start (Kafka ``UnifiedLog.lastStableOffset``)."""
@@ -608,12 +612,7 @@ class Log:
             raise ValueError(f"{self.name}: the active segment is never replaced")
         if new.base_offset != old[0].base_offset or new.suffix != CLEANED_FILE_SUFFIX:
             raise ValueError(f"{self.name}: {new.log_path} cannot replace {old[0].log_path}")
-        for segment in old:  # the cleaner keeps markers, so their aborted ranges stay
-            for txn in segment.txn_index.entries:
-                if txn.last_offset > new.txn_index.last_offset:
-                    new.txn_index.append(txn)
         try:
-            new.txn_index.flush()
             new.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
             fsync_dir(self.dir)
         except BaseException:
