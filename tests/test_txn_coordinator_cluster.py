@@ -384,7 +384,6 @@ def test_confluent_send_offsets_to_transaction(cluster) -> None:
         producer.init_transactions(60)
         metadata = consumer.consumer_group_metadata()
         producer.begin_transaction()
-        producer.produce(TOPIC, value=b"transformed", partition=0)
         producer.send_offsets_to_transaction([TopicPartition(TOPIC, 0, 3)], metadata, 30)
         producer.commit_transaction(60)
         producer.begin_transaction()
@@ -481,6 +480,49 @@ def test_aiokafka_commit_and_abort(cluster) -> None:
 
     asyncio.run(run())
     assert wait_state(cluster, tid, "CompleteAbort").producer_epoch == 0
+
+
+def _read_to_end(cluster, isolation: str) -> list[bytes]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers(),
+            "group.id": f"txn-reader-{isolation}",
+            "isolation.level": isolation,
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(3)])
+        values, at_end = [], set()
+
+        def done() -> bool:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                values.append(msg.value())
+            elif msg is not None and msg.error().code() == KafkaError._PARTITION_EOF:
+                at_end.add(msg.partition())
+            return len(at_end) == 3
+
+        wait_for(done, 60, f"the end of {TOPIC} ({isolation})", interval_s=0)
+        return values
+    finally:
+        consumer.close()
+
+
+def test_read_committed_sees_committed_transactions_only(cluster) -> None:
+    """What the clients above committed and aborted, read back: read_committed sees every
+    committed record and none of the aborted ones (nor the zombie's), which
+    read_uncommitted shows were written."""
+    committed = [b"committed-%d" % i for i in range(6)]
+    committed += [b"live", b"kafka-python committed", b"aiokafka committed"]
+    aborted = [b"aborted-%d" % i for i in range(3)]
+    aborted += [b"kafka-python aborted", b"aiokafka aborted"]
+    read = _read_to_end(cluster, "read_committed")
+    assert sorted(read) == sorted(committed)
+    everything = _read_to_end(cluster, "read_uncommitted")
+    assert set(aborted) <= set(everything)
+    assert b"zombie" not in everything  # fenced before its AddPartitionsToTxn
 
 
 # -- the protocol, request by request --------------------------------------------------------
@@ -662,6 +704,8 @@ def test_coordinator_killed_with_transactions_prepared_and_open(cluster) -> None
         # the client finds the new coordinator and commits (markers to the new leaders)
         producer.commit_transaction(120)
         assert wait_state(cluster, client_tid, "CompleteCommit").topics == []
+        read = _read_to_end(cluster, "read_committed")
+        assert read.count(b"across the failover") == 3
         new = (
             wait_for(
                 lambda: (c := coordinator(cluster, committing)) != old and c + 1,
