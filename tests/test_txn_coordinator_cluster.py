@@ -12,6 +12,7 @@ import asyncio
 import datetime
 import json
 import struct
+import urllib.request
 import uuid
 from types import SimpleNamespace
 from typing import Any
@@ -58,6 +59,7 @@ def cluster(zookeeper, tmp_path_factory):
         c.up(
             3,
             zookeeper=f"{zookeeper.connect}/replog-{uuid.uuid4().hex[:8]}",
+            metrics=True,
             overrides={
                 "offsets.topic.num.partitions": "3",
                 "transaction.state.log.num.partitions": str(STATE_PARTITIONS),
@@ -523,6 +525,36 @@ def test_read_committed_sees_committed_transactions_only(cluster) -> None:
     everything = _read_to_end(cluster, "read_uncommitted")
     assert set(aborted) <= set(everything)
     assert b"zombie" not in everything  # fenced before its AddPartitionsToTxn
+
+
+def _scrape(cluster, broker_id: int) -> dict[tuple[str, frozenset], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(cluster.metrics_url(broker_id), timeout=20) as response:
+        text = response.read().decode()
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_coordinator_metrics(cluster) -> None:
+    """The coordinator of the clients' ids above counts them by state; Kafka's marker
+    channel gauges are there (nothing waiting now) and its partitions' load times."""
+    tid = "txn-confluent-data"  # CompleteAbort (test_confluent_commit_and_abort)
+    samples = _scrape(cluster, coordinator(cluster, tid))
+    by_state = {
+        dict(labels)["state"]: count
+        for (name, labels), count in samples.items()
+        if name == "replog_transaction_coordinator_transactions"
+    }
+    assert by_state.get("CompleteAbort", 0) >= 1, by_state
+    prefix = "kafka_coordinator_transaction_transactionmarkerchannelmanager_"
+    assert samples[(prefix + "unknowndestinationqueuesize", frozenset())] == 0
+    assert samples[(prefix + "logappendretryqueuesize", frozenset())] == 0
+    load_max = "kafka_server_transaction_coordinator_metrics_partition_load_time_max"
+    assert samples[(load_max, frozenset())] >= 0
 
 
 # -- the protocol, request by request --------------------------------------------------------

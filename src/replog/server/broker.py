@@ -235,6 +235,8 @@ class Broker:
             if config.metrics_port >= 0
             else None
         )
+        if self.metrics is not None:
+            self.metrics.state.transaction_coordinator = self.transaction_coordinator
         handlers = self._handlers()
         # One server per listener; ``self.server`` is the inter-broker one.
         self.servers = [

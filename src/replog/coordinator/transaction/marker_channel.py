@@ -90,10 +90,14 @@ class TransactionMarkerChannel:
         self._timers: set[asyncio.TimerHandle] = set()
         self._closed = False
 
-    def pending_count(self) -> int:
-        """Markers queued or waiting for a leader (Kafka's ``UnknownDestinationQueueSize``
-        and ``LogAppendRetryQueueSize`` taken together)."""
-        return sum(len(q) for q in self._queues.values()) + len(self._timers)
+    def unknown_destination_count(self) -> int:
+        """Markers waiting for their partitions' leaders (Kafka's
+        ``UnknownDestinationQueueSize``)."""
+        return len(self._timers)
+
+    def queued_count(self) -> int:
+        """Markers queued for a broker's next request."""
+        return sum(len(q) for q in self._queues.values())
 
     def send(self, marker: SendTxnMarkers) -> None:
         if self._closed:

@@ -117,6 +117,11 @@ class TransactionCoordinatorRuntime:
         self.core = TransactionCoordinator(config, offsets_partition_count())
         self.channel = channel_factory(self)
         self._terms: dict[int, int] = {}  # partition -> leader epoch being loaded or led
+        # Metrics (Kafka's names in ``server.metrics``)
+        self.completions_to_retry = 0  # LogAppendRetryQueueSize
+        self.load_time_max_ms = 0.0  # transaction-coordinator-metrics partition-load-time-max
+        self.load_time_total_ms = 0.0
+        self.loads = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._loops: list[asyncio.Task[None]] = []
 
@@ -159,6 +164,14 @@ class TransactionCoordinatorRuntime:
         for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+
+    def transaction_counts(self) -> dict[str, int]:
+        """Transactional ids coordinated here, by state (Kafka's state names)."""
+        counts: dict[str, int] = {}
+        for entry in self.core.state.loaded():
+            for md in entry.metadata.values():
+                counts[md.state.kafka_name] = counts.get(md.state.kafka_name, 0) + 1
+        return counts
 
     def partition_for(self, transactional_id: str) -> int:
         return self.core.state.partition_for(transactional_id)
@@ -231,14 +244,18 @@ class TransactionCoordinatorRuntime:
             log.exception("%s-%d: loading failed; not coordinating it", TOPIC, partition)
             self._resign(partition)
             return
+        took_s = time.monotonic() - started
         log.info(
             "%s-%d: loaded %d records at epoch %d in %.3f s",
             TOPIC,
             partition,
             len(records),
             leader_epoch,
-            time.monotonic() - started,
+            took_s,
         )
+        self.loads += 1
+        self.load_time_total_ms += took_s * 1000
+        self.load_time_max_ms = max(self.load_time_max_ms, took_s * 1000)
         self._carry_out(outcome)
 
     # -- requests ---------------------------------------------------------------------------
@@ -342,7 +359,11 @@ class TransactionCoordinatorRuntime:
         ):
             # The core asks for the completion again (COORDINATOR_NOT_AVAILABLE: Kafka's
             # txnLogAppendRetryQueue): not at once.
-            await asyncio.sleep(COMPLETE_RETRY_BACKOFF_S)
+            self.completions_to_retry += 1
+            try:
+                await asyncio.sleep(COMPLETE_RETRY_BACKOFF_S)
+            finally:
+                self.completions_to_retry -= 1
         self._carry_out(outcome)
 
     async def _append(self, effect: AppendTxnState | AppendTombstones) -> Outcome:
