@@ -28,6 +28,7 @@ from replog.protocol.records import (
     read_end_txn_marker,
     read_header,
 )
+from replog.storage.cleaner_filter import empty_batch
 from replog.storage.cleaner_manager import cleanable_offsets
 from replog.storage.log import Log
 from replog.storage.log_config import LogConfig
@@ -314,3 +315,15 @@ def test_the_cleaner_stops_at_an_open_transaction(tmp_path: Path) -> None:
     marker(log, 10, commit=False)
     log.update_high_watermark(log.log_end_offset)
     assert cleanable_offsets(log, None, NOW) == (0, log.active_segment.base_offset)
+
+
+def test_an_emptied_control_batch_is_no_marker(tmp_path: Path) -> None:
+    batch = end_txn_marker_batch(
+        producer_id=3, producer_epoch=0, commit=False, coordinator_epoch=0, timestamp=NOW
+    )
+    emptied = bytearray(empty_batch(read_header(batch)))
+    assert read_end_txn_marker(emptied, read_header(emptied)) is None
+    # a follower (or a reload) takes it as it is
+    log = open_log(tmp_path / "t-0")
+    log.append_as_follower(emptied, now_ms=NOW)
+    assert log.log_end_offset == 1 and log.producer_state.first_unstable_offset() is None
