@@ -120,6 +120,7 @@ class KafkaConfig:
     group_consumer_max_size: int
     group_consumer_assignors: str
     group_consumer_migration_policy: str = "bidirectional"
+    transaction_partition_verification_enable: bool = True
     listeners: list[Listener] = field(default_factory=list)
     advertised_listeners: list[Listener] = field(default_factory=list)
     log_dirs: list[Path] = field(default_factory=list)
