@@ -28,6 +28,7 @@ from replog.protocol.records import (
     read_end_txn_marker,
     read_header,
 )
+from replog.storage.cleaner_filter import empty_batch
 from replog.storage.cleaner_manager import cleanable_offsets
 from replog.storage.log import Log
 from replog.storage.log_config import LogConfig
@@ -314,3 +315,63 @@ def test_the_cleaner_stops_at_an_open_transaction(tmp_path: Path) -> None:
     marker(log, 10, commit=False)
     log.update_high_watermark(log.log_end_offset)
     assert cleanable_offsets(log, None, NOW) == (0, log.active_segment.base_offset)
+
+
+def test_an_emptied_control_batch_is_no_marker(tmp_path: Path) -> None:
+    batch = end_txn_marker_batch(
+        producer_id=3, producer_epoch=0, commit=False, coordinator_epoch=0, timestamp=NOW
+    )
+    emptied = bytearray(empty_batch(read_header(batch)))
+    assert read_end_txn_marker(emptied, read_header(emptied)) is None
+    # a follower (or a reload) takes it as it is
+    log = open_log(tmp_path / "t-0")
+    log.append_as_follower(emptied, now_ms=NOW)
+    assert log.log_end_offset == 1 and log.producer_state.first_unstable_offset() is None
+
+
+# -- KIP-890 part 1: verification guards --------------------------------------------------
+
+
+def test_a_transaction_opens_only_with_a_current_verification_guard(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    state = log.producer_state
+
+    def append(seq: int, guard) -> None:  # type: ignore[no-untyped-def]
+        log.append_as_leader(
+            txn_batch(1, seq),
+            leader_epoch=0,
+            now_ms=NOW,
+            verification_required=True,
+            verification_guard=guard,
+        )
+
+    with pytest.raises(InvalidTxnState):
+        append(0, None)  # never verified
+    guard = state.maybe_start_verification(1)
+    assert guard is not None and state.maybe_start_verification(1) is guard  # shared
+    assert state.maybe_start_verification(2) is not guard
+    append(0, guard)
+    assert state.maybe_start_verification(1) is None  # open here: nothing to verify
+    append(2, None)  # later batches of the open transaction need none
+    # A verification in flight when the transaction ends is void: its late batch cannot
+    # open a (hanging) transaction.
+    late = state.maybe_start_verification(2)
+    log.append_as_leader(txn_batch(2, 0), leader_epoch=0, now_ms=NOW)  # (verification off)
+    marker(log, 2, commit=False)
+    end = log.log_end_offset
+    with pytest.raises(InvalidTxnState):
+        log.append_as_leader(
+            txn_batch(2, 2),
+            leader_epoch=0,
+            now_ms=NOW,
+            verification_required=True,
+            verification_guard=late,
+        )
+    assert log.log_end_offset == end and 2 not in state.ongoing_txns
+    # plain and idempotent batches never need one
+    log.append_as_leader(
+        txn_batch(3, 0, transactional=False),
+        leader_epoch=0,
+        now_ms=NOW,
+        verification_required=True,
+    )

@@ -46,6 +46,9 @@ from replog.protocol.records import (
 )
 
 TOPIC = "txn-part"
+# No transaction coordinator answers here: its verification of a transaction's first
+# batch (KIP-890, on by default) is off; test_txn_partition_failover has it on.
+NO_VERIFICATION = {"transaction.partition.verification.enable": "false"}
 NOW = int(time.time() * 1000)  # old timestamps would roll segments (segment.ms)
 
 
@@ -141,7 +144,12 @@ def replog_broker(zookeeper, tmp_path_factory) -> Iterator[LocalCluster]:
     """One broker with its Prometheus metrics on, shared by this module's tests."""
     cluster = LocalCluster(tmp_path_factory.mktemp("txn-partition"))
     try:
-        cluster.up(1, zookeeper=f"{zookeeper.connect}/replog-{uuid.uuid4().hex[:8]}", metrics=True)
+        cluster.up(
+            1,
+            zookeeper=f"{zookeeper.connect}/replog-{uuid.uuid4().hex[:8]}",
+            metrics=True,
+            overrides=NO_VERIFICATION,
+        )
         yield cluster
     finally:
         cluster.down()

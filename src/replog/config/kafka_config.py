@@ -130,6 +130,7 @@ class KafkaConfig:
     transaction_state_log_min_isr: int = 2
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10000
     transaction_remove_expired_transaction_cleanup_interval_ms: int = 3600000
+    transaction_partition_verification_enable: bool = True
     listeners: list[Listener] = field(default_factory=list)
     advertised_listeners: list[Listener] = field(default_factory=list)
     log_dirs: list[Path] = field(default_factory=list)

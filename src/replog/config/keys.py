@@ -244,6 +244,13 @@ BROKER_KEYS: dict[str, tuple[str, Callable[[str], Any], str | None]] = {
         _int,
         "3600000",
     ),
+    # KIP-890 part 1: partition leaders verify a transaction's first batch with its
+    # coordinator (AddPartitionsToTxn verify_only) before appending it.
+    "transaction.partition.verification.enable": (
+        "transaction_partition_verification_enable",
+        _bool,
+        "true",
+    ),
     **{
         name: (name.replace(".", "_"), key.parse, key.default)
         for name, key in BROKER_LOG_KEYS.items()

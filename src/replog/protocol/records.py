@@ -454,8 +454,11 @@ def read_end_txn_marker(
     batch: bytes | bytearray | memoryview, header: BatchHeader
 ) -> EndTxnMarker | None:
     """The marker of control batch ``batch`` (whole, header included); None for another
-    control type. Raises InvalidRecordBatch if the record is malformed."""
-    if header.compression != COMPRESSION_NONE or header.record_count < 1:
+    control type, or a batch the log cleaner emptied. Raises InvalidRecordBatch if the
+    record is malformed."""
+    if header.record_count == 0:
+        return None
+    if header.compression != COMPRESSION_NONE:
         raise InvalidRecordBatch("a control batch holds uncompressed records")
     section = bytes(batch[HEADER_SIZE : header.size])
     for _, end, _, _, key, has_value, rest in iter_record_spans(section, header.record_count):

@@ -43,7 +43,7 @@ from replog.replication.quota import is_throttled
 from replog.replication.truncation import EpochEndOffset, TruncationDecision
 from replog.storage.log import AppendInfo, Log, UnexpectedAppendOffset
 from replog.storage.log_config import LogConfig
-from replog.storage.producer_state import ProducerStateEntry
+from replog.storage.producer_state import ProducerStateEntry, VerificationGuard
 from replog.storage.segment import TimestampAndOffset
 from replog.storage.txn_index import AbortedTxn
 
@@ -369,14 +369,32 @@ class Partition:
 
     # -- writes as leader ---------------------------------------------------------------
 
+    def maybe_start_transaction_verification(self, producer_id: int) -> VerificationGuard | None:
+        """KIP-890: the guard a verification of the producer's transaction carries, or None
+        when its transaction is open here (nothing to verify)."""
+        return self._log.producer_state.maybe_start_verification(producer_id)
+
     def append_as_leader(
-        self, records: bytearray, *, acks: int, now_ms: int
+        self,
+        records: bytearray,
+        *,
+        acks: int,
+        now_ms: int,
+        verification_required: bool = False,
+        verification_guard: VerificationGuard | None = None,
     ) -> tuple[ErrorCode, AppendInfo | None]:
-        """Append a produce request's batch; NOT_LEADER_OR_FOLLOWER / NOT_ENOUGH_REPLICAS first."""
+        """Append a produce request's batch; NOT_LEADER_OR_FOLLOWER / NOT_ENOUGH_REPLICAS
+        first. ``verification_*``: see ``Log.append_as_leader``."""
         error = self._machine.check_append(acks)
         if error is not ErrorCode.none:
             return error, None
-        info = self._log.append_as_leader(records, leader_epoch=self.leader_epoch, now_ms=now_ms)
+        info = self._log.append_as_leader(
+            records,
+            leader_epoch=self.leader_epoch,
+            now_ms=now_ms,
+            verification_required=verification_required,
+            verification_guard=verification_guard,
+        )
         if not info.duplicate:
             self._appended_as_leader()
         return ErrorCode.none, info

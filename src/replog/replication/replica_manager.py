@@ -45,6 +45,7 @@ from replog.replication.truncation import EpochEndOffset
 from replog.storage.log import AppendInfo
 from replog.storage.log_config import LogConfig
 from replog.storage.log_manager import LogManager
+from replog.storage.producer_state import VerificationGuard
 from replog.storage.txn_index import AbortedTxn
 from replog.zk.client import KafkaZkClient
 
@@ -171,14 +172,46 @@ class ReplicaManager:
     # -- produce --------------------------------------------------------------
 
     def append_to_leader(
-        self, topic: str, partition: int, records: bytes, acks: int, now: int
+        self,
+        topic: str,
+        partition: int,
+        records: bytes,
+        acks: int,
+        now: int,
+        *,
+        verification_required: bool = False,
+        verification_guard: VerificationGuard | None = None,
     ) -> ProduceResult:
+        """A produce request's records for one partition. ``verification_required``
+        (KIP-890, ``transaction.partition.verification.enable``): a transactional batch
+        that opens a transaction needs the ``verification_guard`` its verification with
+        the transaction coordinator carried (``maybe_start_transaction_verification``)."""
         part = self.partitions.get((topic, partition))
         if part is None:
             return ProduceResult(self._missing(topic, partition))
         return self._append(
-            part, lambda: part.append_as_leader(bytearray(records), acks=acks, now_ms=now)
+            part,
+            lambda: part.append_as_leader(
+                bytearray(records),
+                acks=acks,
+                now_ms=now,
+                verification_required=verification_required,
+                verification_guard=verification_guard,
+            ),
         )
+
+    def maybe_start_transaction_verification(
+        self, topic: str, partition: int, producer_id: int
+    ) -> tuple[ErrorCode, VerificationGuard | None]:
+        """KIP-890: whether the producer's transaction must be verified with its
+        coordinator before an append here: (NONE, guard) to verify, (NONE, None) when
+        its transaction is open here, or the error the append would get (not led here)."""
+        part = self.partitions.get((topic, partition))
+        if part is None:
+            return self._missing(topic, partition), None
+        if not part.is_leader:
+            return ErrorCode.not_leader_or_follower, None
+        return ErrorCode.none, part.maybe_start_transaction_verification(producer_id)
 
     def append_txn_marker(
         self,

@@ -96,6 +96,7 @@ from replog.server.metadata_cache import MetadataCache
 from replog.server.metrics import BrokerMetrics, BrokerStateCollector, RemoteEndOffsets
 from replog.server.network import KafkaServer, RequestContext
 from replog.server.producer_ids import ProducerIdManager
+from replog.server.txn_verification import TransactionVerifier
 from replog.server.zk_fence import ZkSessionFence
 from replog.storage.cleaner_threads import CleanerConfig, LoopOwner
 from replog.storage.log_config import LogConfig
@@ -209,6 +210,13 @@ class Broker:
             ),
             authorizer=Authorizer.from_config(config, self.zk),
             transaction_coordinator=self.transaction_coordinator,
+            transaction_verifier=TransactionVerifier(
+                self.metadata_cache,
+                listener=config.inter_broker_listener_name.upper(),
+                security=self.client_security,
+                request_timeout_ms=config.request_timeout_ms,
+                client_id=f"broker-{config.broker_id}-txn-verification",
+            ),
         )
         self.controller_commands = ControllerCommands(
             self.services, self.zk, lambda: self.broker_epoch
@@ -666,6 +674,8 @@ class Broker:
             await self.metrics.stop()
         await self.group_coordinator.shutdown()
         await self.transaction_coordinator.shutdown()
+        if self.services.transaction_verifier is not None:
+            await self.services.transaction_verifier.close()
         await self.configs.stop()
         await self.replica_manager.shutdown()
         if self._zk_fence is not None:

@@ -55,7 +55,11 @@ from replog.storage.log_validator import (
     check_keys,
     validate_batches,
 )
-from replog.storage.producer_state import ProducerStateManager, list_snapshots
+from replog.storage.producer_state import (
+    ProducerStateManager,
+    VerificationGuard,
+    list_snapshots,
+)
 from replog.storage.segment import (
     CLEANED_FILE_SUFFIX,
     SWAP_FILE_SUFFIX,
@@ -190,13 +194,22 @@ class Log:
 
     # -- append ----------------------------------------------------------
     def append_as_leader(
-        self, records: bytes | bytearray, *, leader_epoch: int, now_ms: int
+        self,
+        records: bytes | bytearray,
+        *,
+        leader_epoch: int,
+        now_ms: int,
+        verification_required: bool = False,
+        verification_guard: VerificationGuard | None = None,
     ) -> AppendInfo:
         """Assign offsets and append a client's batches; raises before writing anything.
 
         Raises InvalidRecordBatch, CorruptRecordBatch, RecordTooLarge,
-        OutOfOrderSequence or InvalidProducerEpoch. A retried batch from an
-        idempotent producer returns its original offsets with ``duplicate=True``.
+        OutOfOrderSequence, InvalidProducerEpoch or InvalidTxnState. A retried batch from
+        an idempotent producer returns its original offsets with ``duplicate=True``.
+        With ``verification_required`` (KIP-890), a transactional batch that opens a
+        transaction needs ``verification_guard``, still current (``ProducerStateManager
+        .check_verified``).
         """
         if not isinstance(records, bytearray):
             records = bytearray(records)
@@ -219,6 +232,8 @@ class Log:
                 len(batches),
                 duplicate=True,
             )
+        if verification_required:
+            self.producer_state.check_verified([h for _, h in batches], verification_guard)
         log_append_time = now_ms if self.config.log_append_time else -1
         first_offset = offset = self.log_end_offset
         patched: list[tuple[int, BatchHeader]] = []

@@ -31,6 +31,13 @@ batch inside an open transaction (INVALID_TXN_STATE), an older producer epoch
 (INVALID_PRODUCER_EPOCH) and a marker from an older coordinator epoch
 (TRANSACTION_COORDINATOR_FENCED); followers and recovery apply what the leader wrote.
 
+KIP-890 part 1: before a leader appends a transactional batch that would open a
+transaction, the broker asks the transaction coordinator whether the partition is in
+the producer's ongoing transaction. ``maybe_start_verification`` hands out a
+``VerificationGuard`` for the producer (None: its transaction is open here, nothing to
+ask); a marker or the transaction's first batch voids it, so an answer that comes back
+after the transaction ended cannot open a hanging one (``check_verified``).
+
 Version 1 (Kafka's own format: one fixed-size entry per producer holding its
 last batch only) is still read, so snapshots written before version 2 load.
 
@@ -133,6 +140,13 @@ class CompletedTxn:
     is_aborted: bool
 
 
+class VerificationGuard:
+    """A token for one verification of a producer's transaction on the partition (Kafka
+    ``VerificationGuard``): compared by identity."""
+
+    __slots__ = ()
+
+
 def _in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
 
@@ -159,11 +173,42 @@ class ProducerStateManager:
         self.producers: dict[int, ProducerStateEntry] = {}
         self.map_end_offset = 0
         self.ongoing_txns: dict[int, int] = {}  # producer id -> first offset of its open txn
+        self.verification_guards: dict[int, VerificationGuard] = {}
 
     def reset(self, offset: int) -> None:
         self.producers.clear()
         self.ongoing_txns.clear()
+        self.verification_guards.clear()
         self.map_end_offset = offset
+
+    # -- KIP-890 verification ----------------------------------------------
+    def maybe_start_verification(self, producer_id: int) -> VerificationGuard | None:
+        """The guard a verification of ``producer_id``'s transaction carries (one shared by
+        the verifications in flight), or None when its transaction is open here."""
+        if producer_id in self.ongoing_txns:
+            return None
+        guard = self.verification_guards.get(producer_id)
+        if guard is None:
+            guard = self.verification_guards[producer_id] = VerificationGuard()
+        return guard
+
+    def check_verified(self, headers: list[BatchHeader], guard: VerificationGuard | None) -> None:
+        """A client append with verification on: a transactional batch that opens a
+        transaction needs the producer's current guard (Kafka
+        ``batchMissingRequiredVerification``); INVALID_TXN_STATE otherwise."""
+        opened: set[int] = set()
+        for h in headers:
+            pid = h.producer_id
+            if not h.is_transactional or h.is_control or pid in self.ongoing_txns:
+                continue
+            if pid not in opened and (
+                guard is None or self.verification_guards.get(pid) is not guard
+            ):
+                raise InvalidTxnState(
+                    f"{self.name}: record from producer {pid} was not part of an ongoing "
+                    "transaction (not verified with its transaction coordinator)"
+                )
+            opened.add(pid)
 
     # -- transactions ----------------------------------------------------
     def first_unstable_offset(self) -> int | None:
@@ -285,6 +330,7 @@ class ProducerStateManager:
         if h.is_transactional and entry.current_txn_first_offset < 0:
             entry.current_txn_first_offset = h.base_offset
             self.ongoing_txns[pid] = h.base_offset
+            self.verification_guards.pop(pid, None)
         return None
 
     def _end_txn(self, h: BatchHeader, marker: EndTxnMarker) -> CompletedTxn | None:
@@ -303,6 +349,7 @@ class ProducerStateManager:
             entry.batches.clear()
         entry.current_txn_first_offset = -1
         self.ongoing_txns.pop(pid, None)
+        self.verification_guards.pop(pid, None)  # a verification in flight is void
         entry.coordinator_epoch = marker.coordinator_epoch
         entry.last_timestamp = max(entry.last_timestamp, h.max_timestamp)
         return completed

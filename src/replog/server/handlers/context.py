@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from replog.server.metadata_cache import MetadataCache
     from replog.server.network import RequestContext
     from replog.server.producer_ids import ProducerIdManager
+    from replog.server.txn_verification import TransactionVerifier
 
 NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 UNKNOWN_AUTHORIZED_OPERATIONS = -(1 << 31)  # INT32_MIN: authorized operations not asked for
@@ -43,6 +44,8 @@ class BrokerServices:
     topic_stats: BrokerTopicStats = field(default_factory=BrokerTopicStats)
     authorizer: Authorizer | None = None  # None: no authorizer.class.name, all allowed
     transaction_coordinator: TransactionCoordinatorRuntime | None = None
+    # KIP-890 part 1 (transaction.partition.verification.enable); None: no coordinator known
+    transaction_verifier: TransactionVerifier | None = None
 
     def allowed(
         self, ctx: RequestContext, operation: AclOperation, resource_type: ResourceType, name: str
