@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from replog.common.clock import now_ms
-from replog.common.topics import GROUP_METADATA_TOPIC_NAME
+from replog.common.topics import GROUP_METADATA_TOPIC_NAME, TRANSACTION_STATE_TOPIC_NAME
 from replog.config import KafkaConfig
 from replog.controller.controller import KafkaController
 from replog.coordinator.group import consumer_records
@@ -192,6 +192,9 @@ class Broker:
                 or config.offsets_topic_num_partitions
             ),
             self._marker_channel,
+            state_partition_count=lambda: len(
+                self.metadata_cache.partitions.get(TRANSACTION_STATE_TOPIC_NAME, {})
+            ),
         )
         self.services = BrokerServices(
             config=config,

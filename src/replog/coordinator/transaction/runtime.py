@@ -108,12 +108,16 @@ class TransactionCoordinatorRuntime:
         offsets_partition_count: Callable[[], int],
         channel_factory: Callable[[TransactionCoordinatorRuntime], TransactionMarkerChannel],
         clock: Callable[[], int] = now_ms,
+        state_partition_count: Callable[[], int] = lambda: 0,
     ) -> None:
+        """``state_partition_count``: ``__transaction_state``'s partitions as the cluster
+        knows them (0 while unknown)."""
         self.config = config
         self.replica_manager = replica_manager
         self._generate_producer_id = generate_producer_id
         self._offsets_partition_count = offsets_partition_count
         self.clock = clock
+        self._state_partition_count = state_partition_count
         self.core = TransactionCoordinator(config, offsets_partition_count())
         self.channel = channel_factory(self)
         self._terms: dict[int, int] = {}  # partition -> leader epoch being loaded or led
@@ -174,7 +178,13 @@ class TransactionCoordinatorRuntime:
         return counts
 
     def partition_for(self, transactional_id: str) -> int:
+        self._sync_partition_count()
         return self.core.state.partition_for(transactional_id)
+
+    def _sync_partition_count(self) -> None:
+        count = self._state_partition_count()
+        if count and count != self.core.config.transaction_log_num_partitions:
+            self.core.set_partition_count(count)
 
     # -- leadership of __transaction_state --------------------------------------------------
 
@@ -184,6 +194,7 @@ class TransactionCoordinatorRuntime:
         if not is_leader:
             self._resign(partition)
             return
+        self._sync_partition_count()
         if self._terms.get(partition) == leader_epoch:
             return  # the same term told again
         self._terms[partition] = leader_epoch
@@ -263,6 +274,7 @@ class TransactionCoordinatorRuntime:
     async def init_producer_id(
         self, transactional_id: str, timeout_ms: int, producer_id: int, producer_epoch: int
     ) -> Answer:
+        self._sync_partition_count()
         outcome = self.core.handle_init_producer_id(
             transactional_id, timeout_ms, producer_id, producer_epoch, self.clock()
         )

@@ -1,8 +1,14 @@
-"""KIP-679's check by resource type: an idempotent producer needs IdempotentWrite on the
-cluster or Write on some topic (Kafka ``AclAuthorizer.authorizeByResourceType``)."""
+"""Pure pieces of the transaction coordinator's wiring: KIP-679's check by resource type
+(an idempotent producer needs IdempotentWrite on the cluster or Write on some topic, Kafka
+``AclAuthorizer.authorizeByResourceType``), and ids mapped by ``__transaction_state``'s
+actual partition count."""
 
 from __future__ import annotations
 
+from kio.schema.errors import ErrorCode
+
+from replog.coordinator.transaction.coordinator import TransactionCoordinator
+from replog.coordinator.transaction.transaction_topic import TransactionConfig, partition_for
 from replog.security.acl import (
     AclBinding,
     AclOperation,
@@ -54,3 +60,19 @@ def test_super_users_and_allow_if_no_acl() -> None:
     assert _allowed([], principal="User:admin", super_users=frozenset({"User:admin"}))
     assert _allowed([], allow_if_no_acl=True)
     assert not _allowed([_acl("*", LITERAL, DENY)], allow_if_no_acl=True)
+
+
+def test_ids_map_by_the_topics_actual_partition_count() -> None:
+    """A topic created with 3 partitions by another broker: this one, configured for 50,
+    maps ids as the topic has them once it knows the count."""
+    core = TransactionCoordinator(TransactionConfig(), offsets_topic_partitions=50)
+    tid = next(
+        t for t in (f"t-{i}" for i in range(100)) if partition_for(t, 3) != partition_for(t, 50)
+    )
+    core.on_election(partition_for(tid, 3), 7)
+    core.complete_loading(partition_for(tid, 3), 7, [], 0)
+    assert core.state.lookup(tid).error is ErrorCode.not_coordinator
+    core.set_partition_count(3)
+    assert core.state.partition_for(tid) == partition_for(tid, 3)
+    assert core.state.lookup(tid).error is ErrorCode.none
+    assert core.config.transaction_log_num_partitions == 3
