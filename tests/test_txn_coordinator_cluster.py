@@ -484,6 +484,20 @@ def test_aiokafka_commit_and_abort(cluster) -> None:
     assert wait_state(cluster, tid, "CompleteAbort").producer_epoch == 0
 
 
+def test_kafkajs_commit_and_abort(cluster) -> None:
+    from kafkajs_util import kafkajs_transactions
+
+    tid = "txn-kafkajs"
+    kafkajs_transactions(
+        cluster.bootstrap_servers(),
+        tid,
+        TOPIC,
+        commit=["kafkajs committed"],
+        abort=["kafkajs aborted"],
+    )
+    assert wait_state(cluster, tid, "CompleteAbort").producer_epoch == 0
+
+
 def _read_to_end(cluster, isolation: str) -> list[bytes]:
     consumer = Consumer(
         {
@@ -518,8 +532,9 @@ def test_read_committed_sees_committed_transactions_only(cluster) -> None:
     read_uncommitted shows were written."""
     committed = [b"committed-%d" % i for i in range(6)]
     committed += [b"live", b"kafka-python committed", b"aiokafka committed"]
+    committed += [b"kafkajs committed"]
     aborted = [b"aborted-%d" % i for i in range(3)]
-    aborted += [b"kafka-python aborted", b"aiokafka aborted"]
+    aborted += [b"kafka-python aborted", b"aiokafka aborted", b"kafkajs aborted"]
     read = _read_to_end(cluster, "read_committed")
     assert sorted(read) == sorted(committed)
     everything = _read_to_end(cluster, "read_uncommitted")
