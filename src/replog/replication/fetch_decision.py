@@ -19,6 +19,7 @@ from replog.replication.fetch_rules import (
     fetch_isolation,
 )
 from replog.replication.truncation import end_offset_for_epoch
+from replog.storage.producer_state import last_stable_offset
 
 
 def decide_fetch(
@@ -124,12 +125,3 @@ def decide_fetch(
         log_start_offset=log.log_start_offset,
         last_stable_offset=lso,
     )
-
-
-def last_stable_offset(
-    high_watermark: int, log_start_offset: int, first_unstable: int | None
-) -> int:
-    """The LSO: the first offset of the oldest open transaction, within [log start, HW]."""
-    if first_unstable is None:
-        return high_watermark
-    return min(max(first_unstable, log_start_offset), high_watermark)

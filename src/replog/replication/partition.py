@@ -24,7 +24,6 @@ from replog.protocol.records import EndTxnMarker, iter_batches
 from replog.replication.core import AcksAllStatus, HwChange
 from replog.replication.delayed import DelayedOperation, WatchList
 from replog.replication.delete_records import DeleteRecordsStatus
-from replog.replication.fetch_decision import last_stable_offset
 from replog.replication.fetch_rules import READ_COMMITTED, READ_UNCOMMITTED, FetchPartitionRequest
 from replog.replication.follower import EpochRequest, RestartAt
 from replog.replication.isr import IsrChangeProposal
@@ -43,7 +42,11 @@ from replog.replication.quota import is_throttled
 from replog.replication.truncation import EpochEndOffset, TruncationDecision
 from replog.storage.log import AppendInfo, Log, UnexpectedAppendOffset
 from replog.storage.log_config import LogConfig
-from replog.storage.producer_state import ProducerStateEntry, VerificationGuard
+from replog.storage.producer_state import (
+    ProducerStateEntry,
+    VerificationGuard,
+    last_stable_offset,
+)
 from replog.storage.segment import TimestampAndOffset
 from replog.storage.txn_index import AbortedTxn
 

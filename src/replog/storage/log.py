@@ -58,6 +58,7 @@ from replog.storage.log_validator import (
 from replog.storage.producer_state import (
     ProducerStateManager,
     VerificationGuard,
+    last_stable_offset,
     list_snapshots,
 )
 from replog.storage.segment import (
@@ -346,10 +347,9 @@ class Log:
         """The LSO: the first offset of the oldest open transaction, never past the high
         watermark nor below the log start (Kafka ``UnifiedLog.lastStableOffset``)."""
         high_watermark = self.log_end_offset if self.high_watermark is None else self.high_watermark
-        first = self.producer_state.first_unstable_offset()
-        if first is None:
-            return high_watermark
-        return min(max(first, self.log_start_offset), high_watermark)
+        return last_stable_offset(
+            high_watermark, self.log_start_offset, self.producer_state.first_unstable_offset()
+        )
 
     def collect_aborted_transactions(
         self, start_offset: int, upper_bound_offset: int

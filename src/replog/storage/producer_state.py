@@ -147,6 +147,17 @@ class VerificationGuard:
     __slots__ = ()
 
 
+def last_stable_offset(
+    high_watermark: int, log_start_offset: int, first_unstable_offset: int | None
+) -> int:
+    """The LSO (Kafka ``UnifiedLog.lastStableOffset``): the first offset of the oldest
+    open transaction, never past the high watermark nor below the log start (an open
+    transaction whose start retention or DeleteRecords removed)."""
+    if first_unstable_offset is None:
+        return high_watermark
+    return min(max(first_unstable_offset, log_start_offset), high_watermark)
+
+
 def _in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
 
