@@ -484,6 +484,27 @@ def test_aiokafka_commit_and_abort(cluster) -> None:
     assert wait_state(cluster, tid, "CompleteAbort").producer_epoch == 0
 
 
+def test_a_new_producer_aborts_the_zombies_open_transaction(cluster) -> None:
+    """InitProducerId while the old producer's transaction is open: the coordinator fences
+    it (epoch bump), aborts its transaction, and the new producer gets the epoch after
+    (CONCURRENT_TRANSACTIONS meanwhile, which librdkafka retries)."""
+    tid = "txn-zombie-open"
+    old = _producer(cluster, tid)
+    old.init_transactions(60)
+    epoch = describe(cluster, tid).producer_epoch
+    old.begin_transaction()
+    old.produce(TOPIC, value=b"zombie open", partition=2)
+    old.flush(30)
+    assert describe(cluster, tid).transaction_state == "Ongoing"
+    new = _producer(cluster, tid)
+    new.init_transactions(60)
+    described = describe(cluster, tid)
+    assert (described.transaction_state, described.producer_epoch) == ("Empty", epoch + 2)
+    with pytest.raises(KafkaException) as fenced:
+        old.commit_transaction(30)
+    assert fenced.value.args[0].fatal() or fenced.value.args[0].code() == KafkaError._FENCED
+
+
 def test_kafkajs_commit_and_abort(cluster) -> None:
     from kafkajs_util import kafkajs_transactions
 
@@ -535,6 +556,7 @@ def test_read_committed_sees_committed_transactions_only(cluster) -> None:
     committed += [b"kafkajs committed"]
     aborted = [b"aborted-%d" % i for i in range(3)]
     aborted += [b"kafka-python aborted", b"aiokafka aborted", b"kafkajs aborted"]
+    aborted += [b"zombie open"]
     read = _read_to_end(cluster, "read_committed")
     assert sorted(read) == sorted(committed)
     everything = _read_to_end(cluster, "read_uncommitted")
