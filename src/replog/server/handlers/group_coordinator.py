@@ -4,7 +4,8 @@ FindCoordinator (Kafka ``KafkaApis.getCoordinator``): a group's coordinator is t
 leader of its ``__consumer_offsets`` partition. The first request creates the topic
 (``offsets.topic.num.partitions``, replication factor
 ``min(offsets.topic.replication.factor, live brokers)``, compacted) and answers
-COORDINATOR_NOT_AVAILABLE until it has leaders.
+COORDINATOR_NOT_AVAILABLE until it has leaders. A transactional id's coordinator (key
+type 1) is found by ``handlers.transactions``.
 
 Offsets are committed with acks=all on that partition and acknowledged only then;
 the groups' rules for who may commit live with each group type
