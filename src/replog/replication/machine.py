@@ -361,6 +361,7 @@ class PartitionMachine(FollowerEvents):
         follower_log_start_offset: int = -1,
         last_fetched_epoch: int = -1,
         replication_throttled: bool = False,
+        first_unstable_offset: int | None = None,
     ) -> FetchDecision:
         """A fetch from a follower (``replica_id >= 0``) or a consumer arrived (Kafka
         ``Partition.fetchRecords``): KIP-320 fencing and leadership here, then the
@@ -384,16 +385,22 @@ class PartitionMachine(FollowerEvents):
             follower_log_start_offset=follower_log_start_offset,
             last_fetched_epoch=last_fetched_epoch,
             replication_throttled=replication_throttled,
+            first_unstable_offset=first_unstable_offset,
         )
 
-    def fetch_ready(self, replica_id: int, fetch_offset: int) -> bool:
+    def fetch_ready(
+        self, replica_id: int, fetch_offset: int, last_stable_offset: int | None = None
+    ) -> bool:
         """Whether a fetch waiting at ``fetch_offset`` (Kafka ``DelayedFetch``) has
         something to read now (a follower up to the log end, a consumer up to the high
-        watermark), or must be answered because this replica stopped leading."""
+        watermark, a read_committed one up to ``last_stable_offset``), or must be
+        answered because this replica stopped leading."""
         ls = self.leader_state
         if ls is None or not ls.is_leading:
             return True
         end = self.log.log_end_offset if replica_id >= 0 else ls.high_watermark
+        if replica_id < 0 and last_stable_offset is not None:
+            end = min(end, last_stable_offset)
         return end > fetch_offset
 
     def answer_offsets_for_leader_epoch(

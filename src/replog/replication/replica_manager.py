@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode
 from replog.common.clock import now_ms
 from replog.config import KafkaConfig
 from replog.protocol.errors import error_code_for
+from replog.protocol.records import EndTxnMarker
 from replog.replication.core import StopLeading
 from replog.replication.delayed_operations import (
     DelayedDeleteRecords,
@@ -26,7 +27,7 @@ from replog.replication.delayed_operations import (
     DeleteRecordsResult,
     ProduceResult,
 )
-from replog.replication.fetch_rules import READ_UNCOMMITTED, FetchPartitionRequest
+from replog.replication.fetch_rules import READ_COMMITTED, READ_UNCOMMITTED, FetchPartitionRequest
 from replog.replication.fetcher import ReplicaFetcherManager
 from replog.replication.hw_checkpoint import HighWatermarkCheckpoints
 from replog.replication.isr import IsrChangeProposal
@@ -41,8 +42,11 @@ from replog.replication.machine import (
 from replog.replication.partition import Partition
 from replog.replication.quota import ReplicationQuota
 from replog.replication.truncation import EpochEndOffset
+from replog.storage.log import AppendInfo
 from replog.storage.log_config import LogConfig
 from replog.storage.log_manager import LogManager
+from replog.storage.producer_state import VerificationGuard
+from replog.storage.txn_index import AbortedTxn
 from replog.zk.client import KafkaZkClient
 from replog.zk.fencing import UNKNOWN_BROKER_EPOCH
 
@@ -67,6 +71,7 @@ class FetchResult:
     last_stable_offset: int = -1
     diverging_epoch: EpochEndOffset | None = None
     throttled: bool = False  # a follower's fetch the leader answered empty (its quota)
+    aborted_transactions: list[AbortedTxn] | None = None  # read_committed consumers only
 
 
 class ReplicaManager:
@@ -168,13 +173,72 @@ class ReplicaManager:
     # -- produce --------------------------------------------------------------
 
     def append_to_leader(
-        self, topic: str, partition: int, records: bytes, acks: int, now: int
+        self,
+        topic: str,
+        partition: int,
+        records: bytes,
+        acks: int,
+        now: int,
+        *,
+        verification_required: bool = False,
+        verification_guard: VerificationGuard | None = None,
     ) -> ProduceResult:
+        """A produce request's records for one partition. ``verification_required``
+        (KIP-890, ``transaction.partition.verification.enable``): a transactional batch
+        that opens a transaction needs the ``verification_guard`` its verification with
+        the transaction coordinator carried (``maybe_start_transaction_verification``)."""
         part = self.partitions.get((topic, partition))
         if part is None:
             return ProduceResult(self._missing(topic, partition))
+        return self._append(
+            part,
+            lambda: part.append_as_leader(
+                bytearray(records),
+                acks=acks,
+                now_ms=now,
+                verification_required=verification_required,
+                verification_guard=verification_guard,
+            ),
+        )
+
+    def maybe_start_transaction_verification(
+        self, topic: str, partition: int, producer_id: int
+    ) -> tuple[ErrorCode, VerificationGuard | None]:
+        """KIP-890: whether the producer's transaction must be verified with its
+        coordinator before an append here: (NONE, guard) to verify, (NONE, None) when
+        its transaction is open here, or the error the append would get (not led here)."""
+        part = self.partitions.get((topic, partition))
+        if part is None:
+            return self._missing(topic, partition), None
+        if not part.is_leader:
+            return ErrorCode.not_leader_or_follower, None
+        return ErrorCode.none, part.maybe_start_transaction_verification(producer_id)
+
+    def append_txn_marker(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        marker: EndTxnMarker,
+        now: int,
+    ) -> ProduceResult:
+        """A WriteTxnMarkers entry's COMMIT or ABORT for one partition led here; wait for
+        it with ``wait_for_acks_all`` (markers are written with acks=all)."""
+        part = self.partitions.get((topic, partition))
+        if part is None:
+            return ProduceResult(self._missing(topic, partition))
+        return self._append(
+            part,
+            lambda: part.append_marker_as_leader(producer_id, producer_epoch, marker, now_ms=now),
+        )
+
+    def _append(
+        self, part: Partition, append: Callable[[], tuple[ErrorCode, AppendInfo | None]]
+    ) -> ProduceResult:
+        topic, partition = part.topic, part.partition
         try:
-            error, info = part.append_as_leader(bytearray(records), acks=acks, now_ms=now)
+            error, info = append()
         except Exception as exc:
             code = error_code_for(exc)
             if code == ErrorCode.unknown_server_error:
@@ -295,6 +359,9 @@ class ReplicaManager:
         except OSError as exc:
             self.storage_failed(part, f"read of {part.topic}-{part.partition}", exc)
             return FetchResult(ErrorCode.kafka_storage_error)
+        aborted = None
+        if replica_id < 0 and isolation_level == READ_COMMITTED:
+            aborted = part.aborted_transactions(request.fetch_offset, records)
         return FetchResult(
             ErrorCode.none,
             high_watermark=decision.high_watermark,
@@ -303,6 +370,7 @@ class ReplicaManager:
             last_stable_offset=decision.last_stable_offset,
             diverging_epoch=decision.diverging_epoch,
             throttled=decision.throttled,
+            aborted_transactions=aborted,
         )
 
     def _read_all(
@@ -365,7 +433,7 @@ class ReplicaManager:
                 part = self.partitions.get((req.topic, req.partition))
                 if part is not None and not result.throttled:
                     watched.append((part, req.fetch_offset))
-            operation = DelayedFetch(replica_id, watched)
+            operation = DelayedFetch(replica_id, watched, isolation_level)
             waiting_from = time.monotonic()
             await operation.wait(operation.partitions(), max_wait_ms / 1000)
             if wait is not None:

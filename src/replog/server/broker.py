@@ -28,7 +28,7 @@ from functools import partial
 from typing import Any
 
 from replog.common.clock import now_ms
-from replog.common.topics import GROUP_METADATA_TOPIC_NAME
+from replog.common.topics import GROUP_METADATA_TOPIC_NAME, TRANSACTION_STATE_TOPIC_NAME
 from replog.config import KafkaConfig
 from replog.controller.controller import KafkaController
 from replog.coordinator.group import consumer_records
@@ -38,6 +38,11 @@ from replog.coordinator.group.classic_group_service import (
     replay_group_metadata_record,
 )
 from replog.coordinator.group.coordinator import GroupCoordinator
+from replog.coordinator.transaction.marker_channel import TransactionMarkerChannel
+from replog.coordinator.transaction.runtime import (
+    TransactionCoordinatorRuntime,
+    transaction_config,
+)
 from replog.protocol.apis import ApiKey
 from replog.replication.fetcher import FetcherConfig, ReplicaFetcherManager
 from replog.replication.replica_manager import ReplicaManager
@@ -65,7 +70,16 @@ from replog.server.controlled_shutdown import (
 )
 from replog.server.fetch_session import FetchManager, FetchSessionCache
 from replog.server.handlers import admin as admin_handlers
-from replog.server.handlers import cluster, fetch, metadata, offsets, produce, producers, records
+from replog.server.handlers import (
+    cluster,
+    fetch,
+    metadata,
+    offsets,
+    produce,
+    producers,
+    records,
+    txn_markers,
+)
 from replog.server.handlers import configs as config_handlers
 from replog.server.handlers import partitions as partition_handlers
 from replog.server.handlers.acls import AclRequests
@@ -82,6 +96,7 @@ from replog.server.metadata_cache import MetadataCache
 from replog.server.metrics import BrokerMetrics, BrokerStateCollector, RemoteEndOffsets
 from replog.server.network import KafkaServer, RequestContext
 from replog.server.producer_ids import ProducerIdManager
+from replog.server.txn_verification import TransactionVerifier
 from replog.server.zk_fence import ZkSessionFence
 from replog.storage.cleaner_threads import CleanerConfig, LoopOwner
 from replog.storage.log_config import LogConfig
@@ -168,6 +183,19 @@ class Broker:
             self.replica_manager,
             lambda: len(self.metadata_cache.partitions.get(GROUP_METADATA_TOPIC_NAME, {})) or None,
         )
+        self.transaction_coordinator = TransactionCoordinatorRuntime(
+            transaction_config(config),
+            self.replica_manager,
+            self.producer_ids.generate_producer_id,
+            lambda: (
+                len(self.metadata_cache.partitions.get(GROUP_METADATA_TOPIC_NAME, {}))
+                or config.offsets_topic_num_partitions
+            ),
+            self._marker_channel,
+            state_partition_count=lambda: len(
+                self.metadata_cache.partitions.get(TRANSACTION_STATE_TOPIC_NAME, {})
+            ),
+        )
         self.services = BrokerServices(
             config=config,
             replica_manager=self.replica_manager,
@@ -184,6 +212,14 @@ class Broker:
                 )
             ),
             authorizer=Authorizer.from_config(config, self.zk),
+            transaction_coordinator=self.transaction_coordinator,
+            transaction_verifier=TransactionVerifier(
+                self.metadata_cache,
+                listener=config.inter_broker_listener_name.upper(),
+                security=self.client_security,
+                request_timeout_ms=config.request_timeout_ms,
+                client_id=f"broker-{config.broker_id}-txn-verification",
+            ),
         )
         self.controller_commands = ControllerCommands(
             self.services, self.zk, lambda: self.broker_epoch
@@ -210,6 +246,8 @@ class Broker:
             if config.metrics_port >= 0
             else None
         )
+        if self.metrics is not None:
+            self.metrics.state.transaction_coordinator = self.transaction_coordinator
         handlers = self._handlers()
         # One server per listener; ``self.server`` is the inter-broker one.
         self.servers = [
@@ -232,6 +270,30 @@ class Broker:
         self._stopped = asyncio.Event()
         self.broker_epoch = -1
         self._zk_fence: ZkSessionFence | None = None
+
+    def _marker_channel(self, listener: TransactionCoordinatorRuntime) -> TransactionMarkerChannel:
+        """WriteTxnMarkers to the partition leaders, as the controller and fetchers reach
+        the other brokers (the inter-broker listener and its security)."""
+        cache, name = self.metadata_cache, self.config.inter_broker_listener_name.upper()
+
+        def leader_of(topic: str, partition: int) -> int | None:
+            if cache.controller_id is None:
+                return -1  # no UpdateMetadata yet: wait, a partition unknown is not deleted
+            info = cache.partition(topic, partition)
+            return None if info is None else info.leader
+
+        def endpoint_of(broker_id: int) -> tuple[str, int] | None:
+            broker = cache.brokers_for(name).get(broker_id)
+            return None if broker is None else (broker.host, broker.port)
+
+        return TransactionMarkerChannel(
+            self.config.broker_id,
+            leader_of,
+            endpoint_of,
+            listener,
+            request_timeout_ms=self.config.request_timeout_ms,
+            security=self.client_security,
+        )
 
     def _cluster_allowed(self, ctx: RequestContext, operation: AclOperation) -> bool:
         return self.services.allowed(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)
@@ -288,6 +350,7 @@ class Broker:
             ApiKey.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
             ApiKey.DESCRIBE_PRODUCERS: producers.handle_describe_producers,
             ApiKey.CREATE_PARTITIONS: partition_handlers.handle_create_partitions,
+            ApiKey.WRITE_TXN_MARKERS: txn_markers.handle_write_txn_markers,
             ApiKey.TXN_OFFSET_COMMIT: handle_txn_offset_commit,
         }
         handlers = {int(key): partial(handler, s) for key, handler in table.items()}
@@ -312,6 +375,12 @@ class Broker:
         handlers[ApiKey.OFFSET_FETCH] = groups.handle_offset_fetch
         handlers[ApiKey.OFFSET_DELETE] = groups.handle_offset_delete
         handlers[ApiKey.DELETE_GROUPS] = groups.handle_delete_groups
+        transactions = groups.transactions
+        handlers[ApiKey.ADD_PARTITIONS_TO_TXN] = transactions.handle_add_partitions_to_txn
+        handlers[ApiKey.ADD_OFFSETS_TO_TXN] = transactions.handle_add_offsets_to_txn
+        handlers[ApiKey.END_TXN] = transactions.handle_end_txn
+        handlers[ApiKey.DESCRIBE_TRANSACTIONS] = transactions.handle_describe_transactions
+        handlers[ApiKey.LIST_TRANSACTIONS] = transactions.handle_list_transactions
         classic = ClassicGroupService(self.group_coordinator)
         self.group_coordinator.listeners.append(classic)
         self.group_coordinator.replayers[group_records.GROUP_METADATA_KEY] = (
@@ -421,6 +490,7 @@ class Broker:
             self.server.port,
         )
         await self._recover_assignments()
+        self.transaction_coordinator.start()
         for task in periodic_tasks(
             self.config,
             self.log_manager,
@@ -550,6 +620,9 @@ class Broker:
         if self.metrics is not None:
             await self.metrics.stop()
         await self.group_coordinator.shutdown()
+        await self.transaction_coordinator.shutdown()
+        if self.services.transaction_verifier is not None:
+            await self.services.transaction_verifier.close()
         await self.configs.stop()
         await self.replica_manager.shutdown()
         if self._zk_fence is not None:

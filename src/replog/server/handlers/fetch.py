@@ -253,6 +253,9 @@ def _answers(
                     records=records,
                     topic_id=cached.topic_id,
                     diverging_epoch=result.diverging_epoch,
+                    aborted_transactions=None
+                    if result.aborted_transactions is None
+                    else [(t.producer_id, t.first_offset) for t in result.aborted_transactions],
                 )
             )
     return out

@@ -4,7 +4,8 @@ FindCoordinator (Kafka ``KafkaApis.getCoordinator``): a group's coordinator is t
 leader of its ``__consumer_offsets`` partition. The first request creates the topic
 (``offsets.topic.num.partitions``, replication factor
 ``min(offsets.topic.replication.factor, live brokers)``, compacted) and answers
-COORDINATOR_NOT_AVAILABLE until it has leaders.
+COORDINATOR_NOT_AVAILABLE until it has leaders. A transactional id's coordinator (key
+type 1) is found by ``handlers.transactions``.
 
 Offsets are committed with acks=all on that partition and acknowledged only then;
 the groups' rules for who may commit live with each group type
@@ -31,6 +32,7 @@ from replog.protocol.apis import ApiKey, make, nested
 from replog.security.acl import AclOperation, ResourceType
 from replog.server.admin import TopicSpec
 from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
+from replog.server.handlers.transactions import TransactionRequests
 from replog.server.network import RequestContext
 
 log = logging.getLogger(__name__)
@@ -100,6 +102,7 @@ class GroupCoordinatorRequests:
     def __init__(self, services: BrokerServices) -> None:
         self.services = services
         self.offsets_topic = OffsetsTopic(services)
+        self.transactions = TransactionRequests(services)  # FindCoordinator key type 1
 
     # -- FindCoordinator -----------------------------------------------------------------
 
@@ -109,7 +112,7 @@ class GroupCoordinatorRequests:
         """(error, message, broker endpoint or None) for one coordinator key."""
         listener = ctx.listener
         if key_type == TRANSACTION_KEY_TYPE:
-            return ErrorCode.coordinator_not_available, "transactions are not supported", None
+            return self.transactions.find_coordinator(key, ctx)
         if key_type != GROUP_KEY_TYPE:
             return ErrorCode.invalid_request, f"unknown coordinator key type {key_type}", None
         if not self.services.allowed(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, key):
