@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from replog.protocol.errors import (
     InvalidProducerEpoch,
@@ -375,3 +377,82 @@ def test_a_transaction_opens_only_with_a_current_verification_guard(tmp_path: Pa
         now_ms=NOW,
         verification_required=True,
     )
+
+
+# -- the aborted ranges a read gets ---------------------------------------------------------
+
+
+def test_interleaved_aborts_keep_the_search_going(tmp_path: Path) -> None:
+    """Transaction 2 opens before 1 and aborts after it: 1's entry records the LSO at its
+    abort (2's first offset), so a search ending before 1's marker does not stop at 1's
+    entry and still finds 2's (Kafka ``collectAbortedTxns``' completeness rule)."""
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(txn_batch(2, 0), leader_epoch=0, now_ms=NOW)  # 0-1
+    log.append_as_leader(txn_batch(1, 0), leader_epoch=0, now_ms=NOW)  # 2-3
+    marker(log, 1, commit=False)  # 4
+    marker(log, 2, commit=False)  # 5
+    assert log.active_segment.txn_index.entries == [AbortedTxn(1, 2, 4, 0), AbortedTxn(2, 0, 5, 6)]
+    assert [t.producer_id for t in log.collect_aborted_transactions(0, 3)] == [1, 2]
+    assert [t.producer_id for t in log.collect_aborted_transactions(0, 1)] == [2]
+
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("data"), st.integers(1, 3)),
+        st.tuples(st.sampled_from(["commit", "abort"]), st.integers(1, 3)),
+        st.tuples(st.just("plain"), st.just(0)),
+        st.tuples(st.just("roll"), st.just(0)),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(ops=OPS, data=st.data())
+def test_collected_aborted_transactions_are_exactly_those_a_range_overlaps(
+    tmp_path_factory: pytest.TempPathFactory, ops, data
+) -> None:  # type: ignore[no-untyped-def]
+    dir = tmp_path_factory.mktemp("prop") / "t-0"
+    log = open_log(dir)
+    seqs = dict.fromkeys(range(5), 0)
+    open_at: dict[int, int] = {}
+    aborted: list[tuple[int, int, int]] = []  # the model: (pid, first, marker offset)
+    for op, pid in ops:
+        if op == "data":
+            open_at.setdefault(pid, log.log_end_offset)
+            log.append_as_leader(txn_batch(pid, seqs[pid]), leader_epoch=0, now_ms=NOW)
+            seqs[pid] += 2
+        elif op in ("commit", "abort"):
+            at = marker(log, pid, commit=op == "commit").first_offset
+            first = open_at.pop(pid, None)
+            if op == "abort" and first is not None:
+                aborted.append((pid, first, at))
+        elif op == "plain":
+            log.append_as_leader(
+                txn_batch(9, seqs[0], transactional=False), leader_epoch=0, now_ms=NOW
+            )
+            seqs[0] += 2
+        else:
+            log.roll(NOW)
+    log.update_high_watermark(log.log_end_offset)
+    expected_lso = min(open_at.values(), default=log.log_end_offset)
+    assert log.last_stable_offset() == expected_lso
+    end = log.log_end_offset
+
+    def check(lg: Log) -> None:
+        for _ in range(30):
+            start = data.draw(st.integers(0, end))
+            upper = data.draw(st.integers(start + 1, end + 1))
+            got = [
+                (t.producer_id, t.first_offset, t.last_offset)
+                for t in lg.collect_aborted_transactions(start, upper)
+            ]
+            assert got == [t for t in aborted if t[2] >= start and t[1] < upper]
+
+    check(log)
+    # the same after an unclean stop that lost every .txnindex
+    for path in dir.glob("*.txnindex"):
+        path.unlink()
+    again = open_log(dir)
+    assert again.producer_state.ongoing_txns == open_at
+    check(again)

@@ -129,6 +129,7 @@ async def handle_produce(services: BrokerServices, ctx: RequestContext, request)
             services, str(request.transactional_id), to_append, results
         )
         ctx.remote_s += time.monotonic() - waited_from
+        now = now_ms()  # the appends (LogAppendTime, time-based rolls) come after the wait
     for key, records in to_append:
         if key in results:
             continue  # its verification failed
