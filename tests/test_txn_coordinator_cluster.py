@@ -364,12 +364,6 @@ def test_confluent_commit_and_abort(cluster) -> None:
     assert all(end >= 2 + 1 + 2 for end in ends), ends
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="txn-group x txn-part: the group coordinator's transactional __consumer_offsets "
-    "batch has no base sequence (Kafka's NO_SEQUENCE, origin COORDINATOR), which the "
-    "partition's producer-state check refuses as an idempotent batch (CORRUPT_MESSAGE)",
-)
 def test_confluent_send_offsets_to_transaction(cluster) -> None:
     """AddOffsetsToTxn and TxnOffsetCommit: the group's offsets commit with the
     transaction, and an aborted transaction's offsets are never committed."""

@@ -390,9 +390,10 @@ class Partition:
         now_ms: int,
         verification_required: bool = False,
         verification_guard: VerificationGuard | None = None,
+        from_coordinator: bool = False,
     ) -> tuple[ErrorCode, AppendInfo | None]:
         """Append a produce request's batch; NOT_LEADER_OR_FOLLOWER / NOT_ENOUGH_REPLICAS
-        first. ``verification_*``: see ``Log.append_as_leader``."""
+        first. ``verification_*``, ``from_coordinator``: see ``Log.append_as_leader``."""
         error = self._machine.check_append(acks)
         if error is not ErrorCode.none:
             return error, None
@@ -402,6 +403,7 @@ class Partition:
             now_ms=now_ms,
             verification_required=verification_required,
             verification_guard=verification_guard,
+            from_coordinator=from_coordinator,
         )
         if not info.duplicate:
             self._appended_as_leader()

@@ -182,6 +182,7 @@ class ReplicaManager:
         *,
         verification_required: bool = False,
         verification_guard: VerificationGuard | None = None,
+        from_coordinator: bool = False,
     ) -> ProduceResult:
         """A produce request's records for one partition. ``verification_required``
         (KIP-890, ``transaction.partition.verification.enable``): a transactional batch
@@ -198,6 +199,7 @@ class ReplicaManager:
                 now_ms=now,
                 verification_required=verification_required,
                 verification_guard=verification_guard,
+                from_coordinator=from_coordinator,
             ),
         )
 

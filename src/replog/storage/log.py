@@ -202,8 +202,11 @@ class Log:
         now_ms: int,
         verification_required: bool = False,
         verification_guard: VerificationGuard | None = None,
+        from_coordinator: bool = False,
     ) -> AppendInfo:
         """Assign offsets and append a client's batches; raises before writing anything.
+        ``from_coordinator``: a coordinator's own transactional batch (no sequence check:
+        ``ProducerStateManager.validate_client_batches``).
 
         Raises InvalidRecordBatch, CorruptRecordBatch, RecordTooLarge,
         OutOfOrderSequence, InvalidProducerEpoch or InvalidTxnState. A retried batch from
@@ -223,7 +226,9 @@ class Log:
             raise InvalidRecord(f"{self.name}: clients are not allowed to write control records")
         if self.config.compact:
             check_keys(records, batches, name=self.name)
-        duplicate = self.producer_state.validate_client_batches([h for _, h in batches])
+        duplicate = self.producer_state.validate_client_batches(
+            [h for _, h in batches], from_coordinator=from_coordinator
+        )
         if duplicate is not None:
             return AppendInfo(
                 duplicate.first_offset,

@@ -255,8 +255,14 @@ class ProducerStateManager:
         return self.producers.get(producer_id)
 
     # -- leader checks ----------------------------------------------------
-    def validate_client_batches(self, headers: list[BatchHeader]) -> BatchMetadata | None:
+    def validate_client_batches(
+        self, headers: list[BatchHeader], *, from_coordinator: bool = False
+    ) -> BatchMetadata | None:
         """Check a client append; return the original metadata if it is a retried duplicate.
+
+        ``from_coordinator`` (Kafka's ``AppendOrigin.COORDINATOR``: the group coordinator
+        writing a TxnOffsetCommit's records as the producer's transactional batch): the
+        producer epoch is checked, the sequence is not (such batches carry none).
 
         A duplicate is a batch whose epoch and sequence range match one of the
         producer's retained (last five) batches; an older batch fails the
@@ -272,9 +278,17 @@ class ProducerStateManager:
                 if h.is_transactional:
                     raise InvalidRecordBatch("transactional batch without a producer id")
                 continue
-            if h.base_sequence < 0:
+            if h.base_sequence < 0 and not from_coordinator:
                 raise InvalidRecordBatch(f"idempotent batch from producer {pid} has no sequence")
             entry = self.producers.get(pid)
+            if from_coordinator:
+                epoch = entry.producer_epoch if entry is not None else NO_PRODUCER_EPOCH
+                if h.producer_epoch < epoch:
+                    raise InvalidProducerEpoch(
+                        f"{self.name}: producer {pid} epoch {h.producer_epoch} is older than "
+                        f"{epoch}"
+                    )
+                continue
             if pid in pending:
                 epoch, last_seq = pending[pid]
             elif entry is not None:
