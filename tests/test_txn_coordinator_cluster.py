@@ -12,8 +12,11 @@ import asyncio
 import datetime
 import json
 import struct
+import subprocess
+import sys
 import urllib.request
 import uuid
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -46,6 +49,7 @@ from replog.protocol.wire import (
 )
 
 TOPIC = "txn-orders"
+CTP_CHILD = Path(__file__).resolve().parent / "txn_ctp_child.py"
 STATE_PARTITIONS = 5
 MAX_TIMEOUT_MS = 120_000
 
@@ -553,6 +557,17 @@ def test_read_committed_sees_committed_transactions_only(cluster) -> None:
     aborted += [b"zombie open"]
     read = _read_to_end(cluster, "read_committed")
     assert sorted(read) == sorted(committed)
+    from kafkajs_util import kafkajs
+
+    # kafkajs's read_committed consumer (a group member): the same committed records
+    got = kafkajs(
+        cluster.bootstrap_servers(),
+        "readCommitted",
+        topic=TOPIC,
+        groupId=f"js-reader-{uuid.uuid4().hex[:6]}",
+        count=len(committed),
+    )
+    assert sorted(r["value"].encode() for r in got) == sorted(committed)
     everything = _read_to_end(cluster, "read_uncommitted")
     assert set(aborted) <= set(everything)
     assert b"zombie" not in everything  # fenced before its AddPartitionsToTxn
@@ -735,6 +750,85 @@ def _same_state_partition(transactional_id: str, prefix: str) -> str:
         for i in range(1000)
         if partition_for(f"{prefix}-{i}", STATE_PARTITIONS) == wanted
     )
+
+
+def _copy_loop(cluster, source: str, sink: str, group: str, ends: dict[int, int]):
+    """``tests/txn_ctp_child.py`` copying ``source`` to ``sink`` in a process of its own."""
+    ends_arg = ",".join(f"{p}:{o}" for p, o in ends.items())
+    command = [sys.executable, str(CTP_CHILD), cluster.bootstrap_servers()]
+    command += ["--input", source, "--output", sink, "--group", group]
+    command += ["--transactional-id", f"copy-{group}", "--ends", ends_arg]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_consume_transform_produce_killed_part_way_copies_each_input_once(cluster) -> None:
+    """KIP-447: a copying loop (consumer group, transactional producer,
+    send_offsets_to_transaction per poll) SIGKILLed after some commits, then started again
+    with the same transactional id: every input record is in the output exactly once."""
+    source, sink = f"copy-in-{uuid.uuid4().hex[:6]}", f"copy-out-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers()})
+    for topic in (source, sink):
+        admin.create_topics([NewTopic(topic, 3, 3)])[topic].result(30)
+    inputs = [b"in-%d" % i for i in range(300)]
+    plain = Producer({"bootstrap.servers": cluster.bootstrap_servers(), "linger.ms": 5})
+    for i, value in enumerate(inputs):
+        plain.produce(source, value=value, partition=i % 3)
+    assert plain.flush(60) == 0
+    probe = Consumer({"bootstrap.servers": cluster.bootstrap_servers(), "group.id": "probe"})
+    try:
+        ends = {p: probe.get_watermark_offsets(TopicPartition(source, p), 20)[1] for p in range(3)}
+    finally:
+        probe.close()
+    assert sum(ends.values()) == len(inputs)
+    group = f"copy-{uuid.uuid4().hex[:6]}"
+
+    first = _copy_loop(cluster, source, sink, group, ends)
+    try:
+        copied = 0
+        for line in first.stdout:  # type: ignore[union-attr]
+            assert not line.startswith("error"), line
+            if line.startswith("committed "):
+                copied = int(line.split()[1])
+                if copied >= 60:
+                    break
+        assert copied >= 60, "the first copy ended before it committed 60 records"
+    finally:
+        first.kill()  # SIGKILL, maybe inside a transaction
+        first.wait(30)
+    second = _copy_loop(cluster, source, sink, group, ends)
+    try:
+        out, _ = second.communicate(timeout=180)
+        assert second.returncode == 0, out
+    finally:
+        if second.poll() is None:
+            second.kill()
+            second.wait(30)
+
+    reader = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers(),
+            "group.id": f"{group}-check",
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        reader.assign([TopicPartition(sink, p, 0) for p in range(3)])
+        values, at_end = [], set()
+
+        def done() -> bool:
+            msg = reader.poll(0.5)
+            if msg is not None and msg.error() is None:
+                values.append(msg.value())
+            elif msg is not None and msg.error().code() == KafkaError._PARTITION_EOF:
+                at_end.add(msg.partition())
+            return len(at_end) == 3
+
+        wait_for(done, 60, f"the end of {sink}", interval_s=0)
+    finally:
+        reader.close()
+    assert sorted(values) == sorted(b"out-" + v for v in inputs)
 
 
 def test_coordinator_killed_with_transactions_prepared_and_open(cluster) -> None:
