@@ -26,6 +26,13 @@ the load window. Medians over ``--windows`` windows. The cases:
   against not scraped: cores used, and CPU per scrape (``--partitions N`` adds an idle
   topic of N partitions, whose log gauges are most of a scrape).
 
+Each case also prints the brokers' event loop lag during its load windows (max and p99,
+as the upper bounds of the ``kafka_server_eventloop_lagms`` histogram's buckets: its
+counts scraped just before and after each load window, outside the CPU measurement), the
+same of the loop's own lag (``kafka_server_eventloop_ownlagms``: without the time the
+loop's thread waited for a CPU, which other work on a shared machine causes) and each
+broker's largest of both since it started (``..._maxlagms``, ``..._maxownlagms``).
+
 ``--profile DIR`` starts the brokers with a ``sitecustomize`` that runs cProfile between
 two SIGUSR1 (sent at the start and end of each case's load windows) and writes
 ``DIR/<single|produce_all>-<case>-pid<pid>.prof`` (first load window only); ``--perf DIR`` records each load window with
@@ -60,6 +67,7 @@ from replog.cluster.launcher import LocalCluster
 from replog.protocol.apis import ApiKey, make, nested, request_schema
 from replog.protocol.client import KafkaConnection
 from replog.protocol.records import simple_batch
+from replog.server.loop_lag import LAG, LAG_MS_BUCKETS, MAX_LAG, MAX_OWN_LAG, OWN_LAG
 
 TICKS = os.sysconf("SC_CLK_TCK")
 FETCH_VERSION = 16
@@ -263,6 +271,90 @@ async def connect(cluster: LocalCluster, broker_id: int, n: int) -> list[KafkaCo
 # -- measurement ------------------------------------------------------------------------
 
 
+def scrape_lag(url: str) -> dict[str, tuple[list[float], float]]:
+    """A broker's loop lag histograms (``LAG``, ``OWN_LAG``): bucket counts (cumulative,
+    ``LAG_MS_BUCKETS`` then +Inf) and the max since start, in ms."""
+    with urllib.request.urlopen(url, timeout=30) as response:
+        text = response.read().decode()
+    found: dict[str, tuple[list[float], float]] = {}
+    for name, max_name in ((LAG, MAX_LAG), (OWN_LAG, MAX_OWN_LAG)):
+        buckets = [
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(f"{name}_bucket")
+        ]
+        largest = [
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(f"{max_name} ")
+        ]
+        found[name] = (buckets, largest[0] if largest else float("nan"))
+    return found
+
+
+def lag_bounds(counts: list[float]) -> tuple[float, float]:
+    """(p99, max) of a window's lag counts per bucket (not cumulative), as bucket upper
+    bounds in ms (inf: past the last bound)."""
+    bounds = [*LAG_MS_BUCKETS, float("inf")]
+    total = sum(counts)
+    if not total:
+        return float("nan"), float("nan")
+    largest = max(b for b, n in zip(bounds, counts, strict=True) if n)
+    seen = 0.0
+    for bound, n in zip(bounds, counts, strict=True):
+        seen += n
+        if seen >= 0.99 * total:
+            return float(bound), float(largest)
+    return float("inf"), float(largest)
+
+
+class LagWindows:
+    """Loop lag counts (both histograms) summed over a case's load windows, per broker."""
+
+    def __init__(self, urls: dict[int, str]) -> None:
+        self.urls = urls
+        empty = [0.0] * (len(LAG_MS_BUCKETS) + 1)
+        self.counts = {(b, n): list(empty) for b in urls for n in (LAG, OWN_LAG)}
+        self.largest: dict[tuple[int, str], float] = {}
+        self._before: dict[int, dict[str, tuple[list[float], float]]] = {}
+
+    async def begin(self) -> None:
+        for b, url in self.urls.items():
+            self._before[b] = await asyncio.to_thread(scrape_lag, url)
+
+    async def end(self) -> None:
+        for b, url in self.urls.items():
+            after = await asyncio.to_thread(scrape_lag, url)
+            for name, (buckets, largest) in after.items():
+                self.largest[b, name] = largest
+                before = self._before[b][name][0]
+                cumulative = [a - c for a, c in zip(buckets, before, strict=True)]
+                counts = [n - (cumulative[i - 1] if i else 0) for i, n in enumerate(cumulative)]
+                self.counts[b, name] = [
+                    c + n for c, n in zip(self.counts[b, name], counts, strict=True)
+                ]
+
+    def summary(self) -> dict[int, dict[str, tuple[float, float, float]]]:
+        """Per broker and histogram: (p99, max) over the load windows and the max since
+        start (ms)."""
+        out: dict[int, dict[str, tuple[float, float, float]]] = {}
+        for (b, name), counts in self.counts.items():
+            since = self.largest.get((b, name), float("nan"))
+            out.setdefault(b, {})[name] = (*lag_bounds(counts), since)
+        return out
+
+
+def lag_text(lag: dict[int, dict[str, tuple[float, float, float]]]) -> str:
+    parts = []
+    for b, by_name in sorted(lag.items()):
+        (p99, top, since), (own_p99, own_top, own_since) = by_name[LAG], by_name[OWN_LAG]
+        parts.append(
+            f"broker {b} p99 <= {p99:g} max <= {top:g} ms (own: p99 <= {own_p99:g} "
+            f"max <= {own_top:g} ms; since start {since:.1f}, own {own_since:.1f} ms)"
+        )
+    return "; ".join(parts)
+
+
 class Instruments:
     """cProfile toggles (SIGUSR1) and ``perf record`` around load windows, when asked."""
 
@@ -312,8 +404,11 @@ async def measure(
     load: Load,
     args: argparse.Namespace,
     instruments: Instruments,
+    urls: dict[int, str] | None = None,
 ) -> dict[str, Any]:
-    """Alternate idle and load windows; per broker the median CPU per answered request."""
+    """Alternate idle and load windows; per broker the median CPU per answered request
+    (and the loop lag during the load windows when ``urls`` has the brokers' /metrics)."""
+    lag = LagWindows(urls or {})
     per_request: dict[int, list[float]] = {b: [] for b in pids}
     idle_cores: dict[int, list[float]] = {b: [] for b in pids}
     rates: list[float] = []
@@ -321,6 +416,7 @@ async def measure(
         before = {b: cpu_seconds(p) for b, p in pids.items()}
         await asyncio.sleep(args.window)
         idle = {b: cpu_seconds(p) - before[b] for b, p in pids.items()}
+        await lag.begin()
         load.start()
         await asyncio.sleep(0.5)  # the schedule settles; long polls are in flight
         if window == 0:
@@ -333,6 +429,7 @@ async def measure(
         if window == 0:
             instruments.end()
         await load.stop()
+        await lag.end()
         answered = load.count(start, end)
         rates.append(answered / (end - start))
         for b in pids:
@@ -346,7 +443,10 @@ async def measure(
         )
     if load.errors:
         say(f"  {case}: {len(load.errors)} errors, e.g. {load.errors[:3]}")
+    if urls:
+        say(f"  {case} event loop lag: {lag_text(lag.summary())}")
     return {
+        "lag": lag.summary(),
         "case": case,
         "rate": statistics.median(rates),
         "us": {b: statistics.median(v) * 1e6 for b, v in per_request.items()},
@@ -466,7 +566,15 @@ async def one_case(
         url = cluster.metrics_url(0)
         assert url is not None
         return await measure_scrape(pid, url, args, instruments)
-    return await measure(case, {0: pid}, Load(conns, bodies[case], args.rate), args, instruments)
+    url = cluster.metrics_url(0)
+    return await measure(
+        case,
+        {0: pid},
+        Load(conns, bodies[case], args.rate),
+        args,
+        instruments,
+        {0: url} if url else None,
+    )
 
 
 async def single_broker_cases(
@@ -531,7 +639,8 @@ async def produce_all_case(
     conns = await connect(cluster, leader, 8)
     try:
         load = Load(conns, produce_request("rf3", -1), args.rate)
-        result = await measure("produce_all", pids, load, args, instruments)  # type: ignore[arg-type]
+        urls = {b: u for b in cluster.broker_ids if (u := cluster.metrics_url(b))}
+        result = await measure("produce_all", pids, load, args, instruments, urls)  # type: ignore[arg-type]
     finally:
         for c in conns:
             await c.close()
@@ -563,6 +672,10 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
             )
             idle = ", ".join(f"{v:.4f}" for _, v in sorted(r["idle"].items()))
         print(f"{r['case']:<14}{r['rate']:>11.0f}{cost}  {idle}  {r['errors']}")
+    print("\nevent loop lag in the load windows (bucket bounds of kafka_server_eventloop_lagms)")
+    for r in results:
+        if r.get("lag"):
+            print(f"{r['case']:<14}{lag_text(r['lag'])}")
     for r in results:
         if r["case"] == "scrape":
             print(
