@@ -357,6 +357,10 @@ class KafkaConnectionProtocol(asyncio.Protocol):
 
     # -- the response queue's --------------------------------------------------------
 
+    @property
+    def waits_for_room(self) -> bool:
+        return self._full
+
     def room(self) -> None:
         """A response went out and the connection has room again: read on."""
         if self._full:
@@ -585,6 +589,7 @@ class ResponseQueue:
         self._slots: deque[Slot] = deque()
         self._room = asyncio.Event()
         self._room.set()
+        self._awaiting_room = False  # a ``reserve`` waits
         self.closed = False
 
     def full(self) -> bool:
@@ -600,6 +605,7 @@ class ResponseQueue:
 
     async def reserve(self, context: RequestContext | None = None) -> Slot:
         while len(self._slots) >= self._limit and not self.closed:
+            self._awaiting_room = True
             self._room.clear()
             await self._room.wait()
         slot = Slot(context)
@@ -614,6 +620,21 @@ class ResponseQueue:
         slots = self._slots
         if slots[0] is not slot:
             return  # an earlier response is not ready: it writes this one with its own
+        if len(slots) == 1 or not slots[1].done:
+            # The usual case: this response alone goes out.
+            slots.popleft()
+            if data is not None and not self.closed:
+                self._transport.writelines(data)
+            if self._observer is not None and slot.context is not None:
+                self._observer(slot.context, time.monotonic())
+        else:
+            self._write_ready()
+        if self._awaiting_room or self._connection.waits_for_room:
+            self.room()
+
+    def _write_ready(self) -> None:
+        """Every completed response at the head, in one ``writelines``."""
+        slots = self._slots
         out = []
         written: list[RequestContext] = []
         while slots and slots[0].done:
@@ -628,12 +649,13 @@ class ResponseQueue:
             now = time.monotonic()
             for context in written:
                 self._observer(context, now)
-        if len(slots) < self._limit:
-            self.room()
 
     def room(self) -> None:
-        self._room.set()
-        self._connection.room()
+        """Tell whoever waits for room (``reserve``, the connection's reading) if any."""
+        if len(self._slots) < self._limit or self.closed:
+            self._awaiting_room = False
+            self._room.set()
+            self._connection.room()
 
     def close(self) -> None:
         """A handler failed: nothing more is answered on this connection."""
