@@ -42,7 +42,10 @@ unpinned, every process may run on every CPU; ``both`` runs each case both ways,
 first. Each record carries a sequence number: every acknowledged record must be received,
 and none twice (``missing``, ``duplicates`` in the table; records sent but never
 acknowledged are not counted). ``cores`` is the brokers' CPU (user + system from
-``/proc``, summed over the three) over the measured window, in cores. The table of
+``/proc``, summed over the three) over the measured window, in cores. The brokers run
+with ``/metrics``; their event loop lag over the measured window (the histograms
+``kafka_server_eventloop_lagms`` and ``..._ownlagms``, scraped at its start and end) is
+printed as p99 and max, bucket upper bounds of the worst broker. The table of
 issue 27:
 
     .venv/bin/python bench/latency.py --rate 0.2 2 10 --compare-rate 0 --idempotence \
@@ -74,15 +77,19 @@ from typing import Any
 
 from common import (
     create_topic,
+    lag_bounds,
+    lag_counts,
     latency_summary,
     partition_leaders,
     quiet_logger,
     replog_cluster,
     say,
+    scrape_lag,
     work_dir,
 )
 
 from replog.cluster.launcher import LocalCluster
+from replog.server.loop_lag import LAG, OWN_LAG
 
 STAMPS = struct.Struct("<qqq")  # send time, scheduled send time (time.time_ns), sequence
 CLIENT_CPU = 1  # pinned: the producer and consumer here
@@ -374,6 +381,7 @@ def run_case(
         if not started.wait(60):
             raise RuntimeError("the producer process did not start")
         time.sleep(args.warm_up)
+        lag_from = brokers_lag(cluster)
         cpu_from, cpu_from_at = brokers_cpu_s(cluster), time.monotonic()
         if profile:
             profiles = start_profiles(cluster, Path(args.profile_dir), case_key(case), args.seconds)
@@ -381,6 +389,7 @@ def run_case(
             raise RuntimeError("no result from the producer process")
         sent = producer_rx.recv()
         broker_cpu = (brokers_cpu_s(cluster) - cpu_from, time.monotonic() - cpu_from_at)
+        loop_lag = lag_in_window(lag_from, brokers_lag(cluster))
         deadline = time.monotonic() + DRAIN_S
         while count.value < sent["sent"] and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -396,7 +405,29 @@ def run_case(
             if child.is_alive():
                 child.kill()
                 child.join()
-    return summarize(case, args, leaders, sent, received, broker_cpu)
+    row = summarize(case, args, leaders, sent, received, broker_cpu)
+    row["loop_lag"] = loop_lag
+    return row
+
+
+def brokers_lag(cluster: LocalCluster) -> dict[int, dict]:
+    """Every broker's loop lag histograms (``/metrics``) now."""
+    return {
+        b: scrape_lag(url)
+        for b in cluster.broker_ids
+        if (url := cluster.metrics_url(b)) is not None
+    }
+
+
+def lag_in_window(before: dict[int, dict], after: dict[int, dict]) -> dict[str, float]:
+    """The brokers' event loop lag between two scrapes: p99 and max (bucket upper bounds,
+    the worst broker's) of the lag and of the loop's own lag (without run-queue wait)."""
+    out: dict[str, float] = {}
+    for name, key in ((LAG, "lag"), (OWN_LAG, "own_lag")):
+        bounds = [lag_bounds(lag_counts(before[b], after[b], name)) for b in after if b in before]
+        out[f"{key}_p99_ms"] = max((p for p, _ in bounds), default=float("nan"))
+        out[f"{key}_max_ms"] = max((m for _, m in bounds), default=float("nan"))
+    return out
 
 
 def brokers_cpu_s(cluster: LocalCluster) -> float:
@@ -486,7 +517,7 @@ def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
         f"{'case':<24}{'target':>7}{'achieved':>9}  "
         f"{'e2e p50':>8}{'p99':>8}{'p99.9':>8}{'max':>8}  "
         f"{'ack p50':>8}{'p99':>8}{'p99.9':>8}{'max':>8}  {'sched lag':>9}{'lost':>6}{'dup':>5}"
-        f"{'load':>6}{'cpu s/MB':>9}{'cores':>7}"
+        f"{'load':>6}{'cpu s/MB':>9}{'cores':>7}  {'lag p99':>7}{'max':>6}{'own p99':>8}{'max':>6}"
     )
     print(head)
     print(f"{'':<24}{'MB/s':>7}{'MB/s':>9}  {'ms':>8}{'':>24}  {'ms':>8}{'':>24}  {'max ms':>9}")
@@ -501,7 +532,22 @@ def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
             + f"{r['load_average_1min']:>6.1f}"
             + (f"{r['broker_cpu_s_per_mb']:>9.3f}" if r["broker_cpu_s_per_mb"] else f"{'-':>9}")
             + (f"{r['broker_cores_busy']:>7.2f}" if r["broker_cores_busy"] else f"{'-':>7}")
+            + "  "
+            + "".join(
+                f"{r['loop_lag'][k]:>{w}g}"
+                for k, w in (
+                    ("lag_p99_ms", 7),
+                    ("lag_max_ms", 6),
+                    ("own_lag_p99_ms", 8),
+                    ("own_lag_max_ms", 6),
+                )
+            )
         )
+    print(
+        "lag: the brokers' event loop lag in the window (kafka_server_eventloop_lagms, "
+        "bucket upper bounds, ms, the worst broker); own: less the time the loop's thread "
+        "waited for a CPU (kafka_server_eventloop_ownlagms)"
+    )
 
 
 def _ms(value: float | None) -> str:
@@ -563,7 +609,10 @@ def main() -> None:
             if not args.idempotence:  # an idempotent producer needs acks=all
                 cases.append(Case(f"RF 3 acks=1{suffix[pin]}", 3, "1", args.compare_rate, pin))
     rows = []
-    with work_dir("latency", keep=args.keep) as out, replog_cluster(out / "cluster", 3) as cluster:
+    with (
+        work_dir("latency", keep=args.keep) as out,
+        replog_cluster(out / "cluster", 3, metrics=True) as cluster,
+    ):
         for case in cases:
             profile = (
                 args.profile_dir is not None
@@ -579,7 +628,8 @@ def main() -> None:
                 f"ms p99 {row['e2e']['p99_ms']:.1f} ms, ack p50 {row['ack']['p50_ms']:.1f} ms, "
                 f"schedule lag max {row['max_schedule_lag_ms']:.0f} ms, "
                 f"acknowledged not received {row['missing']}, twice {row['duplicates']}, "
-                f"brokers {row['broker_cores_busy'] or 0:.2f} cores"
+                f"brokers {row['broker_cores_busy'] or 0:.2f} cores, loop lag max "
+                f"{row['loop_lag']['lag_max_ms']:g} ms, own {row['loop_lag']['own_lag_max_ms']:g} ms"
             )
     print_table(rows, args)
     print(f"/proc/loadavg at the end: {Path('/proc/loadavg').read_text().strip()}")

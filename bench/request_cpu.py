@@ -61,13 +61,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from common import say, work_dir
+from common import lag_bounds, say, scrape_lag, work_dir
 
 from replog.cluster.launcher import LocalCluster
 from replog.protocol.apis import ApiKey, make, nested, request_schema
 from replog.protocol.client import KafkaConnection
 from replog.protocol.records import simple_batch
-from replog.server.loop_lag import LAG, LAG_MS_BUCKETS, MAX_LAG, MAX_OWN_LAG, OWN_LAG
+from replog.server.loop_lag import LAG, LAG_MS_BUCKETS, OWN_LAG
 
 TICKS = os.sysconf("SC_CLK_TCK")
 FETCH_VERSION = 16
@@ -269,43 +269,6 @@ async def connect(cluster: LocalCluster, broker_id: int, n: int) -> list[KafkaCo
 
 
 # -- measurement ------------------------------------------------------------------------
-
-
-def scrape_lag(url: str) -> dict[str, tuple[list[float], float]]:
-    """A broker's loop lag histograms (``LAG``, ``OWN_LAG``): bucket counts (cumulative,
-    ``LAG_MS_BUCKETS`` then +Inf) and the max since start, in ms."""
-    with urllib.request.urlopen(url, timeout=30) as response:
-        text = response.read().decode()
-    found: dict[str, tuple[list[float], float]] = {}
-    for name, max_name in ((LAG, MAX_LAG), (OWN_LAG, MAX_OWN_LAG)):
-        buckets = [
-            float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines()
-            if line.startswith(f"{name}_bucket")
-        ]
-        largest = [
-            float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines()
-            if line.startswith(f"{max_name} ")
-        ]
-        found[name] = (buckets, largest[0] if largest else float("nan"))
-    return found
-
-
-def lag_bounds(counts: list[float]) -> tuple[float, float]:
-    """(p99, max) of a window's lag counts per bucket (not cumulative), as bucket upper
-    bounds in ms (inf: past the last bound)."""
-    bounds = [*LAG_MS_BUCKETS, float("inf")]
-    total = sum(counts)
-    if not total:
-        return float("nan"), float("nan")
-    largest = max(b for b, n in zip(bounds, counts, strict=True) if n)
-    seen = 0.0
-    for bound, n in zip(bounds, counts, strict=True):
-        seen += n
-        if seen >= 0.99 * total:
-            return float(bound), float(largest)
-    return float("inf"), float(largest)
 
 
 class LagWindows:
