@@ -37,7 +37,8 @@ broker's largest of both since it started (``..._maxlagms``, ``..._maxownlagms``
 two SIGUSR1 (sent at the start and end of each case's load windows) and writes
 ``DIR/<single|produce_all>-<case>-pid<pid>.prof`` (first load window only); ``--perf DIR`` records each load window with
 ``perf record -g`` (native stacks: interpreter, event loop, kernel) into
-``DIR/<case>-broker-<id>.perf``. Both cost CPU: their figures are not the figures.
+``DIR/<case>-broker-<id>.perf``; ``--py-spy DIR`` samples it with ``py-spy record --native``
+(Python and native frames; collapsed stacks in ``DIR/<case>-broker-<id>.txt``). All cost CPU: their figures are not the figures.
 ``--src CHECKOUT`` runs the brokers from another checkout's ``src/`` (the code before a
 change, say, from ``git archive``); ``--ab CHECKOUT`` starts a broker from it and one
 from this tree side by side and alternates their windows (the order swapped each window),
@@ -50,6 +51,7 @@ import argparse
 import asyncio
 import datetime
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -321,9 +323,10 @@ def lag_text(lag: dict[int, dict[str, tuple[float, float, float]]]) -> str:
 class Instruments:
     """cProfile toggles (SIGUSR1) and ``perf record`` around load windows, when asked."""
 
-    def __init__(self, profile: Path | None, perf: Path | None) -> None:
+    def __init__(self, profile: Path | None, perf: Path | None, py_spy: Path | None = None) -> None:
         self.profile = profile
         self.perf = perf
+        self.py_spy = py_spy
         self._perf_procs: list[subprocess.Popen[bytes]] = []
         self._pids: dict[int, int] = {}
 
@@ -334,6 +337,19 @@ class Instruments:
                 (self.profile / f"{tag}.case").write_text(case)
             for pid in pids.values():
                 os.kill(pid, signal.SIGUSR1)
+        if self.py_spy is not None:
+            self.py_spy.mkdir(parents=True, exist_ok=True)
+            binary = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+            for broker, pid in pids.items():
+                out = self.py_spy / f"{case}-broker-{broker}.txt"
+                self._perf_procs.append(
+                    subprocess.Popen(
+                        [binary, "record", "--pid", str(pid), "--rate", "499", "--native"]
+                        + ["--format", "raw", "--output", str(out)],
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
+                )
         if self.perf is not None:
             self.perf.mkdir(parents=True, exist_ok=True)
             for broker, pid in pids.items():
@@ -650,7 +666,7 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Each cluster is started and stopped outside the event loop (the launcher runs its
     own), and measured inside one."""
-    instruments = Instruments(args.profile, args.perf)
+    instruments = Instruments(args.profile, args.perf, args.py_spy)
     results: list[dict[str, Any]] = []
     single = [c for c in args.only if c in SINGLE]
     with work_dir("request-cpu") as out:
@@ -694,6 +710,12 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", choices=ALL_CASES, default=list(ALL_CASES))
     parser.add_argument("--profile", type=Path, help="cProfile of the load windows into DIR")
     parser.add_argument("--perf", type=Path, help="perf record of the first load window")
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        help="py-spy record --native (raw collapsed stacks) of the first load window into DIR "
+        "(py-spy is not a project dependency: .venv/bin/pip install py-spy)",
+    )
     parser.add_argument(
         "--src",
         type=Path,
