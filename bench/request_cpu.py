@@ -291,8 +291,10 @@ class LagWindows:
         for b, url in self.urls.items():
             after = await asyncio.to_thread(scrape_lag, url)
             for name, (buckets, largest) in after.items():
+                before = self._before[b].get(name, ([], 0.0))[0]
+                if not buckets or len(before) != len(buckets):
+                    continue  # a broker without the loop lag histograms (an older tree)
                 self.largest[b, name] = largest
-                before = self._before[b][name][0]
                 cumulative = [a - c for a, c in zip(buckets, before, strict=True)]
                 counts = [n - (cumulative[i - 1] if i else 0) for i, n in enumerate(cumulative)]
                 self.counts[b, name] = [
