@@ -531,6 +531,10 @@ class ReplicaManager:
     def checkpoint_high_watermarks(self) -> None:
         self.hw_checkpoints.write(self.partitions.values())
 
+    async def checkpoint_high_watermarks_off_loop(self) -> None:
+        """The periodic checkpoint: the files written in a worker thread (fsyncs)."""
+        await self.hw_checkpoints.write_off_loop(list(self.partitions.values()))
+
     # -- role changes (driven by the controller) ------------------------------
 
     def become_leader_or_follower(

@@ -54,6 +54,7 @@ from prometheus_client.utils import floatToGoString
 
 from replog.protocol.apis import ApiKey, make, nested, request_schema
 from replog.protocol.client import KafkaConnection
+from replog.server.loop_lag import LoopLagMonitor
 from replog.server.request_metrics import (  # noqa: F401 (re-exported)
     MS_BUCKETS,
     STAGES,
@@ -534,6 +535,8 @@ class BrokerMetrics:
         # The network layer's request observer: the request metrics' own method, bound.
         self.observe_request = self.requests.observe
         self.registry.register(state)
+        # The event loop's lag (stalls), measured while the endpoint is up.
+        self.loop_lag = LoopLagMonitor()
         self._server: asyncio.AbstractServer | None = None
         self.port: int | None = None
 
@@ -542,14 +545,17 @@ class BrokerMetrics:
             self.requests.exposition().encode()
             + generate_latest(self.registry)
             + self.state.logs_text().encode()
+            + self.loop_lag.exposition().encode()
         )
 
     async def start(self, host: str, port: int) -> None:
         self._server = await asyncio.start_server(self._serve, host, port)
         self.port = self._server.sockets[0].getsockname()[1]
+        self.loop_lag.start()
         log.info("metrics at http://%s:%d/metrics", host, self.port)
 
     async def stop(self) -> None:
+        self.loop_lag.stop()
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
