@@ -29,7 +29,6 @@ brokers) and ``transaction_topic_configs`` (compacted, ``min.insync.replicas`` =
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import logging
 from typing import Any
@@ -47,8 +46,8 @@ from replog.coordinator.transaction.effects import NO_PRODUCER_EPOCH, NO_PRODUCE
 from replog.coordinator.transaction.transaction_topic import transaction_topic_configs
 from replog.protocol.apis import ApiKey, make, nested
 from replog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from replog.server.admin import TopicSpec
 from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
+from replog.server.handlers.internal_topics import InternalTopic
 from replog.server.network import RequestContext
 
 log = logging.getLogger(__name__)
@@ -57,63 +56,22 @@ FIRST_BATCHED_ADD_PARTITIONS = 4
 NO_START_TIME = datetime.datetime(1969, 12, 31, 23, 59, 59, 999000, tzinfo=datetime.UTC)  # -1 ms
 
 
-class TransactionStateTopic:
-    """Creates ``__transaction_state`` once, on the first FindCoordinator that needs it.
-
-    Concurrency: event loop; concurrent callers share one creation task.
-    """
-
-    def __init__(self, services: BrokerServices) -> None:
-        self.services = services
-        self._creating: asyncio.Task[None] | None = None
-
-    def exists(self) -> bool:
-        return self.services.metadata_cache.has_topic(TRANSACTION_STATE_TOPIC_NAME)
-
-    def ensure(self) -> None:
-        if self.exists() or (self._creating is not None and not self._creating.done()):
-            return
-        self._creating = asyncio.get_running_loop().create_task(self._create())
-
-    async def _create(self) -> None:
-        s = self.services
-        assert s.transaction_coordinator is not None
-        config = s.transaction_coordinator.config
-        live = len(s.metadata_cache.brokers) or 1
-        replication = min(config.transaction_log_replication_factor, live)
-        spec = TopicSpec(
-            TRANSACTION_STATE_TOPIC_NAME,
-            config.transaction_log_num_partitions,
-            replication,
-            configs=dict(transaction_topic_configs(config)),
-        )
-        try:
-            [outcome] = await s.admin.create_topics([spec], 0, False)
-        except Exception:
-            log.exception("creating %s failed", TRANSACTION_STATE_TOPIC_NAME)
-            return
-        if outcome.error in (ErrorCode.none, ErrorCode.topic_already_exists):
-            log.info(
-                "created %s (%d partitions, replication factor %d)",
-                TRANSACTION_STATE_TOPIC_NAME,
-                spec.num_partitions,
-                replication,
-            )
-        else:
-            log.warning(
-                "creating %s failed: %s %s",
-                TRANSACTION_STATE_TOPIC_NAME,
-                outcome.error,
-                outcome.message,
-            )
-
-
 class TransactionRequests:
     """The handlers; ``find_coordinator`` is FindCoordinator's part for key type 1."""
 
     def __init__(self, services: BrokerServices) -> None:
         self.services = services
-        self.state_topic = TransactionStateTopic(services)
+        self.state_topic = InternalTopic(services, TRANSACTION_STATE_TOPIC_NAME, self._state_shape)
+
+    def _state_shape(self) -> tuple[int, int, dict[str, str]]:
+        coordinator = self.services.transaction_coordinator
+        assert coordinator is not None
+        config = coordinator.config
+        return (
+            config.transaction_log_num_partitions,
+            config.transaction_log_replication_factor,
+            dict(transaction_topic_configs(config)),
+        )
 
     def _write_allowed(self, ctx: RequestContext, transactional_id: str) -> bool:
         return self.services.allowed(
