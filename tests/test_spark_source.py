@@ -462,7 +462,9 @@ def test_sink_places_keys_as_kafkas_partitioner_in_row_order(bootstrap_servers: 
         )
         for a in range(0, 300, 100)
     ]
-    assert write_batches(batches, WriteSettings(bootstrap_servers, topic, {})) == 300
+    # A queue of 64 messages: runs of 100 rows go in chunks, each waiting for room.
+    settings = WriteSettings(bootstrap_servers, topic, {"queue.buffering.max.messages": "64"})
+    assert write_batches(batches, settings) == 300
     got = _read_topic(bootstrap_servers, topic, 3)
     assert sorted(v for _, _, v in got) == sorted(values)  # each row once
     for p, key, _ in got:

@@ -31,6 +31,9 @@ import pyarrow.compute as pc
 #: How long a task waits for outstanding deliveries before failing.
 FLUSH_TIMEOUT_S = 300.0
 
+#: At most this many rows per ``produce_batch`` call.
+CHUNK_ROWS = 10_000
+
 #: librdkafka's ``RD_KAFKA_PARTITION_UA``: the configured partitioner picks the partition.
 UNASSIGNED = -1
 
@@ -179,7 +182,10 @@ def write_batches(batches: Iterable[pa.RecordBatch], settings: WriteSettings) ->
     """Produce every row, flush, and return the number of records acknowledged."""
     from confluent_kafka import Producer
 
-    producer = Producer(producer_config(settings))
+    config = producer_config(settings)
+    producer = Producer(config)
+    queue_limit = int(str(config.get("queue.buffering.max.messages", 100_000)))
+    chunk = max(1, min(CHUNK_ROWS, queue_limit))
     report = DeliveryReport()
     sent = 0
     for batch in batches:
@@ -188,7 +194,11 @@ def write_batches(batches: Iterable[pa.RecordBatch], settings: WriteSettings) ->
             if with_headers:
                 _produce_each(producer, run, rows, report)
             else:
-                _produce_batch(producer, run, rows, report)
+                for start in range(0, len(rows), chunk):
+                    part = rows[start : start + chunk]
+                    while len(producer) + len(part) > queue_limit:  # room for all of it
+                        producer.poll(0.05)
+                    _produce_batch(producer, run, part, report)
             sent += len(rows)
         producer.poll(0)
         if report.failed:
@@ -205,7 +215,12 @@ def write_batches(batches: Iterable[pa.RecordBatch], settings: WriteSettings) ->
 def _produce_batch(
     producer: Any, run: Run, rows: list[dict[str, Any]], on_delivery: Callable
 ) -> None:
-    """Queue ``rows`` with one call; on a full queue, wait and queue the rest again."""
+    """Queue ``rows`` with one call; on a full queue, wait and queue the rest again.
+
+    The caller makes room for every row first (by count); the queue's byte limit
+    (``queue.buffering.max.kbytes``) may still refuse a suffix, queued again in order. A
+    row refused before one accepted would be reordered by a retry: the task fails
+    instead (at-least-once holds, Spark runs it again)."""
     from confluent_kafka import KafkaError
 
     while rows:
