@@ -39,7 +39,7 @@ from common import replog_cluster, work_dir
 def replog_broker() -> Iterator[tuple[str, int | None]]:
     """A one-broker replog cluster under bench/out/, stopped by pid afterwards."""
     with work_dir("spark") as directory, replog_cluster(directory, 1) as cluster:
-        yield cluster.bootstrap_servers(), cluster.broker_pid(cluster.broker_ids()[0])
+        yield cluster.bootstrap_servers(), cluster.broker_pid(cluster.broker_ids[0])
 
 
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")
@@ -242,9 +242,18 @@ def run(bootstrap: str, broker_pid: int | None, args: argparse.Namespace) -> Non
             .save()
         )
 
-    # Warm up: Python workers, the writer's planning and commit workers, the JVM's code.
+    # Warm up each job shape: Python workers, the writer's driver-side workers, JVM code.
     df.selectExpr("count(*)").collect()
     write(cached.limit(1000))
+    small = json.dumps({topic: {str(p): min(e, 250) for p, e in ends.items()}})
+    write(
+        spark.read.format("replog")
+        .option("bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("endingOffsets", small)
+        .load()
+        .select("key", "value")
+    )  # not limit(): it stops the reading Python workers mid-stream
 
     def read() -> None:
         row = df.selectExpr("count(*) AS n", "sum(length(value)) AS b").collect()[0]
