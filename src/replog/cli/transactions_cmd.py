@@ -25,13 +25,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import sys
 import time
 from dataclasses import dataclass
 
 from kio.schema.describe_producers.v0 import request as producers_req
-from kio.schema.describe_transactions.v0 import request as describe_req
 from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v4 import request as find_req
 from kio.schema.list_transactions.v1 import request as list_req
@@ -40,7 +38,10 @@ from kio.schema.write_txn_markers.v1 import request as markers_req
 from kio.static.primitive import i8, i16, i32, i64
 
 from replog.cli.connection import CommandError, command_config, connect, connect_any
+from replog.protocol import describe_transactions_codec as describe_codec
+from replog.protocol.apis import ApiKey
 from replog.protocol.client import KafkaConnection
+from replog.protocol.describe_transactions_codec import DescribedTransaction
 from replog.security.client_security import ClientSecurity
 
 CLIENT_ID = "replog-transactions"
@@ -152,9 +153,7 @@ async def _list(args: argparse.Namespace, conn: KafkaConnection, security: Clien
 # -- describe -------------------------------------------------------------------------
 
 
-async def _coordinator(
-    conn: KafkaConnection, transactional_id: str, security: ClientSecurity
-) -> tuple[int, str]:
+async def _coordinator(conn: KafkaConnection, transactional_id: str) -> tuple[int, str]:
     """The transactional id's coordinator: (broker id, host:port), waiting while it loads."""
     deadline = time.monotonic() + WAIT_S
     while True:
@@ -175,17 +174,21 @@ async def _coordinator(
 
 async def describe_transaction(
     conn: KafkaConnection, transactional_id: str, security: ClientSecurity
-) -> tuple[int, object]:
-    """(coordinator id, DescribeTransactions' state entry) of ``transactional_id``."""
+) -> tuple[int, DescribedTransaction]:
+    """(coordinator id, DescribeTransactions' answer) of ``transactional_id``."""
     deadline = time.monotonic() + WAIT_S
     while True:
-        coordinator, address = await _coordinator(conn, transactional_id, security)
-        response = await _ask(
-            address,
-            security,
-            describe_req.DescribeTransactionsRequest(transactional_ids=(transactional_id,)),
-        )
-        [state] = response.transaction_states
+        coordinator, address = await _coordinator(conn, transactional_id)
+        broker = await connect(address, CLIENT_ID, security)
+        try:
+            frame = await broker.request_encoded(
+                ApiKey.DESCRIBE_TRANSACTIONS,
+                describe_codec.API_VERSION,
+                describe_codec.encode_request([transactional_id]),
+            )
+        finally:
+            await broker.close()
+        [state] = describe_codec.decode_response(frame)
         if state.error_code == ErrorCode.none:
             return coordinator, state
         if state.error_code not in RETRIABLE or time.monotonic() > deadline:
@@ -193,17 +196,13 @@ async def describe_transaction(
         await asyncio.sleep(0.2)
 
 
-def _ms(t: datetime.datetime) -> int:
-    return round(t.timestamp() * 1000)
-
-
 async def _describe(
     args: argparse.Namespace, conn: KafkaConnection, security: ClientSecurity
 ) -> int:
     coordinator, state = await describe_transaction(conn, args.transactional_id, security)
-    start_ms = _ms(state.transaction_start_time)
+    start_ms = state.transaction_start_time_ms
     now = int(time.time() * 1000)
-    partitions = ",".join(f"{t.topic}-{p}" for t in state.topics for p in t.partitions)
+    partitions = ",".join(f"{topic}-{p}" for topic, parts in state.topics for p in parts)
     _table(
         [
             "CoordinatorId",
@@ -223,7 +222,7 @@ async def _describe(
                 state.producer_id,
                 state.producer_epoch,
                 state.transaction_state,
-                round(state.transaction_timeout.total_seconds() * 1000),
+                state.transaction_timeout_ms,
                 start_ms if start_ms >= 0 else "None",
                 now - start_ms if start_ms >= 0 else "None",
                 partitions,
@@ -383,12 +382,9 @@ async def _find_hanging(
             if state != ONGOING:
                 continue
             _, description = await describe_transaction(conn, tid, security)
-            if (
-                str(description.transaction_state) == ONGOING
-                and int(description.producer_id) == producer_id
-            ):
+            if description.transaction_state == ONGOING and description.producer_id == producer_id:
                 ongoing.setdefault(producer_id, set()).update(
-                    (str(t.topic), int(p)) for t in description.topics for p in t.partitions
+                    (topic, p) for topic, parts in description.topics for p in parts
                 )
         hanging = [(tp, p) for tp, p in candidates if tp not in ongoing.get(p.producer_id, ())]
     _table(

@@ -1,0 +1,308 @@
+"""``replog transactions`` (Kafka's ``kafka-transactions.sh``) against a real 3-broker
+cluster, with confluent-kafka transactional producers left open (begin, produce, flush,
+no commit):
+
+* ``list`` and ``describe`` show the open transaction Ongoing with its partition;
+  ``describe-producers`` shows its first offset, which is the partition's last stable
+  offset;
+* ``abort`` at that offset writes an ABORT marker: the LSO moves to the log end and a
+  read_committed consumer reads past it, the aborted records skipped;
+* ``find-hanging`` reports a transaction the coordinator never knew (a transactional
+  batch written straight to the partition with the project's client, KIP-890's
+  verification off on this cluster) once it is older than ``--max-transaction-timeout``,
+  never an open transaction its coordinator lists; ``abort`` ends it;
+* bad input (an unknown transactional id, a start offset no transaction starts at, a
+  topic that does not exist): one line on stderr, exit 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
+
+from replog.cli.main import main
+from replog.cluster.launcher import LocalCluster
+from replog.protocol.apis import ApiKey, nested, request_schema
+from replog.protocol.client import KafkaConnection
+from replog.protocol.records import ATTR_TRANSACTIONAL, build_batch, encode_record
+
+TOPIC = "txn-tools"
+GHOST_PRODUCER_ID = 987_654_321  # a producer id no coordinator handed out
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper, tmp_path_factory) -> Iterator[LocalCluster]:
+    c = LocalCluster(tmp_path_factory.mktemp("txn-tools"))
+    try:
+        c.up(
+            3,
+            zookeeper=f"{zookeeper.connect}/replog-{uuid.uuid4().hex[:8]}",
+            overrides={
+                "offsets.topic.num.partitions": "3",
+                "transaction.state.log.num.partitions": "3",
+                # the hanging transaction below is written without a coordinator
+                "transaction.partition.verification.enable": "false",
+            },
+        )
+        admin = AdminClient({"bootstrap.servers": c.bootstrap_servers()})
+        admin.create_topics([NewTopic(TOPIC, 3, 3)])[TOPIC].result(30)
+        yield c
+    finally:
+        c.down()
+
+
+def run(cluster: LocalCluster, capsys, *args: str) -> tuple[int, str, str]:
+    """``replog transactions --bootstrap-server ... ARGS``: (exit code, stdout, stderr)."""
+    capsys.readouterr()
+    code = main(["transactions", "--bootstrap-server", cluster.bootstrap_servers(), *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def rows(out: str) -> list[list[str]]:
+    """The table's rows below its header, split into cells."""
+    lines = out.strip().splitlines()
+    return [line.split() for line in lines[1:]]
+
+
+def open_producer(cluster: LocalCluster, tid: str, partition: int, values: list[bytes]) -> Any:
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers(), "transactional.id": tid})
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    for value in values:
+        producer.produce(TOPIC, value=value, partition=partition)
+    assert producer.flush(30) == 0
+    return producer
+
+
+def end_offsets(cluster: LocalCluster, partition: int) -> tuple[int, int]:
+    """(last stable offset, high watermark) of ``partition``."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers(),
+            "group.id": "txn-tools-offsets",
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        tp = TopicPartition(TOPIC, partition)
+        lso = consumer.get_watermark_offsets(tp, timeout=30)[1]
+        consumer2 = Consumer(
+            {
+                "bootstrap.servers": cluster.bootstrap_servers(),
+                "group.id": "txn-tools-offsets",
+                "isolation.level": "read_uncommitted",
+            }
+        )
+        try:
+            hw = consumer2.get_watermark_offsets(tp, timeout=30)[1]
+        finally:
+            consumer2.close()
+        return lso, hw
+    finally:
+        consumer.close()
+
+
+def read_committed(cluster: LocalCluster, partition: int, end: int) -> list[bytes]:
+    """A read_committed consumer's values of ``partition`` until its position reaches ``end``."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers(),
+            "group.id": f"txn-tools-{uuid.uuid4().hex[:6]}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    values: list[bytes] = []
+    try:
+        consumer.assign([TopicPartition(TOPIC, partition, 0)])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+            [position] = consumer.position([TopicPartition(TOPIC, partition)])
+            if position.offset >= end:
+                return values
+        raise AssertionError(f"read_committed stopped at {position.offset}, before {end}")
+    finally:
+        consumer.close()
+
+
+def test_an_open_transaction_listed_described_and_aborted(cluster: LocalCluster, capsys) -> None:
+    tid = "tools-open"
+    producer = open_producer(cluster, tid, 0, [b"committed-0", b"committed-1"])
+    producer.commit_transaction(60)
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce(TOPIC, value=b"open-%d" % i, partition=0)
+    assert producer.flush(30) == 0
+
+    code, out, err = run(cluster, capsys, "list")
+    assert code == 0, err
+    assert out.split()[:4] == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
+    [listed] = [r for r in rows(out) if r[0] == tid]
+    assert listed[3] == "Ongoing"
+    producer_id = int(listed[2])
+
+    code, out, err = run(cluster, capsys, "describe", "--transactional-id", tid)
+    assert code == 0, err
+    [described] = rows(out)
+    assert described[1:3] == [tid, str(producer_id)]
+    assert described[4] == "Ongoing"
+    assert described[8] == f"{TOPIC}-0"
+    assert int(described[6]) > 0 and int(described[7]) >= 0  # start time, duration
+    assert described[0] == listed[1]  # the coordinator that listed it describes it
+
+    code, out, err = run(
+        cluster, capsys, "describe-producers", "--topic", TOPIC, "--partition", "0"
+    )
+    assert code == 0, err
+    assert out.split()[-1] != "" and "CurrentTransactionStartOffset" in out.splitlines()[0]
+    [mine] = [r for r in rows(out) if r[0] == str(producer_id)]
+    start = int(mine[5])
+    assert start == 3  # two committed records and their COMMIT marker before it
+    lso, hw = end_offsets(cluster, 0)
+    assert (lso, hw) == (3, 6)
+
+    code, out, err = run(
+        cluster, capsys, "abort", "--topic", TOPIC, "--partition", "0", "--start-offset", "3"
+    )
+    assert code == 0, err
+    assert f"producer {producer_id}" in out
+    lso, hw = end_offsets(cluster, 0)
+    assert lso == hw == 7  # the ABORT marker after the three records; nothing open
+    assert read_committed(cluster, 0, 7) == [b"committed-0", b"committed-1"]
+    code, out, err = run(
+        cluster, capsys, "describe-producers", "--topic", TOPIC, "--partition", "0"
+    )
+    [mine] = [r for r in rows(out) if r[0] == str(producer_id)]
+    assert mine[5] == "None"
+    # the coordinator still ends the transaction it holds
+    producer.abort_transaction(60)
+
+
+def produce_ghost_batch(cluster: LocalCluster, partition: int) -> int:
+    """A transactional batch of a producer no coordinator knows, written to ``partition``'s
+    leader with replog's own client; the leader's id."""
+    metadata = AdminClient({"bootstrap.servers": cluster.bootstrap_servers()}).list_topics(
+        TOPIC, timeout=30
+    )
+    leader = metadata.topics[TOPIC].partitions[partition].leader
+    broker = metadata.brokers[leader]
+    now = int(time.time() * 1000)
+    records = build_batch(
+        base_offset=0,
+        partition_leader_epoch=-1,
+        attributes=ATTR_TRANSACTIONAL,
+        last_offset_delta=1,
+        base_timestamp=now,
+        max_timestamp=now,
+        producer_id=GHOST_PRODUCER_ID,
+        producer_epoch=0,
+        base_sequence=0,
+        record_count=2,
+        records=b"".join(encode_record(i, 0, None, b"ghost-%d" % i) for i in range(2)),
+    )
+    cls = request_schema(ApiKey.PRODUCE, 9)
+    body = cls(
+        transactional_id="ghost",
+        acks=-1,
+        timeout=datetime.timedelta(seconds=10),
+        topic_data=(
+            nested(cls, "TopicProduceData")(
+                name=TOPIC,
+                partition_data=(
+                    nested(cls, "PartitionProduceData")(index=partition, records=records),
+                ),
+            ),
+        ),
+    )
+
+    async def go() -> Any:
+        conn = KafkaConnection(broker.host, broker.port, client_id="txn-tools-test")
+        await conn.connect()
+        try:
+            return await conn.request(body, timeout_s=30)
+        finally:
+            await conn.close()
+
+    [topic] = asyncio.run(go()).responses
+    [answer] = topic.partition_responses
+    assert answer.error_code == ErrorCode.none
+    return leader
+
+
+def test_find_hanging_reports_only_the_transaction_no_coordinator_knows(
+    cluster: LocalCluster, capsys
+) -> None:
+    live = open_producer(cluster, "tools-live", 1, [b"live-0", b"live-1"])
+    leader = produce_ghost_batch(cluster, 1)
+    # not older than the default 15 minutes: nothing reported (and this call's time makes
+    # the batch older than the 0 minutes asked next)
+    code, out, err = run(cluster, capsys, "find-hanging", "--broker-id", str(leader))
+    assert code == 0, err
+    assert "Duration(min)" in out and rows(out) == []
+
+    code, out, err = run(
+        cluster,
+        capsys,
+        "find-hanging",
+        "--broker-id",
+        str(leader),
+        "--max-transaction-timeout",
+        "0",
+    )
+    assert code == 0, err
+    [hanging] = rows(out)
+    assert hanging[:3] == [TOPIC, "1", str(GHOST_PRODUCER_ID)]
+    start = hanging[5]
+    assert int(start) == 2  # after the live transaction's two records, open too
+
+    code, out, err = run(
+        cluster, capsys, "abort", "--topic", TOPIC, "--partition", "1", "--start-offset", start
+    )
+    assert code == 0, err
+    code, out, err = run(
+        cluster,
+        capsys,
+        "find-hanging",
+        "--broker-id",
+        str(leader),
+        "--max-transaction-timeout",
+        "0",
+    )
+    assert code == 0, err
+    assert rows(out) == []
+    live.commit_transaction(60)
+    assert read_committed(cluster, 1, end_offsets(cluster, 1)[1]) == [b"live-0", b"live-1"]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["describe", "--transactional-id", "never-used"], "cannot describe never-used"),
+        (
+            ["abort", "--topic", TOPIC, "--partition", "2", "--start-offset", "12345"],
+            "no open transaction",
+        ),
+        (["describe-producers", "--topic", "no-such-topic", "--partition", "0"], "does not exist"),
+        (["find-hanging", "--broker-id", "77"], "broker 77 is not in the cluster"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_1(
+    cluster: LocalCluster, capsys, args: list[str], message: str
+) -> None:
+    code, out, err = run(cluster, capsys, *args)
+    assert code == 1
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1 and message in err, err
