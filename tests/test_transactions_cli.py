@@ -11,6 +11,8 @@ no commit):
   batch written straight to the partition with the project's client, KIP-890's
   verification off on this cluster) once it is older than ``--max-transaction-timeout``,
   never an open transaction its coordinator lists; ``abort`` ends it;
+* the console (``replog console``'s poller and view) shows an open transaction with its
+  partitions' LSO lag, and no longer once it is committed;
 * bad input (an unknown transactional id, a start offset no transaction starts at, a
   topic that does not exist): one line on stderr, exit 1.
 """
@@ -29,11 +31,15 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
+from cluster_util import wait_for
 from replog.cli.main import main
 from replog.cluster.launcher import LocalCluster
+from replog.console.server import ClusterPoller, ConsoleTargets
+from replog.console.view import Observation, TransactionInfo, build_snapshot
 from replog.protocol.apis import ApiKey, nested, request_schema
 from replog.protocol.client import KafkaConnection
 from replog.protocol.records import ATTR_TRANSACTIONAL, build_batch, encode_record
+from replog.server.metadata_cache import PartitionInfo
 
 TOPIC = "txn-tools"
 GHOST_PRODUCER_ID = 987_654_321  # a producer id no coordinator handed out
@@ -46,6 +52,7 @@ def cluster(zookeeper, tmp_path_factory) -> Iterator[LocalCluster]:
         c.up(
             3,
             zookeeper=f"{zookeeper.connect}/replog-{uuid.uuid4().hex[:8]}",
+            metrics=True,  # the console's LSO lag
             overrides={
                 "offsets.topic.num.partitions": "3",
                 "transaction.state.log.num.partitions": "3",
@@ -285,6 +292,56 @@ def test_find_hanging_reports_only_the_transaction_no_coordinator_knows(
     assert rows(out) == []
     live.commit_transaction(60)
     assert read_committed(cluster, 1, end_offsets(cluster, 1)[1]) == [b"live-0", b"live-1"]
+
+
+def test_console_view_of_open_transactions() -> None:
+    lag = "kafka_cluster_partition_laststableoffsetlag"
+    obs = Observation(
+        taken_ms=50_000,
+        brokers={0: "h:1", 1: "h:2"},
+        known_brokers={0, 1},
+        controller_id=0,
+        controller_epoch=1,
+        partitions=[PartitionInfo("t", 0, 1, 0, (0, 1), (0, 1))],
+        metrics={1: {(lag, (("partition", "0"), ("topic", "t"))): 4.0}},
+        transactions=[
+            TransactionInfo("late", 0, 8, 0, "Ongoing", 60_000, 45_000, (("t", 0),)),
+            TransactionInfo("early", 1, 7, 2, "PrepareCommit", 60_000, 20_000, (("t", 0),)),
+        ],
+    )
+    snapshot = build_snapshot(obs, None)
+    assert [t.transactional_id for t in snapshot.transactions] == ["early", "late"]
+    early = snapshot.transactions[0]
+    assert (early.state, early.coordinator, early.duration_ms) == ("PrepareCommit", 1, 30_000)
+    assert early.partitions == ["t-0"] and early.lso_lag == {"t-0": 4}  # the leader's gauge
+    assert snapshot.as_json()["transactions"][1]["producer_id"] == 8
+
+
+def test_console_shows_an_open_transaction(cluster: LocalCluster) -> None:
+    poller = ClusterPoller(
+        ConsoleTargets(
+            bootstrap=cluster.bootstrap_servers().split(","),
+            metrics_urls={b: cluster.metrics_url(b) for b in cluster.broker_ids},
+        )
+    )
+
+    def shown() -> list[Any]:
+        snapshot = asyncio.run(poller.poll_once())
+        assert snapshot is not None
+        return [t for t in snapshot.transactions if t.transactional_id == "tools-console"]
+
+    try:
+        producer = open_producer(cluster, "tools-console", 2, [b"c-0", b"c-1", b"c-2"])
+        [view] = wait_for(
+            lambda: [v for v in shown() if v.lso_lag], 30, "the open transaction and its LSO lag"
+        )
+        assert (view.state, view.partitions) == ("Ongoing", [f"{TOPIC}-2"])
+        assert view.lso_lag == {f"{TOPIC}-2": 3}  # its three records hold the LSO back
+        assert view.start_ms is not None and view.duration_ms >= 0
+        producer.commit_transaction(60)
+        wait_for(lambda: shown() == [], 30, "the committed transaction gone from the console")
+    finally:
+        poller.close()
 
 
 @pytest.mark.parametrize(
