@@ -272,24 +272,53 @@ def test_find_hanging_reports_only_the_transaction_no_coordinator_knows(
     assert code == 0, err
     [hanging] = rows(out)
     assert hanging[:3] == [TOPIC, "1", str(GHOST_PRODUCER_ID)]
-    start = hanging[5]
-    assert int(start) == 2  # after the live transaction's two records, open too
-
+    assert int(hanging[5]) == 2
+    # the same found by topic, each partition asked at its leader
     code, out, err = run(
-        cluster, capsys, "abort", "--topic", TOPIC, "--partition", "1", "--start-offset", start
+        cluster, capsys, "find-hanging", "--topic", TOPIC, "--max-transaction-timeout", "0"
     )
     assert code == 0, err
+    assert [r[:3] for r in rows(out)] == [
+        [TOPIC, "1", str(GHOST_PRODUCER_ID)]
+    ]  # after the live transaction's two records, open too
+
+    # Kafka's other form of abort: the producer's id, epoch and coordinator epoch given
+    producer_epoch, coordinator_epoch = hanging[3], hanging[4]
+    code, out, err = run(
+        cluster,
+        capsys,
+        "abort",
+        "--topic",
+        TOPIC,
+        "--partition",
+        "1",
+        "--producer-id",
+        str(GHOST_PRODUCER_ID),
+        "--producer-epoch",
+        producer_epoch,
+        "--coordinator-epoch",
+        str(max(int(coordinator_epoch), 0)),
+    )
+    assert code == 0, err
+    # find-hanging by topic and partition, at the partition's leader: nothing left
     code, out, err = run(
         cluster,
         capsys,
         "find-hanging",
-        "--broker-id",
-        str(leader),
+        "--topic",
+        TOPIC,
+        "--partition",
+        "1",
         "--max-transaction-timeout",
         "0",
     )
     assert code == 0, err
     assert rows(out) == []
+    code, out, err = run(
+        cluster, capsys, "describe-producers", "--topic", TOPIC, "--partition", "1"
+    )
+    [ghost] = [r for r in rows(out) if r[0] == str(GHOST_PRODUCER_ID)]
+    assert ghost[5] == "None"
     live.commit_transaction(60)
     assert read_committed(cluster, 1, end_offsets(cluster, 1)[1]) == [b"live-0", b"live-1"]
 

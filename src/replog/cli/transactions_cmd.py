@@ -3,9 +3,10 @@
     replog transactions --bootstrap-server H:P list
     replog transactions --bootstrap-server H:P describe --transactional-id T
     replog transactions --bootstrap-server H:P describe-producers --topic T --partition P
-    replog transactions --bootstrap-server H:P abort --topic T --partition P --start-offset O
-    replog transactions --bootstrap-server H:P find-hanging --broker-id B
-        [--max-transaction-timeout MINUTES]
+    replog transactions --bootstrap-server H:P abort --topic T --partition P
+        (--start-offset O | --producer-id I --producer-epoch E --coordinator-epoch C)
+    replog transactions --bootstrap-server H:P find-hanging
+        (--broker-id B | --topic T [--partition P]) [--max-transaction-timeout MINUTES]
 
 ``list`` asks every broker (ListTransactions: each lists the transactions it
 coordinates). ``describe`` finds the transactional id's coordinator (FindCoordinator key
@@ -13,8 +14,9 @@ type 1) and asks it (DescribeTransactions). ``describe-producers`` asks the part
 leader (DescribeProducers). ``abort`` is Kafka's ``Admin.abortTransaction``: the
 producer whose open transaction starts at the offset is found with DescribeProducers,
 then the partition leader is sent an ABORT marker (WriteTxnMarkers) with that producer's
-id and epoch and its latest coordinator epoch. ``find-hanging`` lists the open
-transactions on the broker's partitions older than ``--max-transaction-timeout`` minutes
+id and epoch and its latest coordinator epoch (or those given, Kafka's other form).
+``find-hanging`` lists the open transactions on the broker's partitions (or the topic's,
+at their leaders) older than ``--max-transaction-timeout`` minutes
 (15, Kafka's default) that no coordinator lists as ongoing with that partition.
 
 Columns as Kafka's tool prints them. Failures print one line and exit 1; bad arguments
@@ -125,14 +127,15 @@ async def _list_all(
 ) -> list[tuple[str, int, int, str]]:
     """Every broker's transactions: (transactional id, coordinator, producer id, state)."""
     found = []
+    request = list_req.ListTransactionsRequest(
+        state_filters=(), producer_id_filters=tuple(i64(p) for p in producer_ids)
+    )
     for broker_id, address in sorted(cluster.brokers.items()):
-        response = await _ask(
-            address,
-            security,
-            list_req.ListTransactionsRequest(
-                state_filters=(), producer_id_filters=tuple(i64(p) for p in producer_ids)
-            ),
-        )
+        deadline = time.monotonic() + WAIT_S
+        response = await _ask(address, security, request)
+        while response.error_code in RETRIABLE and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)  # a coordinator still loading its partitions
+            response = await _ask(address, security, request)
         if response.error_code != ErrorCode.none:
             raise CommandError(
                 f"broker {broker_id} could not list transactions: {response.error_code.name}"
@@ -309,16 +312,23 @@ async def _describe_producers(
 async def _abort(args: argparse.Namespace, conn: KafkaConnection, security: ClientSecurity) -> int:
     topic, partition, start = args.topic, args.partition, args.start_offset
     address = _leader(await _cluster(conn), topic, partition)
-    producers = (await describe_producers(address, security, {topic: [partition]}))[
-        (topic, partition)
-    ]
-    matching = [p for p in producers if p.current_txn_start_offset == start]
-    if not matching:
-        raise CommandError(
-            f"no open transaction on {topic}-{partition} starts at offset {start} "
-            "(see describe-producers)"
+    if start is None:  # the producer given: Kafka's --producer-id form
+        producer = OpenProducer(
+            args.producer_id, args.producer_epoch, args.coordinator_epoch, -1, -1, -1
         )
-    [producer] = matching  # one producer's transaction per first offset
+        what = f"producer {producer.producer_id}"
+    else:
+        producers = (await describe_producers(address, security, {topic: [partition]}))[
+            (topic, partition)
+        ]
+        matching = [p for p in producers if p.current_txn_start_offset == start]
+        if not matching:
+            raise CommandError(
+                f"no open transaction on {topic}-{partition} starts at offset {start} "
+                "(see describe-producers)"
+            )
+        [producer] = matching  # one producer's transaction per first offset
+        what = f"producer {producer.producer_id} (epoch {producer.producer_epoch})"
     response = await _ask(
         address,
         security,
@@ -344,8 +354,8 @@ async def _abort(args: argparse.Namespace, conn: KafkaConnection, security: Clie
         names = ", ".join(e.name for e in errors) or "no answer"
         raise CommandError(f"cannot abort the transaction on {topic}-{partition}: {names}")
     print(
-        f"Aborted the transaction of producer {producer.producer_id} "
-        f"(epoch {producer.producer_epoch}) on {topic}-{partition} starting at offset {start}"
+        f"Aborted the transaction of {what} on {topic}-{partition}"
+        + ("" if start is None else f" starting at offset {start}")
     )
     return 0
 
@@ -357,18 +367,30 @@ async def _find_hanging(
     args: argparse.Namespace, conn: KafkaConnection, security: ClientSecurity
 ) -> int:
     cluster = await _cluster(conn)
-    broker = args.broker_id
-    if broker not in cluster.brokers:
-        raise CommandError(f"broker {broker} is not in the cluster")
-    partitions: dict[str, list[int]] = {}
-    for (topic, partition), replicas in sorted(cluster.replicas.items()):
-        if broker in replicas:
-            partitions.setdefault(topic, []).append(partition)
+    by_broker: dict[str, dict[str, list[int]]] = {}  # address -> topic -> partitions
+    if args.broker_id is not None:
+        broker = args.broker_id
+        if broker not in cluster.brokers:
+            raise CommandError(f"broker {broker} is not in the cluster")
+        for (topic, partition), replicas in sorted(cluster.replicas.items()):
+            if broker in replicas:
+                by_broker.setdefault(cluster.brokers[broker], {}).setdefault(topic, []).append(
+                    partition
+                )
+    else:  # --topic [--partition]: each partition at its leader
+        chosen = sorted(
+            tp for tp in cluster.leaders if tp[0] == args.topic and args.partition in (None, tp[1])
+        )
+        if not chosen:
+            raise CommandError(f"{args.topic} has no such partition")
+        for topic, partition in chosen:
+            leader = _leader(cluster, topic, partition)
+            by_broker.setdefault(leader, {}).setdefault(topic, []).append(partition)
     now = int(time.time() * 1000)
     max_timeout_ms = args.max_transaction_timeout * 60_000
     candidates = []
-    if partitions:
-        described = await describe_producers(cluster.brokers[broker], security, partitions)
+    for address, partitions in by_broker.items():
+        described = await describe_producers(address, security, partitions)
         for tp, producers in sorted(described.items()):
             for p in producers:
                 if p.current_txn_start_offset >= 0 and now - p.last_timestamp > max_timeout_ms:
@@ -434,10 +456,28 @@ async def _run(args: argparse.Namespace) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    for name in ("partition", "start_offset", "broker_id", "max_transaction_timeout"):
-        if getattr(args, name, 0) is not None and getattr(args, name, 0) < 0:
+    for name in (
+        "partition",
+        "start_offset",
+        "broker_id",
+        "max_transaction_timeout",
+        "producer_id",
+        "producer_epoch",
+        "coordinator_epoch",
+    ):
+        if getattr(args, name, None) is not None and getattr(args, name) < 0:
             print(f"replog transactions: --{name.replace('_', '-')} must be >= 0", file=sys.stderr)
             return 2
+    if args.action == "abort" and args.producer_id is not None:
+        if args.producer_epoch is None or args.coordinator_epoch is None:
+            print(
+                "replog transactions: --producer-id needs --producer-epoch and --coordinator-epoch",
+                file=sys.stderr,
+            )
+            return 2
+    if args.action == "find-hanging" and args.partition is not None and args.topic is None:
+        print("replog transactions: --partition needs --topic", file=sys.stderr)
+        return 2
     try:
         return asyncio.run(_run(args))
     except (CommandError, OSError, TimeoutError) as exc:
@@ -456,15 +496,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     producers = actions.add_parser(
         "describe-producers", help="a partition's producers and their open transactions"
     )
-    abort = actions.add_parser("abort", help="abort the open transaction starting at an offset")
+    abort = actions.add_parser(
+        "abort",
+        help="abort the open transaction starting at an offset (or of a given producer)",
+    )
     for action in (producers, abort):
         action.add_argument("--topic", required=True)
         action.add_argument("--partition", type=int, required=True)
-    abort.add_argument("--start-offset", type=int, required=True)
+    which = abort.add_mutually_exclusive_group(required=True)
+    which.add_argument("--start-offset", type=int, help="the transaction's first offset")
+    which.add_argument("--producer-id", type=int, help="with --producer-epoch, --coordinator-epoch")
+    abort.add_argument("--producer-epoch", type=int)
+    abort.add_argument("--coordinator-epoch", type=int)
     hanging = actions.add_parser(
         "find-hanging", help="open transactions on a broker that no coordinator knows"
     )
-    hanging.add_argument("--broker-id", type=int, required=True)
+    where = hanging.add_mutually_exclusive_group(required=True)
+    where.add_argument("--broker-id", type=int, help="every partition with a replica there")
+    where.add_argument("--topic", help="the topic's partitions, at their leaders")
+    hanging.add_argument("--partition", type=int, help="with --topic: only this partition")
     hanging.add_argument(
         "--max-transaction-timeout",
         type=int,
