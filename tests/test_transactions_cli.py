@@ -29,6 +29,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from hypothesis import given
+from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
 from cluster_util import wait_for
@@ -36,8 +38,10 @@ from replog.cli.main import main
 from replog.cluster.launcher import LocalCluster
 from replog.console.server import ClusterPoller, ConsoleTargets
 from replog.console.view import Observation, TransactionInfo, build_snapshot
-from replog.protocol.apis import ApiKey, nested, request_schema
+from replog.protocol import describe_transactions_codec
+from replog.protocol.apis import ApiKey, make, nested, request_schema, response_schema
 from replog.protocol.client import KafkaConnection
+from replog.protocol.frames import encode_response
 from replog.protocol.records import ATTR_TRANSACTIONAL, build_batch, encode_record
 from replog.server.metadata_cache import PartitionInfo
 
@@ -321,6 +325,72 @@ def test_find_hanging_reports_only_the_transaction_no_coordinator_knows(
     assert ghost[5] == "None"
     live.commit_transaction(60)
     assert read_committed(cluster, 1, end_offsets(cluster, 1)[1]) == [b"live-0", b"live-1"]
+
+
+NO_START_TIME = datetime.datetime(1969, 12, 31, 23, 59, 59, 999000, tzinfo=datetime.UTC)
+names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=20)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([ErrorCode.none, ErrorCode.transactional_id_not_found]),
+            names,
+            st.sampled_from(["Ongoing", "Empty", "CompleteCommit"]),
+            st.integers(0, 2**31 - 1),
+            st.one_of(st.just(-1), st.integers(0, 2**45)),
+            st.integers(-1, 2**62),
+            st.integers(-1, 2**15 - 1),
+            st.lists(st.tuples(names, st.lists(st.integers(0, 2**31 - 1), max_size=4)), max_size=3),
+        ),
+        max_size=4,
+    )
+)
+def test_describe_transactions_codec_reads_what_the_broker_writes(states) -> None:
+    """The tools' hand reader of DescribeTransactions v0 against kio's writer (the
+    broker's), the start time -1 of a transaction not started included."""
+    cls = response_schema(ApiKey.DESCRIBE_TRANSACTIONS, 0)
+    body = make(
+        cls,
+        throttle_time=datetime.timedelta(0),
+        transaction_states=tuple(
+            make(
+                nested(cls, "TransactionState"),
+                error_code=error,
+                transactional_id=tid,
+                transaction_state=state,
+                transaction_timeout=datetime.timedelta(milliseconds=timeout),
+                transaction_start_time=NO_START_TIME
+                if start < 0
+                else datetime.datetime.fromtimestamp(start / 1000, datetime.UTC),
+                producer_id=pid,
+                producer_epoch=epoch,
+                topics=tuple(
+                    make(nested(cls, "TopicData"), topic=t, partitions=tuple(ps))
+                    for t, ps in topics
+                ),
+            )
+            for error, tid, state, timeout, start, pid, epoch, topics in states
+        ),
+    )
+    frame = encode_response(ApiKey.DESCRIBE_TRANSACTIONS, 7, body)[4:]
+    read = describe_transactions_codec.decode_response(frame)
+    assert [
+        (
+            t.error_code,
+            t.transactional_id,
+            t.transaction_state,
+            t.transaction_timeout_ms,
+            t.transaction_start_time_ms,
+            t.producer_id,
+            t.producer_epoch,
+            [(topic, list(ps)) for topic, ps in t.topics],
+        )
+        for t in read
+    ] == [
+        (error, tid, state, timeout, start, pid, epoch, [(t, ps) for t, ps in topics])
+        for error, tid, state, timeout, start, pid, epoch, topics in states
+    ]
 
 
 def test_console_view_of_open_transactions() -> None:
