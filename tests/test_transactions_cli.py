@@ -43,6 +43,7 @@ from replog.protocol.apis import ApiKey, make, nested, request_schema, response_
 from replog.protocol.client import KafkaConnection
 from replog.protocol.frames import encode_response
 from replog.protocol.records import ATTR_TRANSACTIONAL, build_batch, encode_record
+from replog.protocol.wire import CodecError
 from replog.server.metadata_cache import PartitionInfo
 
 TOPIC = "txn-tools"
@@ -375,6 +376,8 @@ def test_describe_transactions_codec_reads_what_the_broker_writes(states) -> Non
     )
     frame = encode_response(ApiKey.DESCRIBE_TRANSACTIONS, 7, body)[4:]
     read = describe_transactions_codec.decode_response(frame)
+    with pytest.raises(CodecError):  # a truncated answer: one error type, no struct.error
+        describe_transactions_codec.decode_response(frame[: len(frame) // 2])
     assert [
         (
             t.error_code,

@@ -44,6 +44,7 @@ from replog.protocol import describe_transactions_codec as describe_codec
 from replog.protocol.apis import ApiKey
 from replog.protocol.client import KafkaConnection
 from replog.protocol.describe_transactions_codec import DescribedTransaction
+from replog.protocol.wire import CodecError
 from replog.security.client_security import ClientSecurity
 
 CLIENT_ID = "replog-transactions"
@@ -191,7 +192,12 @@ async def describe_transaction(
             )
         finally:
             await broker.close()
-        [state] = describe_codec.decode_response(frame)
+        try:
+            [state] = describe_codec.decode_response(frame)
+        except (CodecError, ValueError) as exc:  # also not one answer for one id
+            raise CommandError(
+                f"cannot read the description of {transactional_id}: {exc}"
+            ) from None
         if state.error_code == ErrorCode.none:
             return coordinator, state
         if state.error_code not in RETRIABLE or time.monotonic() > deadline:

@@ -48,6 +48,7 @@ from replog.console.view import (
 from replog.protocol import describe_transactions_codec as describe_txn_codec
 from replog.protocol.apis import ApiKey
 from replog.protocol.client import KafkaConnection
+from replog.protocol.wire import CodecError
 from replog.server.metadata_cache import PartitionInfo
 
 log = logging.getLogger(__name__)
@@ -230,7 +231,8 @@ class ClusterPoller:
                     describe_txn_codec.API_VERSION,
                     describe_txn_codec.encode_request(ids),
                 )
-            except (OSError, TimeoutError, ConnectionError):
+                described = describe_txn_codec.decode_response(frame)
+            except (OSError, TimeoutError, ConnectionError, CodecError):
                 return []
             return [
                 TransactionInfo(
@@ -243,7 +245,7 @@ class ClusterPoller:
                     t.transaction_start_time_ms,
                     tuple((topic, p) for topic, parts in t.topics for p in parts),
                 )
-                for t in describe_txn_codec.decode_response(frame)
+                for t in described
                 # it may have ended between the list and the description
                 if t.error_code == ErrorCode.none and t.transaction_state in OPEN_TRANSACTION_STATES
             ]

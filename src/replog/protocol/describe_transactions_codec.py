@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from replog.protocol.wire import (
+    CodecError,
     compact_string,
     read_compact_array_count,
     read_compact_string,
@@ -48,7 +49,15 @@ def encode_request(transactional_ids: list[str]) -> bytes:
 
 
 def decode_response(frame: bytes) -> list[DescribedTransaction]:
-    """The transaction states of a response frame (after its size prefix)."""
+    """The transaction states of a response frame (after its size prefix); a frame that
+    does not parse is a ``CodecError``."""
+    try:
+        return _decode(frame)
+    except (struct.error, ValueError) as exc:  # truncated, an error code unknown here
+        raise CodecError(f"DescribeTransactions response: {exc}") from None
+
+
+def _decode(frame: bytes) -> list[DescribedTransaction]:
     pos = skip_tagged_fields(frame, 4) + 4  # correlation id, header tags, throttle time
     count, pos = read_compact_array_count(frame, pos)
     out = []
