@@ -4,9 +4,8 @@ Every ``interval_s`` the poller asks a live broker for Metadata (brokers, contro
 leaders, ISRs), the controller for ListPartitionReassignments, every broker for
 ListGroups and DescribeGroups of the groups it coordinates and for ListTransactions
 (the open states only) and DescribeTransactions of the transactions it coordinates, and
-scrapes every broker's
-``/metrics`` (log end offsets per replica, high watermarks, per-topic counters, group
-lag); with a ZooKeeper address it also reads ``/controller_epoch``. It never writes.
+scrapes every broker's ``/metrics`` (log end offsets per replica, high watermarks,
+per-topic counters, group lag, LSO lag); with a ZooKeeper address it also reads ``/controller_epoch``. It never writes.
 The HTTP side serves ``/`` (one static page) and ``/state.json`` (the latest
 ``Snapshot``); the page fetches the state every second and redraws, without reloading.
 
