@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -465,3 +467,31 @@ def test_bad_input_is_one_line_and_exit_1(
     assert code == 1
     assert out == ""
     assert len(err.strip().splitlines()) == 1 and message in err, err
+
+
+def test_the_command_as_a_process(cluster: LocalCluster) -> None:
+    """``replog transactions`` run as its own process: a table on stdout and exit 0; a bad
+    argument exits 2 and a failure 1, each with one line on stderr."""
+    replog = [sys.executable, "-m", "replog.cli.main", "transactions"]
+    bootstrap = ["--bootstrap-server", cluster.bootstrap_servers()]
+
+    def call(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*replog, *bootstrap, *args], capture_output=True, text=True, timeout=60, check=False
+        )
+
+    listed = call("list")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.split()[:4] == [
+        "TransactionalId",
+        "Coordinator",
+        "ProducerId",
+        "TransactionState",
+    ]
+    assert "tools-open" in listed.stdout  # the first test's transactional id, now ended
+    negative = call("describe-producers", "--topic", TOPIC, "--partition", "-1")
+    assert negative.returncode == 2
+    assert negative.stderr.strip() == "replog transactions: --partition must be >= 0"
+    missing = call("describe-producers", "--topic", "no-such-topic", "--partition", "0")
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == "replog transactions: no-such-topic-0 does not exist"
