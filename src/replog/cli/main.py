@@ -25,6 +25,7 @@ from replog.cli import (
     reassign_cmd,
     spark_cmd,
     topics_cmd,
+    transactions_cmd,
     users_cmd,
 )
 from replog.config import ConfigError, KafkaConfig, parse_overrides, read_properties
@@ -140,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     spark_cmd.add_parser(sub)
     users_cmd.add_parser(sub)
     acls_cmd.add_parser(sub)
+    transactions_cmd.add_parser(sub)
     return parser
 
 

@@ -2,9 +2,10 @@
 
 Every ``interval_s`` the poller asks a live broker for Metadata (brokers, controller,
 leaders, ISRs), the controller for ListPartitionReassignments, every broker for
-ListGroups and DescribeGroups of the groups it coordinates, and scrapes every broker's
-``/metrics`` (log end offsets per replica, high watermarks, per-topic counters, group
-lag); with a ZooKeeper address it also reads ``/controller_epoch``. It never writes.
+ListGroups and DescribeGroups of the groups it coordinates and for ListTransactions
+(the open states only) and DescribeTransactions of the transactions it coordinates, and
+scrapes every broker's ``/metrics`` (log end offsets per replica, high watermarks,
+per-topic counters, group lag, LSO lag); with a ZooKeeper address it also reads ``/controller_epoch``. It never writes.
 The HTTP side serves ``/`` (one static page) and ``/state.json`` (the latest
 ``Snapshot``); the page fetches the state every second and redraws, without reloading.
 
@@ -28,6 +29,7 @@ from kio.schema.describe_groups.v5 import request as describe_req
 from kio.schema.errors import ErrorCode
 from kio.schema.list_groups.v4 import request as list_req
 from kio.schema.list_partition_reassignments.v0 import request as reassign_req
+from kio.schema.list_transactions.v1 import request as list_txn_req
 from kio.schema.metadata.v8 import request as metadata_req
 from kio.static.primitive import i32Timedelta
 from prometheus_client.parser import text_string_to_metric_families
@@ -38,10 +40,14 @@ from replog.console.view import (
     GroupMember,
     Observation,
     Snapshot,
+    TransactionInfo,
     build_snapshot,
     parse_samples,
 )
+from replog.protocol import describe_transactions_codec as describe_txn_codec
+from replog.protocol.apis import ApiKey
 from replog.protocol.client import KafkaConnection
+from replog.protocol.wire import CodecError
 from replog.server.metadata_cache import PartitionInfo
 
 log = logging.getLogger(__name__)
@@ -49,6 +55,8 @@ log = logging.getLogger(__name__)
 CLIENT_ID = "replog-console"
 REQUEST_TIMEOUT_S = 5.0
 MAX_HTTP_REQUEST_LINE = 8192
+# the transaction states in which a transaction is open (holds its partitions' LSO back)
+OPEN_TRANSACTION_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
 
 
 @dataclass
@@ -66,6 +74,16 @@ async def _request(address: str, body: Any) -> Any:
     await conn.connect(timeout_s=REQUEST_TIMEOUT_S)
     try:
         return await conn.request(body, timeout_s=REQUEST_TIMEOUT_S)
+    finally:
+        await conn.close()
+
+
+async def _request_encoded(address: str, api_key: int, version: int, body: bytes) -> bytes:
+    host, _, port = address.rpartition(":")
+    conn = KafkaConnection(host, int(port), client_id=CLIENT_ID)
+    await conn.connect(timeout_s=REQUEST_TIMEOUT_S)
+    try:
+        return await conn.request_encoded(api_key, version, body, timeout_s=REQUEST_TIMEOUT_S)
     finally:
         await conn.close()
 
@@ -109,9 +127,10 @@ class ClusterPoller:
             if t.error_code == ErrorCode.none
             for p in t.partitions
         ]
-        reassigning, groups, metrics, epoch = await asyncio.gather(
+        reassigning, groups, transactions, metrics, epoch = await asyncio.gather(
             self._reassigning(brokers.get(controller)),
             self._groups(brokers),
+            self._transactions(brokers),
             self._metrics(set(brokers)),
             self._controller_epoch(),
         )
@@ -125,6 +144,7 @@ class ClusterPoller:
             reassigning=reassigning,
             groups=groups,
             metrics=metrics,
+            transactions=transactions,
         )
         self.snapshot = build_snapshot(observation, self.snapshot)
         log.debug("polled %s: %d partitions", source, len(partitions))
@@ -191,6 +211,46 @@ class ClusterPoller:
 
         found = await asyncio.gather(*(of(b, a) for b, a in sorted(brokers.items())))
         return [g for per_broker in found for g in per_broker]
+
+    async def _transactions(self, brokers: dict[int, str]) -> list[TransactionInfo]:
+        async def of(broker: int, address: str) -> list[TransactionInfo]:
+            try:
+                listed = await _request(
+                    address,
+                    list_txn_req.ListTransactionsRequest(
+                        state_filters=OPEN_TRANSACTION_STATES, producer_id_filters=()
+                    ),
+                )
+                ids = [str(t.transactional_id) for t in listed.transaction_states]
+                if listed.error_code != ErrorCode.none or not ids:
+                    return []
+                frame = await _request_encoded(
+                    address,
+                    ApiKey.DESCRIBE_TRANSACTIONS,
+                    describe_txn_codec.API_VERSION,
+                    describe_txn_codec.encode_request(ids),
+                )
+                described = describe_txn_codec.decode_response(frame)
+            except (OSError, TimeoutError, ConnectionError, CodecError):
+                return []
+            return [
+                TransactionInfo(
+                    t.transactional_id,
+                    broker,
+                    t.producer_id,
+                    t.producer_epoch,
+                    t.transaction_state,
+                    t.transaction_timeout_ms,
+                    t.transaction_start_time_ms,
+                    tuple((topic, p) for topic, parts in t.topics for p in parts),
+                )
+                for t in described
+                # it may have ended between the list and the description
+                if t.error_code == ErrorCode.none and t.transaction_state in OPEN_TRANSACTION_STATES
+            ]
+
+        found = await asyncio.gather(*(of(b, a) for b, a in sorted(brokers.items())))
+        return [t for per_broker in found for t in per_broker]
 
     async def _metrics(self, live: set[int]) -> dict[int, dict]:
         async def of(broker: int, url: str) -> tuple[int, dict | None]:

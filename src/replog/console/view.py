@@ -1,7 +1,7 @@
 """The console's view of a cluster, from what the admin APIs and the metrics say (pure).
 
-``Observation`` is one poll's raw answers (Metadata, reassignments, groups, each broker's
-metrics samples); ``build_snapshot`` turns it into the page's ``Snapshot``;
+``Observation`` is one poll's raw answers (Metadata, reassignments, groups, open
+transactions, each broker's metrics samples); ``build_snapshot`` turns it into the page's ``Snapshot``;
 ``diff_events`` compares two snapshots and names what changed as the controller's
 decisions show it (elections, ISR changes, brokers leaving and joining, controller moves,
 reassignments). No IO, no clock: the poller passes the time in.
@@ -37,6 +37,20 @@ class GroupInfo:
     members: tuple[GroupMember, ...] = ()
 
 
+@dataclass(frozen=True)
+class TransactionInfo:
+    """An open transaction as its coordinator describes it (DescribeTransactions)."""
+
+    transactional_id: str
+    coordinator: int
+    producer_id: int
+    producer_epoch: int
+    state: str
+    timeout_ms: int
+    start_ms: int  # -1: not started
+    partitions: tuple[tuple[str, int], ...] = ()
+
+
 @dataclass
 class Observation:
     """One poll. ``brokers``: the live brokers Metadata named (id -> host:port);
@@ -51,6 +65,7 @@ class Observation:
     reassigning: set[tuple[str, int]] = field(default_factory=set)
     groups: list[GroupInfo] = field(default_factory=list)
     metrics: dict[int, Samples] = field(default_factory=dict)
+    transactions: list[TransactionInfo] = field(default_factory=list)
 
 
 @dataclass
@@ -103,6 +118,22 @@ class GroupView:
 
 
 @dataclass
+class TransactionView:
+    transactional_id: str
+    coordinator: int
+    producer_id: int
+    producer_epoch: int
+    state: str
+    timeout_ms: int
+    start_ms: int | None
+    duration_ms: int | None
+    partitions: list[str]
+    # per partition, how far its last stable offset is behind its high watermark
+    # (Kafka's LastStableOffsetLag, from the partition leader's metrics)
+    lso_lag: dict[str, int]
+
+
+@dataclass
 class Event:
     at_ms: int
     kind: str  # election, isr, broker, controller, reassignment
@@ -119,6 +150,7 @@ class Snapshot:
     partitions: list[PartitionView]
     groups: list[GroupView]
     events: list[Event] = field(default_factory=list)
+    transactions: list[TransactionView] = field(default_factory=list)
     # per-topic (messages in, bytes in) counters summed over the brokers, for the rates
     counters: dict[str, tuple[float, float]] = field(default_factory=dict)
 
@@ -222,11 +254,48 @@ def build_snapshot(obs: Observation, previous: Snapshot | None) -> Snapshot:
         partitions,
         sorted(groups, key=lambda g: g.group_id),
         counters=counters,
+        transactions=_transaction_views(
+            obs, {(p.topic, p.partition): p.leader for p in obs.partitions}
+        ),
     )
     new_events = diff_events(previous, snapshot) if previous is not None else []
     kept = previous.events if previous is not None else []
     snapshot.events = (new_events[::-1] + kept)[:MAX_EVENTS]
     return snapshot
+
+
+def _transaction_views(
+    obs: Observation, leaders: Mapping[tuple[str, int], int]
+) -> list[TransactionView]:
+    """The open transactions, oldest first, each partition's LSO lag from its leader."""
+    views = []
+    for t in obs.transactions:
+        lso_lag = {}
+        for topic, partition in t.partitions:
+            lag = sample(
+                obs.metrics.get(leaders.get((topic, partition), -1), {}),
+                "kafka_cluster_partition_laststableoffsetlag",
+                topic=topic,
+                partition=str(partition),
+            )
+            if lag is not None:
+                lso_lag[f"{topic}-{partition}"] = int(lag)
+        started = t.start_ms >= 0
+        views.append(
+            TransactionView(
+                t.transactional_id,
+                t.coordinator,
+                t.producer_id,
+                t.producer_epoch,
+                t.state,
+                t.timeout_ms,
+                t.start_ms if started else None,
+                max(obs.taken_ms - t.start_ms, 0) if started else None,
+                [f"{topic}-{partition}" for topic, partition in t.partitions],
+                lso_lag,
+            )
+        )
+    return sorted(views, key=lambda v: (v.start_ms is None, v.start_ms or 0, v.transactional_id))
 
 
 def _group_view(group: GroupInfo, samples: Samples) -> GroupView:
