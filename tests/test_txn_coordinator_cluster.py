@@ -11,13 +11,11 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
-import struct
 import subprocess
 import sys
 import urllib.request
 import uuid
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -38,15 +36,9 @@ from kio.static.primitive import i32Timedelta
 from cluster_util import ZkView, wait_for
 from replog.common.topics import TRANSACTION_STATE_TOPIC_NAME
 from replog.coordinator.transaction.transaction_topic import partition_for
+from replog.protocol import describe_transactions_codec
 from replog.protocol.apis import ApiKey
 from replog.protocol.client import KafkaConnection
-from replog.protocol.wire import (
-    compact_string,
-    read_compact_array_count,
-    read_compact_string,
-    skip_tagged_fields,
-    uvarint,
-)
 
 TOPIC = "txn-orders"
 CTP_CHILD = Path(__file__).resolve().parent / "txn_ctp_child.py"
@@ -187,10 +179,12 @@ def end_txn(cluster, transactional_id: str, pid: int, epoch: int, committed: boo
     return answer.error_code
 
 
-def _describe_raw(port: int, transactional_id: str) -> SimpleNamespace:
-    """DescribeTransactions v0 read by hand: kio's reader refuses the start time -1 that
-    Kafka (and replog) answer for a transaction not started."""
-    body = b"\x00" + uvarint(2) + compact_string(transactional_id) + b"\x00"  # header v2
+def _describe_raw(
+    port: int, transactional_id: str
+) -> describe_transactions_codec.DescribedTransaction:
+    """DescribeTransactions v0 through the project's own reader: kio's refuses the start
+    time -1 that Kafka (and replog) answer for a transaction not started."""
+    body = describe_transactions_codec.encode_request([transactional_id])
 
     async def go() -> bytes:
         conn = KafkaConnection("127.0.0.1", port, client_id="txn-tests")
@@ -200,36 +194,11 @@ def _describe_raw(port: int, transactional_id: str) -> SimpleNamespace:
         finally:
             await conn.close()
 
-    data = asyncio.run(go())
-    pos = skip_tagged_fields(data, 4) + 4  # correlation id, header tags, throttle time
-    count, pos = read_compact_array_count(data, pos)
-    assert count == 1
-    (error,) = struct.unpack_from(">h", data, pos)
-    tid, pos = read_compact_string(data, pos + 2)
-    state, pos = read_compact_string(data, pos)
-    timeout_ms, start_ms, producer_id, producer_epoch = struct.unpack_from(">iqqh", data, pos)
-    pos += 22
-    topics = []
-    count, pos = read_compact_array_count(data, pos)
-    for _ in range(count):
-        topic, pos = read_compact_string(data, pos)
-        n, pos = read_compact_array_count(data, pos)
-        partitions = list(struct.unpack_from(f">{n}i", data, pos))
-        pos = skip_tagged_fields(data, pos + 4 * n)
-        topics.append((topic, partitions))
-    return SimpleNamespace(
-        error_code=ErrorCode(error),
-        transactional_id=tid,
-        transaction_state=state,
-        transaction_timeout_ms=timeout_ms,
-        transaction_start_time_ms=start_ms,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        topics=topics,
-    )
+    [described] = describe_transactions_codec.decode_response(asyncio.run(go()))
+    return described
 
 
-def describe(cluster, transactional_id: str) -> SimpleNamespace:
+def describe(cluster, transactional_id: str) -> describe_transactions_codec.DescribedTransaction:
     """DescribeTransactions at the coordinator, retried while it moves or loads."""
     retry = {
         ErrorCode.coordinator_load_in_progress,
@@ -249,7 +218,9 @@ def describe(cluster, transactional_id: str) -> SimpleNamespace:
     return wait_for(attempt, 60, f"a description of {transactional_id}")
 
 
-def wait_state(cluster, transactional_id: str, state: str) -> SimpleNamespace:
+def wait_state(
+    cluster, transactional_id: str, state: str
+) -> describe_transactions_codec.DescribedTransaction:
     def reached():
         described = describe(cluster, transactional_id)
         return described if described.transaction_state == state else None
@@ -337,14 +308,14 @@ def test_confluent_commit_and_abort(cluster) -> None:
     producer.commit_transaction(60)
     # EndTxn is answered once PrepareCommit is written; the markers follow
     committed = wait_state(cluster, tid, "CompleteCommit")
-    assert committed.topics == []  # the markers are written: no partition left pending
+    assert committed.topics == ()  # the markers are written: no partition left pending
     producer.begin_transaction()
     for i in range(3):
         producer.produce(TOPIC, value=b"aborted-%d" % i, partition=i)
     producer.flush(30)
     ongoing = describe(cluster, tid)
     assert ongoing.transaction_state == "Ongoing"
-    assert ongoing.topics == [(TOPIC, [0, 1, 2])]
+    assert ongoing.topics == ((TOPIC, (0, 1, 2)),)
     # DescribeProducers at the partition's leader: the open transaction's first offset
     start = open_txn_start_offset(cluster, ongoing.producer_id)
     assert start >= 2  # after the committed records and their marker
@@ -616,7 +587,7 @@ def test_add_partitions_describe_list_and_bad_input(cluster) -> None:
     described = describe(cluster, tid)
     assert described.error_code is ErrorCode.none
     assert (described.transaction_state, described.producer_id) == ("Ongoing", pid)
-    assert described.topics == [(TOPIC, [0, 1])]
+    assert described.topics == ((TOPIC, (0, 1)),)
     assert described.transaction_timeout_ms == 60_000 and described.transaction_start_time_ms > 0
     # ListTransactions, at every broker together: this one Ongoing, filters applied
     listed = {}
@@ -677,7 +648,7 @@ def test_add_partitions_describe_list_and_bad_input(cluster) -> None:
     } == {0: ErrorCode.none, 2: ErrorCode.transaction_abortable}
     after = describe(cluster, tid)
     assert (after.transaction_state, after.producer_epoch) == ("Ongoing", epoch)
-    assert after.topics == [(TOPIC, [0, 1])]
+    assert after.topics == ((TOPIC, (0, 1)),)
     # A client may not add an internal topic's partition itself
     assert add_partitions(cluster, tid, pid, epoch, {"__consumer_offsets": [0]}) == {
         ("__consumer_offsets", 0): ErrorCode.topic_authorization_failed
@@ -736,7 +707,7 @@ def test_markers_for_a_deleted_topic_are_not_needed(cluster) -> None:
     admin.delete_topics(["txn-doomed"])["txn-doomed"].result(30)
     wait_for(lambda: "txn-doomed" not in admin.list_topics(timeout=10).topics, 30, "the deletion")
     assert end_txn(cluster, tid, pid, epoch, committed=True) is ErrorCode.none
-    assert wait_state(cluster, tid, "CompleteCommit").topics == []
+    assert wait_state(cluster, tid, "CompleteCommit").topics == ()
 
 
 # -- failover (last: it kills a broker and starts it again) ------------------------------------
@@ -860,7 +831,7 @@ def test_coordinator_killed_with_transactions_prepared_and_open(cluster) -> None
     try:
         # the client finds the new coordinator and commits (markers to the new leaders)
         producer.commit_transaction(120)
-        assert wait_state(cluster, client_tid, "CompleteCommit").topics == []
+        assert wait_state(cluster, client_tid, "CompleteCommit").topics == ()
         read = _read_to_end(cluster, "read_committed")
         assert read.count(b"across the failover") == 3
         new = (
@@ -875,7 +846,7 @@ def test_coordinator_killed_with_transactions_prepared_and_open(cluster) -> None
         # Loaded from __transaction_state: the open transaction as it was
         described = describe(cluster, open_tid)
         assert (described.transaction_state, described.producer_id) == ("Ongoing", opid)
-        assert (described.producer_epoch, described.topics) == (oepoch, [(TOPIC, [1])])
+        assert (described.producer_epoch, described.topics) == (oepoch, ((TOPIC, (1,)),))
         # The commit: PrepareCommit until the new coordinator has written its markers
         committed = describe(cluster, committing)
         assert committed.transaction_state in ("PrepareCommit", "CompleteCommit")
