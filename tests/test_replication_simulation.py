@@ -38,12 +38,12 @@ from replog.controller import controller_zk, state_machines
 from replog.controller.election import ElectionResult
 from replog.replication.core import LeaderState
 from replog.replication.fetch_session_handler import FetchSessionHandler
-from replog.replication.follower import FollowerPhase
 from replog.server.fetch_session import IncrementalFetchContext
 from sim.broker import TruncationRule
-from sim.network import ControllerWork, NetworkConfig
+from sim.network import ControllerWork
 from sim.regressions import REGRESSIONS, Regression
 from sim.run import DEFAULT_STEPS, PROFILES, failure_kind, run_random
+from sim.script import all_fetching, commit, payloads, scripted, three_replicas
 from sim.world import PROBE, SimConfig, SimInvariantViolation, World
 
 # Seeds for make test: a fixed short set (about 1 s of wall time per run).
@@ -251,41 +251,6 @@ def test_simulation_catches_a_controller_whose_writes_are_not_fenced(monkeypatch
 # -- scripted scenarios (seed 003 / KIP-101) -------------------------------------------------
 
 
-def scripted(rule: TruncationRule, **overrides) -> World:
-    config = SimConfig(
-        replicas=overrides.pop("replicas", 2),
-        min_insync_replicas=overrides.pop("min_insync_replicas", 1),
-        truncation_rule=rule,
-        network=NetworkConfig.fixed(1),
-        fault_probability=0.0,
-        produce_probability=0.0,
-        hw_checkpoint_interval_ms=10**9,  # checkpoints only where the script writes them
-        **overrides,
-    )
-    world = World(0, config, collect_violations=rule is TruncationRule.HIGH_WATERMARK)
-    world.start()
-    world.run_until(lambda: world.brokers[1].is_acting_leader and all_fetching(world))
-    return world
-
-
-def all_fetching(world: World) -> bool:
-    leader = world.controller.state.leader
-    return all(
-        b.follower_state is not None and b.follower_state.phase is FollowerPhase.FETCHING
-        for b in world.brokers.values()
-        if b.id != leader and b.alive
-    )
-
-
-def commit(world: World, broker: int, payload: str) -> None:
-    world.produce(broker, payload)
-    world.run_until(lambda: payload in world.acked_payloads)
-
-
-def payloads(world: World, broker: int) -> list[str]:
-    return [r.payload for r in world.brokers[broker].log.records]
-
-
 def replicate_until_follower_hw_lags(world: World) -> None:
     """A=1 leads, B=2 follows. m0 everywhere; m1 committed on A while B's HW is still 1."""
     a, b = world.brokers[1], world.brokers[2]
@@ -425,14 +390,6 @@ def test_seed_000_zombie_leader_cannot_commit_and_steps_down() -> None:
 
 
 # -- scripted world faults -------------------------------------------------------------------
-
-
-def three_replicas(**overrides) -> World:
-    """Three replicas, min.insync.replicas=2, b1 leads and hosts the controller; m0 committed."""
-    world = scripted(TruncationRule.LEADER_EPOCH, replicas=3, min_insync_replicas=2, **overrides)
-    commit(world, 1, "m0")
-    world.run_until(lambda: all(b.high_watermark == 1 for b in world.brokers.values()))
-    return world
 
 
 def test_controller_failover_fences_the_old_controllers_writes() -> None:
