@@ -28,10 +28,13 @@ from replog.controller.effects import ControllerDecision
 from replog.controller.election import ElectionResult
 from replog.replication import machine as machine_module
 from replog.replication.core import AcksAllStatus, HwChange, LeaderState, ReplicationInvariantError
+from replog.replication.follower import FollowerPhase
 from replog.replication.machine import PartitionMachine
 from replog.replication.truncation import high_watermark_truncation
+from sim.broker import TruncationRule
 from sim.run import PROFILES, run_random
-from sim.world import SimInvariantViolation
+from sim.script import commit, payloads, scripted, three_replicas
+from sim.world import SimInvariantViolation, World
 
 # The "lossy" profile of the random simulation: three replicas, min.insync.replicas=2,
 # crashes that may lose the unflushed tail, every kind of fault; a short run per seed.
@@ -287,13 +290,57 @@ def test_isr_expanded_below_the_hw_caught_by_the_world(monkeypatch) -> None:
     assert_caught(world_only=True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not caught: the loss (KAFKA-7128) needs a new leader whose HW lags, a "
-    "follower admitted between that HW and the epoch start, then the leader's death and "
-    "that follower's election before it fetches again; random runs do not reach that "
-    "window (none in 8 seeds x 20000 steps, lossy and five profiles either)",
-)
+def follower_admitted_below_the_epoch_start() -> World:
+    """KAFKA-7128, scripted: random runs do not reach its window (none in 8 seeds x 20000
+    steps). b1 leads; m1 is committed on it while b2's HW still says 1. b1 crashes losing
+    m1 (unflushed); b2 leads at a new epoch starting at 2 with its HW at 1, b3's offset in
+    the new epoch unknown (its LeaderAndIsr is slow) so the HW stays there. b1 comes back
+    and fetches at 1: the HW, but below the epoch start. Its answer is lost (b2 -> b1 is
+    cut), then b2 crashes: whoever the controller elects from the ISR must hold m1."""
+    world = scripted(
+        TruncationRule.LEADER_EPOCH,
+        replicas=3,
+        min_insync_replicas=2,
+        flush_on_append=False,
+        flush_interval_ms=None,
+    )
+    b1, b2 = world.brokers[1], world.brokers[2]
+    commit(world, 1, "m0")
+    world.run_until(lambda: all(b.high_watermark == 1 for b in world.brokers.values()))
+    b1.log.flushed = 1
+    world.produce(1, "m1")
+    world.run_until(lambda: b1.high_watermark == 2)
+    assert b2.high_watermark == 1 and "m1" in world.acked_payloads
+    world.network.channel_extra_delay_ms[("controller", 3)] = 10_000
+    world.crash(1, lose_unflushed=True)
+    world.run_until(lambda: b2.is_acting_leader)
+    assert b2.leader_state.leader_epoch_start_offset == 2 and b2.high_watermark == 1
+    world.restart(1)
+    world.run_until(
+        lambda: b1.follower_state is not None and b1.follower_state.phase is FollowerPhase.FETCHING
+    )
+    assert b1.log.log_end_offset == 1
+    world.cut_link(2, 1, 10_000, both_ways=False)
+    until = world.now + 300
+    world.run_until(lambda: world.now >= until)
+    world.crash(2)
+
+    def elected_leads() -> bool:
+        leader = world.controller.state.leader
+        return leader in (1, 3) and world.brokers[leader].is_acting_leader
+
+    world.run_until(elected_leads, deadline_ms=world.now + 20_000)
+    return world
+
+
+def test_a_follower_admitted_at_the_epoch_start_keeps_committed_records() -> None:
+    """Control: with the rule, b1 stays out of the ISR until it reaches 2; b3 leads."""
+    world = follower_admitted_below_the_epoch_start()
+    assert world.controller.state.leader == 3
+    world.heal_and_converge()
+    world.check_acked_everywhere()
+
+
 def test_isr_expanded_before_the_follower_reached_the_epoch_start(monkeypatch) -> None:
     """Rule: a follower joins the ISR only once it reached the offset where this
     leader epoch started (records below it may be committed although this new
@@ -307,26 +354,65 @@ def test_isr_expanded_before_the_follower_reached_the_epoch_start(monkeypatch) -
         )
 
     monkeypatch.setattr(LeaderState, "_can_expand", can_expand)
-    assert_caught()
+    with pytest.raises(SimInvariantViolation) as caught:
+        follower_admitted_below_the_epoch_start()
+    assert caught.value.kind == "committed_lost", caught.value
 
 
 # -- (e) KIP-320 -------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not caught: harm needs a follower that missed the LeaderAndIsr of two leader "
-    "epochs while its old leader was deposed, truncated and re-elected, fetching past "
-    "records that leader truncated; random runs do not reach it (none in 8 seeds x "
-    "20000 steps, lossy and five profiles either)",
-)
+def follower_that_missed_two_leader_epochs() -> World:
+    """KIP-320, scripted: random runs do not reach it (none in 8 seeds x 20000 steps).
+    b3's LeaderAndIsr requests are slow. b1 leads at epoch 0 and appends x, which b3
+    fetches and b2 does not (b1 -> b2 is cut). b1's session expires: b2 leads at epoch 1,
+    b1 follows it and truncates x, y is committed on b2 and b1. b2 crashes: b1 leads again
+    at epoch 2. b3, still following b1 at epoch 0, fetches past its x at offset 1, where
+    b1 now has y."""
+    world = three_replicas()
+    b1, b2, b3 = (world.brokers[i] for i in (1, 2, 3))
+    world.network.channel_extra_delay_ms[("controller", 3)] = 20_000
+    world.cut_link(1, 2, 400, both_ways=False)
+    world.produce(1, "x")
+    world.run_until(lambda: b3.log.log_end_offset == 2)
+    world.expire_session(1, 50)
+    world.run_until(lambda: b2.is_acting_leader)
+    world.run_until(
+        lambda: (
+            b1.follower_state is not None
+            and payloads(world, 1) == ["m0"]
+            and 1 in world.controller.state.isr
+        )
+    )
+    commit(world, 2, "y")
+    world.crash(2)
+    world.run_until(lambda: b1.is_acting_leader)
+    assert b1.known_leader_epoch == 2 and b3.known_leader_epoch == 0
+    assert payloads(world, 1) == ["m0", "y"] and payloads(world, 3) == ["m0", "x"]
+    world.produce(1, "z")
+    until = world.now + 2_000
+    world.run_until(lambda: world.now >= until)
+    return world
+
+
+def test_a_follower_two_leader_epochs_behind_is_fenced() -> None:
+    """Control: b1 answers b3's fetches at epoch 0 with FENCED_LEADER_EPOCH until b3
+    hears of epoch 2 and truncates x."""
+    world = follower_that_missed_two_leader_epochs()
+    assert payloads(world, 3) == ["m0", "x"]  # nothing appended past x meanwhile
+    world.heal_and_converge()
+    world.check_acked_everywhere()
+
+
 def test_kip_320_leader_epoch_check_skipped(monkeypatch) -> None:
     """Rule (KIP-320): a fetch or OffsetsForLeaderEpoch carrying another leader epoch
     is FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH. Break: every epoch is accepted."""
     monkeypatch.setattr(
         machine_module, "validate_current_leader_epoch", lambda current, ours: ErrorCode.none
     )
-    assert_caught()
+    with pytest.raises(SimInvariantViolation) as caught:
+        follower_that_missed_two_leader_epochs()
+    assert caught.value.kind == "committed_changed", caught.value
 
 
 # -- (b2) a follower kept at a newer epoch without truncating ------------------------------------
