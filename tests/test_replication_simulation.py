@@ -85,6 +85,8 @@ def test_random_simulation(profile: str, seed: int) -> None:
     if PROFILES[profile].reassignments:  # and the controller's operations were driven
         assert world.stats.get("reassignment", 0) > 0, world.summary()
         assert world.stats.get("controlled_shutdown", 0) > 0, world.summary()
+    if PROFILES[profile].leader_elections:  # preferred elections answered and checked
+        assert world.stats.get("preferred_leader_elected", 0) > 0, world.summary()
 
 
 @pytest.mark.parametrize(

@@ -91,7 +91,7 @@ def disable_core_assertions(monkeypatch) -> None:
     monkeypatch.setattr(PartitionMachine, "check_invariants", lambda self: None)
 
 
-@pytest.mark.parametrize("profile", [PROFILE, OPERATIONS_PROFILE, "controller"])
+@pytest.mark.parametrize("profile", [PROFILE, OPERATIONS_PROFILE, "controller", "elections"])
 def test_unbroken_rules_pass_the_same_seeds(profile: str) -> None:
     """Control: with every rule intact the seeds below run, heal and converge."""
     others: list[str] = []
@@ -497,6 +497,35 @@ def test_controlled_shutdown_moves_leadership_outside_the_isr(monkeypatch) -> No
 
     monkeypatch.setattr(state_machines, "controlled_shutdown_leader", any_live_replica)
     assert_caught(world_only=True, profile=OPERATIONS_PROFILE)
+
+
+ELECTIONS_PROFILE = "elections"
+
+
+def test_preferred_election_leaves_the_leader_in_place(monkeypatch) -> None:
+    """Rule: a preferred replica election (ElectLeaders, the auto leader rebalance) hands
+    leadership to the first assigned replica when it is live and in sync (Kafka
+    ``leaderForPreferredReplica``). Break: it never finds it eligible."""
+    monkeypatch.setattr(
+        state_machines, "preferred_replica_leader", lambda assignment, isr, live: None
+    )
+    kind = assert_caught(world_only=True, profile=ELECTIONS_PROFILE)
+    assert kind == "preferred_leader", kind
+
+
+def test_preferred_election_takes_a_replica_out_of_sync(monkeypatch) -> None:
+    """Rule: as above, only an in-sync preferred replica. Break: a live one is enough
+    (with itself as the ISR, as an unclean election would)."""
+
+    def live_enough(assignment, isr, live):
+        preferred = assignment[0] if assignment else None
+        if preferred in live:
+            in_sync = tuple(isr) if preferred in isr else (preferred,)
+            return ElectionResult(preferred, in_sync, was_unclean=preferred not in isr)
+        return None
+
+    monkeypatch.setattr(state_machines, "preferred_replica_leader", live_enough)
+    assert_caught(world_only=True, profile=ELECTIONS_PROFILE)
 
 
 # -- (g) the controller core's write / install / send / re-read / retry loop -----------------------

@@ -29,6 +29,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from kazoo.exceptions import KazooException, SessionExpiredError
+from kio.schema.errors import ErrorCode
 
 from replog.config import KafkaConfig
 from replog.controller import controller_zk, decisions
@@ -165,6 +166,8 @@ class SimControllerDriver:
             self.plane.processing = outer
         if failed and self.core.is_active:
             self.plane.check_failed_brokers_left_isr(self, failed)
+        if isinstance(event, ev.AutoPreferredReplicaLeaderElection):
+            self.plane.check_preferred_leader(self, "auto leader rebalance", None)
 
     def drive(self, step: Step[Any]) -> Any:
         """Carry out each request of ``step`` in order; hand results and ZooKeeper's
@@ -403,6 +406,7 @@ class SimController:
         "register_broker_and_reelect": ev.RegisterBrokerAndReelect,
         "zk_reassignment": ev.ZkPartitionReassignment,
         "partition_modifications": partial(ev.PartitionModifications, TOPIC),
+        "auto_rebalance": ev.AutoPreferredReplicaLeaderElection,
     }
 
     def event_of(self, kind: str) -> ev.ControllerEvent:
@@ -510,6 +514,68 @@ class SimController:
                 self.trace(f"reassignment of {tp} to {list(target)}: {outcome}")
 
         return self.kind_of(ev.ApiPartitionReassignment({PARTITION: target}, answered))
+
+    def elect_leaders(self, election_type: int) -> str:
+        """An ElectLeaders request (KIP-460) for the partition, as a ``ControllerWork``
+        kind; its answer goes to ``election_answered``."""
+        callback = partial(self.election_answered, election_type)
+        return self.kind_of(
+            ev.ReplicaLeaderElection(frozenset({PARTITION}), election_type, callback=callback)
+        )
+
+    def election_answered(self, election_type: int, outcomes: dict | None) -> None:
+        if outcomes is None:
+            self.trace("ElectLeaders: NOT_CONTROLLER")
+            return
+        outcome = outcomes[PARTITION]
+        self.trace(f"ElectLeaders (type {election_type}): {outcome}")
+        assert self.processing is not None
+        self.check_preferred_leader(self.processing, "ElectLeaders (preferred)", outcome)
+
+    def check_preferred_leader(
+        self, c: SimControllerDriver, what: str, outcome: decisions.ElectionOutcome | None
+    ) -> None:
+        """Invariant, after a preferred replica election (an ElectLeaders answer, or the
+        auto leader rebalance with ``outcome`` None): the partition is led by its
+        preferred replica (the first assigned) whenever that one could lead, live (not
+        shutting down, as the controller knows) and in ZooKeeper's ISR; an answer of success names it, and only
+        an answer of PREFERRED_LEADER_NOT_AVAILABLE says it could not. A partition being
+        reassigned is left to its reassignment by the auto rebalance. Answers of a
+        deposed controller (its session expired unnoticed) are not checked."""
+        if (
+            c.context is None
+            or c.broker_id != self.zk.controller_owner
+            or c.controller_epoch != self.zk.controller_epoch
+        ):
+            self.world.count("election_by_deposed_controller")
+            return
+        st = self.state
+        ra = self.zk.topic_assignment()
+        preferred = ra.replicas[0]
+        # live as the controller knows it (a broker change may still be queued)
+        could_lead = preferred in c.context.live_broker_ids and preferred in st.isr
+        wrong = None
+        if outcome is None:
+            if could_lead and st.leader != preferred and not ra.is_being_reassigned:
+                wrong = f"b{preferred} could lead and does not"
+        elif outcome.error_code in (ErrorCode.none, ErrorCode.election_not_needed):
+            if st.leader != preferred or (
+                outcome.error_code == ErrorCode.none and outcome.leader != preferred
+            ):
+                wrong = f"answered {outcome}, the preferred replica is b{preferred}"
+        elif outcome.error_code == ErrorCode.preferred_leader_not_available:
+            if could_lead:
+                wrong = f"answered {outcome}, b{preferred} could lead"
+        else:
+            wrong = f"answered {outcome}"
+        if wrong is not None:
+            self.world.violation(
+                "preferred_leader",
+                f"c{c.broker_id} {what}: {wrong} (leader {st.leader}, ISR {list(st.isr)}, "
+                f"assignment {list(ra.replicas)}, live {sorted(self.live)})",
+            )
+        elif st.leader == preferred:
+            self.world.count("preferred_leader_elected")
 
     def _shutting_down(self, broker: int) -> bool:
         active = self.active

@@ -42,6 +42,14 @@ PROFILES: dict[str, SimConfig] = {
         reassignments=True,
         controller_takeovers=True,
     ),
+    # "controller" with operators' preferred leader elections and auto leader rebalances
+    "elections": SimConfig(
+        flush_on_append=False,
+        controlled_shutdowns=True,
+        reassignments=True,
+        controller_takeovers=True,
+        leader_elections=True,
+    ),
     # mostly ZooKeeper and controller trouble: more faults, calmer network
     "control": SimConfig(
         flush_on_append=False,

@@ -64,6 +64,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from replog.controller.decisions import PREFERRED_ELECTION
 from replog.replication.follower import FollowerPhase
 from replog.replication.truncation import check_epoch_entries
 from sim.broker import Role, SimBroker, TruncationRule
@@ -122,6 +123,9 @@ class SimConfig:
     # between two ZooKeeper calls of an event, the acting controller's session expires and
     # another broker's controller takes over at once (its writes fence the rest of the event)
     controller_takeovers: bool = False
+    # operators' leader elections (KIP-460 ElectLeaders, preferred) and the controller's
+    # periodic auto leader rebalance; each answer and outcome is checked (``SimController``)
+    leader_elections: bool = False
     # after heal(): a leader, a full ISR, identical logs and an acknowledged produce within
     # this much simulated time (runs take 0.3-2.5 s; catching up 3,000 records at 25 per
     # fetch takes ~5 s)
@@ -661,6 +665,18 @@ class World:
         )
         self.schedule_controller_work(active, self.controller.alter_reassignment(target))
 
+    def elect_preferred_leader(self, *, auto: bool) -> None:
+        """An operator's ElectLeaders (preferred) to the controller ZooKeeper names, or
+        (``auto``) that controller's periodic leader-imbalance check firing."""
+        active = self.controller.active
+        if active is None or not self.brokers[active.broker_id].alive:
+            return
+        self.count("auto_rebalance" if auto else "preferred_election")
+        what = "auto leader rebalance" if auto else "ElectLeaders (preferred)"
+        self.trace(f"{what} to c{active.broker_id}")
+        kind = "auto_rebalance" if auto else self.controller.elect_leaders(PREFERRED_ELECTION)
+        self.schedule_controller_work(active, kind)
+
     def assignment_restored(self) -> bool:
         ra = self.controller.zk.topic_assignment()
         return not ra.is_being_reassigned and sorted(ra.replicas) == sorted(self.brokers)
@@ -697,6 +713,9 @@ class World:
         cfg = self.config
         if cfg.reassignments and rng.random() < 0.08:
             self.reassign()
+            return
+        if cfg.leader_elections and rng.random() < 0.1:
+            self.elect_preferred_leader(auto=rng.random() < 0.4)
             return
         ids = list(self.brokers)
         down = self._restartable()
