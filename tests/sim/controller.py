@@ -28,7 +28,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from kazoo.exceptions import KazooException, SessionExpiredError
+from kazoo.exceptions import ConnectionLoss, KazooException, SessionExpiredError
 from kio.schema.errors import ErrorCode
 
 from replog.config import KafkaConfig
@@ -199,6 +199,15 @@ class SimControllerDriver:
                     and world.rng.random() < TAKEOVER_PROBABILITY
                 ):
                     world.take_over_controller(self.broker_id)
+                name = (
+                    request.target if isinstance(request.target, str) else request.target.__name__
+                )
+                losses = self.plane.connection_losses.get(self.broker_id, set())
+                if name in losses:
+                    losses.discard(name)
+                    self._trace(f"ZooKeeper {name}: ConnectionLoss (the session lives on)")
+                    world.count("zk_connection_loss")
+                    raise ConnectionLoss()
                 result = request.run(self.zk)
                 if request.target is controller_zk.write_decision and result:
                     world.count("controller_stale_write")
@@ -292,6 +301,10 @@ class SimController:
         self._events: dict[str, ev.ControllerEvent] = {}  # ControllerWork kind -> event
         self.processing: SimControllerDriver | None = None  # the controller handling an event
         self._next_event = 0
+        # broker -> ZooKeeper calls of its controller that fail once with ConnectionLoss
+        # (kazoo's answer while the connection is down for zookeeper.connection.timeout.ms;
+        # the session may outlive it): a scripted fault, see World.lose_zookeeper_call
+        self.connection_losses: dict[int, set[str]] = {}
 
     def trace(self, text: str) -> None:
         self.world.trace(text)

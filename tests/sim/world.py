@@ -626,6 +626,13 @@ class World:
             )
         self.queue.push(self.now + notice_ms, WorldEvent("session_notice", broker, b.incarnation))
 
+    def lose_zookeeper_call(self, broker: int, call: str) -> None:
+        """The next ZooKeeper call named ``call`` (a ``KafkaZkClient`` method or a
+        ``controller_zk`` helper) of ``broker``'s controller fails with ConnectionLoss:
+        the connection dropped for a while, the session lives on."""
+        self.controller.connection_losses.setdefault(broker, set()).add(call)
+        self.trace(f"b{broker}: its controller's next {call} will lose the connection")
+
     def jump_clock(self, broker: int, jump_ms: int) -> None:
         self.clock_offset[broker] += jump_ms
         moved = self.queue.advance_timers(broker, self.now, jump_ms)
