@@ -668,6 +668,9 @@ class SimBroker:
                 self.world.on_acked(self, ack.required_offset - 1, ack.payload)
             elif status is AcksAllStatus.PENDING:
                 keep.append(ack)
+            else:
+                self.world.count(f"produce_{status.name.lower()}")
+                self._trace(f"produce {ack.payload}: {status.name}")
         self.pending_acks = keep
 
     def _submit_isr_change(self, proposal: IsrChangeProposal) -> None:
