@@ -87,6 +87,8 @@ def test_random_simulation(profile: str, seed: int) -> None:
         assert world.stats.get("controlled_shutdown", 0) > 0, world.summary()
     if PROFILES[profile].leader_elections:  # preferred elections answered and checked
         assert world.stats.get("preferred_leader_elected", 0) > 0, world.summary()
+    if PROFILES[profile].log_dir_failures:  # offline replicas moved off by the controller
+        assert world.stats.get("offline_replica_moved", 0) > 0, world.summary()
 
 
 @pytest.mark.parametrize(

@@ -91,7 +91,9 @@ def disable_core_assertions(monkeypatch) -> None:
     monkeypatch.setattr(PartitionMachine, "check_invariants", lambda self: None)
 
 
-@pytest.mark.parametrize("profile", [PROFILE, OPERATIONS_PROFILE, "controller", "elections"])
+@pytest.mark.parametrize(
+    "profile", [PROFILE, OPERATIONS_PROFILE, "controller", "elections", "disks"]
+)
 def test_unbroken_rules_pass_the_same_seeds(profile: str) -> None:
     """Control: with every rule intact the seeds below run, heal and converge."""
     others: list[str] = []
@@ -557,6 +559,21 @@ def test_preferred_election_takes_a_replica_out_of_sync(monkeypatch) -> None:
 
     monkeypatch.setattr(state_machines, "preferred_replica_leader", live_enough)
     assert_caught(world_only=True, profile=ELECTIONS_PROFILE)
+
+
+def test_controller_ignores_a_replica_in_a_failed_log_dir(monkeypatch) -> None:
+    """Rule: a LeaderAndIsr answer of KAFKA_STORAGE_ERROR takes the replica out of its
+    ISR and its leadership elsewhere (Kafka ``onReplicasBecomeOffline``). Break: the
+    answer is recorded, nothing moves."""
+    original = decisions.on_leader_and_isr_response
+
+    def recorded_only(ctx, broker_id, broker_epoch, offline, online):
+        d, _ = original(ctx, broker_id, broker_epoch, offline, online)
+        return ControllerDecision(d.context), []
+
+    monkeypatch.setattr(decisions, "on_leader_and_isr_response", recorded_only)
+    kind = assert_caught(world_only=True, profile="disks")
+    assert kind == "offline_replica", kind
 
 
 # -- (g) the controller core's write / install / send / re-read / retry loop -----------------------

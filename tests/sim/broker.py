@@ -163,6 +163,7 @@ class SimBroker:
         self.truncations = 0
         self.term_seq = 0  # bumped on every role change: HW must not go back within one
         self.responses_in_term = 0
+        self.log_dir_failed = False  # its disk failed: the replica is offline until a restart
         self._reset_volatile()
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -211,6 +212,7 @@ class SimBroker:
 
     def restart(self) -> None:
         self.alive = True
+        self.log_dir_failed = False  # the disk was replaced (or came back) meanwhile
         self.incarnation += 1
         self._reset_volatile()
         self._arm(self.world.config.hw_checkpoint_interval_ms, "hw_checkpoint")
@@ -360,7 +362,20 @@ class SimBroker:
         if msg.controller_epoch < self.controller_epoch:
             return  # STALE_CONTROLLER_EPOCH: a deposed controller
         self.controller_epoch = msg.controller_epoch
-        self.apply_partition_state(msg.state)
+        if not self.log_dir_failed:  # else KAFKA_STORAGE_ERROR: the replica is offline
+            self.apply_partition_state(msg.state)
+        self.world.controller.leader_and_isr_answered(msg, storage_error=self.log_dir_failed)
+
+    def fail_log_dir(self) -> None:
+        """Its log dir fails (``ReplicaManager.handle_log_dir_failure``): the replica stops
+        leading and fetching (StopReplica on the machine, waiting produces answered), and
+        the broker writes a log dir event notification for the controller. The process
+        runs on; the replica stays offline until the broker restarts."""
+        self.log_dir_failed = True
+        self._trace("LOG DIR FAILED: the replica goes offline")
+        self._carry_out(self.machine.stop())
+        self.outstanding = None
+        self.fetch_sessions.clear()
 
     def apply_partition_state(self, st: ZkPartitionState) -> None:
         leadership = PartitionLeadership(
@@ -738,10 +753,12 @@ class SimBroker:
                     self.world.controller.on_isr_change_notification(batch)
                 self._arm(ISR_CHANGE_PROPAGATION_CHECK_INTERVAL_MS, t.kind, t.token)
         elif t.kind == "hw_checkpoint":
-            self.log.hw_checkpoint = self.high_watermark
+            if not self.log_dir_failed:
+                self.log.hw_checkpoint = self.high_watermark
             self._arm(cfg.hw_checkpoint_interval_ms, t.kind)
         elif t.kind == "flush":
-            self.log.flushed = self.log.log_end_offset
+            if not self.log_dir_failed:
+                self.log.flushed = self.log.log_end_offset
             assert cfg.flush_interval_ms is not None
             self._arm(self.world.rng.randint(200, cfg.flush_interval_ms), t.kind)
         else:

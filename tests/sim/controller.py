@@ -85,6 +85,7 @@ WATCHED = {
     "isr_change": "isr_change",
     "topic": "partition_modifications",
     "reassign_partitions": "zk_reassignment",
+    "log_dir_event": "log_dir_event",
 }
 
 
@@ -168,6 +169,8 @@ class SimControllerDriver:
             self.plane.check_failed_brokers_left_isr(self, failed)
         if isinstance(event, ev.AutoPreferredReplicaLeaderElection):
             self.plane.check_preferred_leader(self, "auto leader rebalance", None)
+        if isinstance(event, ev.LeaderAndIsrResponseReceived) and event.offline:
+            self.plane.check_offline_replica_moved(self, event.broker_id, event.broker_epoch)
 
     def drive(self, step: Step[Any]) -> Any:
         """Carry out each request of ``step`` in order; hand results and ZooKeeper's
@@ -281,6 +284,8 @@ class SimControllerDriver:
                                 state,
                                 int(request.broker_epoch),
                                 int(request.controller_epoch),
+                                self.broker_id,
+                                self.generation,
                             ),
                         )
         return []
@@ -420,6 +425,7 @@ class SimController:
         "zk_reassignment": ev.ZkPartitionReassignment,
         "partition_modifications": partial(ev.PartitionModifications, TOPIC),
         "auto_rebalance": ev.AutoPreferredReplicaLeaderElection,
+        "log_dir_event": ev.LogDirEventNotification,
     }
 
     def event_of(self, kind: str) -> ev.ControllerEvent:
@@ -460,7 +466,7 @@ class SimController:
             session = self.zk.sessions.get(b)
             if session is None:
                 continue  # a watch lives in a session
-            if kind in ("brokers", "isr_change", "topic", "reassign_partitions"):
+            if kind in WATCHED:
                 if c.is_active and c.watch_session == session:
                     self.world.schedule_controller_work(c, WATCHED[kind])
             elif kind == "controller":
@@ -599,6 +605,53 @@ class SimController:
         )
 
     # -- controller -> broker ------------------------------------------------------------------------
+
+    def leader_and_isr_answered(self, msg: LeaderAndIsrMessage, *, storage_error: bool) -> None:
+        """The broker's answer to a LeaderAndIsr reaches the controller that sent it (the
+        ``leader_and_isr_answers`` profiles): as ``KafkaController``'s sender does, an
+        answer with KAFKA_STORAGE_ERROR, or without one for a replica the controller
+        believes in a failed log dir, becomes a ``LeaderAndIsrResponseReceived``."""
+        if not self.world.config.leader_and_isr_answers:
+            return
+        c = self.controllers.get(msg.sender)
+        if c is None or c.generation != msg.sender_generation or c.context is None:
+            return
+        known = PARTITION in c.context.replicas_on_offline_dirs.get(msg.dst, frozenset())
+        if not storage_error and not known:
+            return
+        mine = frozenset({PARTITION})
+        event = ev.LeaderAndIsrResponseReceived(
+            msg.dst,
+            msg.broker_epoch,
+            mine if storage_error else frozenset(),
+            frozenset() if storage_error else mine,
+        )
+        self.trace(f"b{msg.dst} -> c{c.broker_id}: LeaderAndIsr answered {event}")
+        self.world.queue.push(
+            self.world.now + 1, ControllerWork(c.broker_id, c.generation, self.kind_of(event))
+        )
+
+    def check_offline_replica_moved(self, c: SimControllerDriver, broker: int, epoch: int) -> None:
+        """Invariant: once the acting controller handled an answer saying ``broker``'s
+        replica is in a failed log dir, that replica is out of ZooKeeper's ISR (unless
+        as its only member: Kafka never empties an ISR) and leads only if no other ISR
+        member could."""
+        if not c.is_active or self.zk.registrations.get(broker) != epoch:
+            return
+        b = self.world.brokers[broker]
+        if not b.alive or not b.log_dir_failed:
+            return
+        st = self.state
+        live = c.context.live_broker_ids if c.context is not None else set()
+        others = [r for r in st.isr if r != broker and r in live]
+        if (broker in st.isr and len(st.isr) > 1) or (st.leader == broker and others):
+            self.world.violation(
+                "offline_replica",
+                f"c{c.broker_id} handled b{broker}'s failed log dir: leader {st.leader}, "
+                f"ISR {list(st.isr)}",
+            )
+        else:
+            self.world.count("offline_replica_moved")
 
     def send_leader_and_isr(self, sender: SimControllerDriver, msg: LeaderAndIsrMessage) -> None:
         self.world.count("leader_and_isr")

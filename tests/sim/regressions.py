@@ -100,4 +100,18 @@ REGRESSIONS: tuple[Regression, ...] = (
         ),
         scripted="tests/test_controller_decisions.py::test_controller_failover_gives_a_restarted_leader_a_new_epoch",
     ),
+    Regression(
+        seed=0,
+        profile="disks",
+        steps=2_000,
+        kind="offline_replica",
+        found=(
+            "offline_replica: b1's log dir failed just after the leader b2 added it back to the "
+            "ISR (znode [2, 1]); the controller, not yet told of that change, handled b1's "
+            "KAFKA_STORAGE_ERROR answer over the ISR its context held ([2]): nothing to "
+            "remove, so b1 stayed in ZooKeeper's ISR, offline. Fixed: the controller re-reads "
+            "the partition states before taking offline replicas out of ISRs, as Kafka's "
+            "removeReplicasFromIsr does (controller/core_brokers.py)."
+        ),
+    ),
 )

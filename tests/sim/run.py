@@ -50,6 +50,16 @@ PROFILES: dict[str, SimConfig] = {
         controller_takeovers=True,
         leader_elections=True,
     ),
+    # "controller" with brokers' log dirs failing, and LeaderAndIsr answers reaching the
+    # controller (KAFKA_STORAGE_ERROR for a replica in a failed log dir)
+    "disks": SimConfig(
+        flush_on_append=False,
+        controlled_shutdowns=True,
+        reassignments=True,
+        controller_takeovers=True,
+        leader_and_isr_answers=True,
+        log_dir_failures=True,
+    ),
     # mostly ZooKeeper and controller trouble: more faults, calmer network
     "control": SimConfig(
         flush_on_append=False,

@@ -126,6 +126,11 @@ class SimConfig:
     # operators' leader elections (KIP-460 ElectLeaders, preferred) and the controller's
     # periodic auto leader rebalance; each answer and outcome is checked (``SimController``)
     leader_elections: bool = False
+    # brokers answer LeaderAndIsr (the answers a controller acts on: KAFKA_STORAGE_ERROR)
+    leader_and_isr_answers: bool = False
+    # a broker's log dir fails (its replica goes offline, a log dir event notification);
+    # the broker is stopped a while later to replace the disk
+    log_dir_failures: bool = False
     # after heal(): a leader, a full ISR, identical logs and an acknowledged produce within
     # this much simulated time (runs take 0.3-2.5 s; catching up 3,000 records at 25 per
     # fetch takes ~5 s)
@@ -356,6 +361,11 @@ class World:
                 if sorted(target) != sorted(self.brokers):
                     self.reassign(tuple(sorted(self.brokers)), via_zk=False)
                 self.queue.push(self.now + 500, ev)
+        elif ev.kind == "replace_disk":
+            if b.alive and b.log_dir_failed and ev.token == b.incarnation:
+                self.trace(f"b{b.id}: stopped to replace its disk")
+                b.log.flushed = b.log.log_end_offset  # a clean stop: no append since the failure
+                self.crash(b.id)
         elif ev.kind == "controlled_stop":
             if b.alive and ev.token == b.incarnation:
                 b.log.flushed = b.log.log_end_offset  # a clean stop flushes the log
@@ -429,6 +439,9 @@ class World:
             if isinstance(item, tuple) and item[0] == "isr_notification":
                 self.controller.zk.propagate_isr_changes(item[1])
                 continue
+            if isinstance(item, tuple) and item[0] == "log_dir_event":
+                self.controller.zk.propagate_log_dir_event(item[1])
+                continue
             # an ISR write and the answer the broker sent for it: write now, answer now
             key = (broker, item.proposal)
             if key not in self.controller.held_writes:
@@ -450,6 +463,7 @@ class World:
         return (
             b.alive
             and not b.paused
+            and not b.log_dir_failed
             and not b.session_expired
             and broker in self.controller.live
             and not self.zookeeper_unreachable(broker)
@@ -626,6 +640,23 @@ class World:
             )
         self.queue.push(self.now + notice_ms, WorldEvent("session_notice", broker, b.incarnation))
 
+    def fail_log_dir(self, broker: int, replace_after_ms: int | None) -> None:
+        """``broker``'s log dir fails; with ``replace_after_ms`` an operator stops the
+        broker that much later to replace the disk."""
+        b = self.brokers[broker]
+        if not b.alive or b.log_dir_failed:
+            return
+        self.count("log_dir_failure")
+        b.fail_log_dir()
+        if self.zookeeper_unreachable(broker):
+            self.hold_for_zookeeper(broker, ("log_dir_event", broker))
+        else:
+            self.controller.zk.propagate_log_dir_event(broker)
+        if replace_after_ms is not None:
+            self.queue.push(
+                self.now + replace_after_ms, WorldEvent("replace_disk", broker, b.incarnation)
+            )
+
     def lose_zookeeper_call(self, broker: int, call: str) -> None:
         """The next ZooKeeper call named ``call`` (a ``KafkaZkClient`` method or a
         ``controller_zk`` helper) of ``broker``'s controller fails with ConnectionLoss:
@@ -720,6 +751,11 @@ class World:
         cfg = self.config
         if cfg.reassignments and rng.random() < 0.08:
             self.reassign()
+            return
+        if cfg.log_dir_failures and rng.random() < 0.04:
+            healthy = [b for b in self.brokers if self._healthy(b)]
+            if healthy:
+                self.fail_log_dir(rng.choice(healthy), rng.randint(500, 6_000))
             return
         if cfg.leader_elections and rng.random() < 0.1:
             self.elect_preferred_leader(auto=rng.random() < 0.4)
@@ -858,6 +894,9 @@ class World:
         for b in self.brokers.values():
             if b.alive and b.session_expired:
                 self._notice_session_expired(b.id, None)
+        for b in self.brokers.values():
+            if b.alive and b.log_dir_failed:  # the operator replaces the disk now
+                self.crash(b.id)
         for b in self.brokers.values():
             if not b.alive:
                 self.restart(b.id)
@@ -1020,7 +1059,7 @@ class World:
                 check_epoch_entries(log.epochs)
             except ValueError as exc:
                 self.violation("epoch_cache", f"b{b.id}: {exc}")
-            if not b.alive:
+            if not b.alive or b.log_dir_failed:  # an offline replica: its role is gone
                 continue
             hw = b.high_watermark
             if hw > log.log_end_offset:

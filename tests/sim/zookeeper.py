@@ -70,6 +70,8 @@ class SimZooKeeper:
         self._zxid = 100
         self._next_session = 0
         self._next_isr_change = 0
+        self._log_dir_events: dict[str, int] = {}  # /log_dir_event_notification
+        self._next_log_dir_event = 0
         self._on_change = on_change
         self._on_violation = on_violation
         self.client = _NoTopicConfigs()
@@ -344,6 +346,29 @@ class SimZooKeeper:
         if result.error is ZkWriteError.NO_NODE:
             raise NoNodeError()
         return result.zk_version
+
+    # -- KafkaZkClient: log dir event notifications ----------------------------------------
+
+    def propagate_log_dir_event(self, broker_id: int) -> str:
+        name = f"{zd.LOG_DIR_EVENT_PREFIX}{self._next_log_dir_event:010d}"
+        self._next_log_dir_event += 1
+        self._log_dir_events[name] = broker_id
+        self._on_change("log_dir_event")
+        return name
+
+    def get_log_dir_event_notifications(self) -> list[str]:
+        return sorted(self._log_dir_events)
+
+    def read_log_dir_event_notifications(self, names) -> set[int]:
+        return {self._log_dir_events[n] for n in names if n in self._log_dir_events}
+
+    def delete_log_dir_event_notifications(
+        self, names, expected_controller_epoch_zk_version: int
+    ) -> None:
+        if self._epoch_fence_fails(expected_controller_epoch_zk_version):
+            raise ControllerMovedError("controller moved while deleting log dir events")
+        for name in names:
+            self._log_dir_events.pop(name, None)
 
     # -- KafkaZkClient: ISR change notifications ----------------------------------------
 
