@@ -33,13 +33,14 @@ import dataclasses
 import os
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from replog.controller import controller_zk, state_machines
 from replog.controller.election import ElectionResult
 from replog.replication.core import LeaderState
 from replog.replication.fetch_session_handler import FetchSessionHandler
 from replog.server.fetch_session import IncrementalFetchContext
-from sim.broker import TruncationRule
+from sim.broker import NO_LEADER, TruncationRule
 from sim.network import ControllerWork
 from sim.regressions import REGRESSIONS, Regression
 from sim.run import DEFAULT_STEPS, PROFILES, failure_kind, run_random
@@ -534,3 +535,52 @@ def test_controlled_shutdown_moves_leadership_before_the_answer() -> None:
     assert world.stats.get("controlled_shutdown") == 1
     world.heal_and_converge()
     world.check_acked_everywhere()
+
+
+def offline_partition() -> World:
+    """b2 and b3 fail (the ISR shrinks to [1]), then b1: b2 and b3 come back, out of sync,
+    and the partition stays without a leader: no clean election can give it one."""
+    world = three_replicas()
+    world.crash(2)
+    world.crash(3)
+    world.run_until(lambda: world.controller.state.isr == (1,))
+    world.crash(1)
+    world.restart(2)
+    world.restart(3)
+
+    def offline() -> bool:
+        active = world.controller.active
+        return (
+            active is not None
+            and active.context is not None
+            and sorted(active.context.live_brokers) == [2, 3]
+            and world.controller.state.leader == NO_LEADER
+        )
+
+    world.run_until(offline, deadline_ms=world.now + 20_000)
+    return world
+
+
+@pytest.mark.parametrize("how", ["topic", "broker", "elect"])
+def test_unclean_leader_election_brings_an_offline_partition_back(how: str) -> None:
+    """unclean.leader.election.enable set on the topic (its config change reaches the
+    controller), as the brokers' dynamic default, or an ElectLeaders (unclean): the first
+    live assigned replica leads, alone in the ISR; b1 comes back as a follower."""
+    world = offline_partition()
+    until = world.now + 2_000
+    world.run_until(lambda: world.now >= until)
+    assert world.controller.state.leader == NO_LEADER  # clean elections cannot help
+    world.enable_unclean_leader_election(how)
+    world.run_until(lambda: world.brokers[2].is_acting_leader, deadline_ms=world.now + 5_000)
+    assert world.controller.state.leader == 2 and world.controller.state.isr == (2,)
+    answers = world.controller.elect_leaders_answers
+    if how == "elect":
+        assert [(a.error_code, a.leader) for a in answers] == [(0, 2)]
+        world.enable_unclean_leader_election(how)  # a leader is live: nothing to do
+        world.run_until(lambda: len(answers) == 2)
+        assert answers[1].error_code == ErrorCode.election_not_needed
+    else:
+        assert answers == []
+    world.heal_and_converge()
+    world.check_acked_everywhere()
+    assert payloads(world, 1) == payloads(world, 2) == ["m0", PROBE]

@@ -130,7 +130,9 @@ class SimControllerDriver:
         self.plane = plane
         self.zk = plane.zk
         self.generation = generation
-        self.core = ControllerCore(broker_id, _config(broker_id), lambda: False)
+        self.core = ControllerCore(
+            broker_id, _config(broker_id), lambda: plane.unclean_leader_election_default
+        )
         self.watch_session: int | None = None
 
     @property
@@ -305,6 +307,9 @@ class SimController:
         self._cached: tuple[tuple[Any, ...] | None, ZkPartitionState | None] = (None, None)
         self._events: dict[str, ev.ControllerEvent] = {}  # ControllerWork kind -> event
         self.processing: SimControllerDriver | None = None  # the controller handling an event
+        # the brokers' unclean.leader.election.enable (a dynamic broker config; scripted)
+        self.unclean_leader_election_default = False
+        self.elect_leaders_answers: list[decisions.ElectionOutcome] = []
         self._next_event = 0
         # broker -> ZooKeeper calls of its controller that fail once with ConnectionLoss
         # (kazoo's answer while the connection is down for zookeeper.connection.timeout.ms;
@@ -547,9 +552,11 @@ class SimController:
             self.trace("ElectLeaders: NOT_CONTROLLER")
             return
         outcome = outcomes[PARTITION]
+        self.elect_leaders_answers.append(outcome)
         self.trace(f"ElectLeaders (type {election_type}): {outcome}")
         assert self.processing is not None
-        self.check_preferred_leader(self.processing, "ElectLeaders (preferred)", outcome)
+        if election_type == decisions.PREFERRED_ELECTION:
+            self.check_preferred_leader(self.processing, "ElectLeaders (preferred)", outcome)
 
     def check_preferred_leader(
         self, c: SimControllerDriver, what: str, outcome: decisions.ElectionOutcome | None

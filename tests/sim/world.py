@@ -64,7 +64,8 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from replog.controller.decisions import PREFERRED_ELECTION
+from replog.controller import events as controller_events
+from replog.controller.decisions import PREFERRED_ELECTION, UNCLEAN_ELECTION
 from replog.replication.follower import FollowerPhase
 from replog.replication.truncation import check_epoch_entries
 from sim.broker import Role, SimBroker, TruncationRule
@@ -656,6 +657,24 @@ class World:
             self.queue.push(
                 self.now + replace_after_ms, WorldEvent("replace_disk", broker, b.incarnation)
             )
+
+    def enable_unclean_leader_election(self, how: str) -> None:
+        """An operator allows unclean leader election (scripted): ``topic`` sets the
+        topic's ``unclean.leader.election.enable`` (``/config/topics/t``, whose change
+        notification reaches the controller), ``broker`` the brokers' dynamic default,
+        ``elect`` sends ElectLeaders (unclean) instead."""
+        active = self.controller.active
+        assert active is not None
+        self.trace(f"unclean leader election enabled ({how})")
+        if how == "topic":
+            self.controller.zk.topic_configs["t"] = {"unclean.leader.election.enable": "true"}
+            kind = self.controller.kind_of(controller_events.TopicUncleanLeaderElectionEnable("t"))
+        elif how == "broker":
+            self.controller.unclean_leader_election_default = True
+            kind = self.controller.kind_of(controller_events.UncleanLeaderElectionEnable())
+        else:
+            kind = self.controller.elect_leaders(UNCLEAN_ELECTION)
+        self.schedule_controller_work(active, kind)
 
     def lose_zookeeper_call(self, broker: int, call: str) -> None:
         """The next ZooKeeper call named ``call`` (a ``KafkaZkClient`` method or a

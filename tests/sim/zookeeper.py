@@ -35,14 +35,24 @@ PARTITION = TopicPartition(TOPIC, 0)
 TOPIC_ID = uuid.UUID(int=0x5EED)
 
 
-class _NoTopicConfigs:
-    """``KafkaZkClient.client`` as ``read_unclean_overrides`` uses it: no topic has
-    a ``/config/topics/<t>`` znode, so no unclean-election override."""
+class _TopicConfigs:
+    """``KafkaZkClient.client`` as ``read_unclean_overrides`` uses it: the
+    ``/config/topics/<t>`` znodes of ``SimZooKeeper.topic_configs`` (none unless a
+    scripted test writes one)."""
 
-    def get_async(self, path: str) -> _NoTopicConfigs:
-        return self
+    def __init__(self, configs: dict[str, dict[str, str]]) -> None:
+        self._configs = configs
+        self._path: str | None = None
+
+    def get_async(self, path: str) -> _TopicConfigs:
+        answer = _TopicConfigs(self._configs)
+        answer._path = path
+        return answer
 
     def get(self, timeout: float | None = None) -> tuple[bytes, object]:
+        for topic, config in self._configs.items():
+            if self._path == zd.topic_config_path(topic):
+                return zd.encode_config(config), None
         raise NoNodeError()
 
 
@@ -74,7 +84,8 @@ class SimZooKeeper:
         self._next_log_dir_event = 0
         self._on_change = on_change
         self._on_violation = on_violation
-        self.client = _NoTopicConfigs()
+        self.topic_configs: dict[str, dict[str, str]] = {}  # /config/topics/<t>
+        self.client = _TopicConfigs(self.topic_configs)
 
     # -- sessions and registrations (the world's side) --------------------------------
 
