@@ -36,6 +36,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from replog.controller import controller_zk, state_machines
+from replog.controller.context import TopicPartition
 from replog.controller.election import ElectionResult
 from replog.replication.core import LeaderState
 from replog.replication.fetch_session_handler import FetchSessionHandler
@@ -584,3 +585,47 @@ def test_unclean_leader_election_brings_an_offline_partition_back(how: str) -> N
     world.heal_and_converge()
     world.check_acked_everywhere()
     assert payloads(world, 1) == payloads(world, 2) == ["m0", PROBE]
+
+
+def test_topic_created_grown_and_deleted_across_a_controller_failover() -> None:
+    """Another topic (hosted by the simulated brokers by name only): created, its
+    partitions get their preferred replicas as leaders and every replica in sync; a
+    partition added later too. Its deletion waits while b3 is down (b3's replicas must
+    answer StopReplica), survives a controller failover, and completes once b3 is back:
+    its znodes, partition states and deletion marker are gone. The partition t-0 is
+    untouched throughout."""
+    world = three_replicas()
+    zk = world.controller.zk
+    u = [TopicPartition("u", p) for p in range(3)]
+
+    def states() -> dict:
+        return {
+            tp: (s.leader_and_isr.leader, tuple(s.leader_and_isr.isr))
+            for tp, s in zk.get_partition_states(u).items()
+        }
+
+    zk.create_topic("u", {0: [2, 3, 1], 1: [3, 1, 2]})
+    world.run_until(lambda: len(states()) == 2)
+    assert states() == {u[0]: (2, (2, 3, 1)), u[1]: (3, (3, 1, 2))}
+    zk.add_partitions("u", {2: [1, 2, 3]})
+    world.run_until(lambda: len(states()) == 3)
+    assert states()[u[2]] == (1, (1, 2, 3))
+    world.crash(3)
+    world.run_until(lambda: 3 not in world.controller.active.context.live_brokers)
+    assert states() == {u[0]: (2, (2, 1)), u[1]: (1, (1, 2)), u[2]: (1, (1, 2))}
+    zk.mark_topic_for_deletion("u")
+    world.run_until(lambda: "u" in world.controller.active.context.topics_to_be_deleted)
+    old = world.controller.active
+    world.expire_session(old.broker_id, 50)
+    world.run_until(lambda: world.controller.active not in (None, old))
+    until = world.now + 2_000
+    world.run_until(lambda: world.now >= until)
+    assert "u" in zk.get_all_topics() and zk.get_topics_marked_for_deletion() == {"u"}
+    world.restart(3)
+    world.run_until(
+        lambda: "u" not in zk.get_all_topics() and not zk.get_topics_marked_for_deletion(),
+        deadline_ms=world.now + 10_000,
+    )
+    assert states() == {} and world.controller.active.context.all_topics == {"t"}
+    world.heal_and_converge()
+    world.check_acked_everywhere()

@@ -34,7 +34,7 @@ from kio.schema.errors import ErrorCode
 from replog.config import KafkaConfig
 from replog.controller import controller_zk, decisions
 from replog.controller import events as ev
-from replog.controller.context import ControllerContext
+from replog.controller.context import ControllerContext, TopicPartition
 from replog.controller.core import ControllerCore
 from replog.controller.core_requests import (
     EndTerm,
@@ -57,7 +57,7 @@ from replog.controller.core_requests import (
     ZkCall,
 )
 from replog.controller.effects import ControllerDecision
-from replog.protocol.controller_schemas import LeaderAndIsrRequest
+from replog.protocol.controller_schemas import LeaderAndIsrRequest, StopReplicaRequest
 from replog.replication.isr import IsrChangeProposal
 from replog.zk import data as zd
 from replog.zk.data import LeaderAndIsr, LeaderIsrAndControllerEpoch
@@ -86,6 +86,8 @@ WATCHED = {
     "topic": "partition_modifications",
     "reassign_partitions": "zk_reassignment",
     "log_dir_event": "log_dir_event",
+    "topics": "topic_change",
+    "delete_topics": "topic_deletion",
 }
 
 
@@ -266,10 +268,15 @@ class SimControllerDriver:
                 )
         for broker_id, requests in d.requests().items():
             for request in requests:
+                if isinstance(request, StopReplicaRequest):
+                    self.plane.stop_replica_sent(self, broker_id, request)
                 if not isinstance(request, LeaderAndIsrRequest):
                     self.plane.world.count(type(request).__name__)
                     continue
                 for topic in request.topic_states:
+                    if str(topic.topic_name) != TOPIC:  # a topic the simulation only names
+                        self.plane.world.count("leader_and_isr_other_topic")
+                        continue
                     for p in topic.partition_states:
                         state = ZkPartitionState(
                             leader=int(p.leader),
@@ -431,6 +438,8 @@ class SimController:
         "partition_modifications": partial(ev.PartitionModifications, TOPIC),
         "auto_rebalance": ev.AutoPreferredReplicaLeaderElection,
         "log_dir_event": ev.LogDirEventNotification,
+        "topic_change": ev.TopicChange,
+        "topic_deletion": ev.TopicDeletion,
     }
 
     def event_of(self, kind: str) -> ev.ControllerEvent:
@@ -471,9 +480,12 @@ class SimController:
             session = self.zk.sessions.get(b)
             if session is None:
                 continue  # a watch lives in a session
-            if kind in WATCHED:
+            if kind in WATCHED or kind.startswith("topic:"):
                 if c.is_active and c.watch_session == session:
-                    self.world.schedule_controller_work(c, WATCHED[kind])
+                    work = WATCHED.get(kind) or self.kind_of(
+                        ev.PartitionModifications(kind.split(":", 1)[1])
+                    )
+                    self.world.schedule_controller_work(c, work)
             elif kind == "controller":
                 if self.zk.controller_owner is None:
                     self.world.schedule_controller_work(c, "reelect")
@@ -634,6 +646,30 @@ class SimController:
             frozenset() if storage_error else mine,
         )
         self.trace(f"b{msg.dst} -> c{c.broker_id}: LeaderAndIsr answered {event}")
+        self.world.queue.push(
+            self.world.now + 1, ControllerWork(c.broker_id, c.generation, self.kind_of(event))
+        )
+
+    def stop_replica_sent(
+        self, c: SimControllerDriver, broker: int, request: StopReplicaRequest
+    ) -> None:
+        """A StopReplica that deletes partitions (of a topic being deleted, which the
+        simulated brokers host only by name): a live broker at the registration it was
+        sent to deletes them and answers, and ``KafkaController``'s sender turns the
+        answer into a ``TopicDeletionStopReplicaResponseReceived``. A stopped broker
+        never answers: the deletion waits for it. The simulated partition's own replica,
+        removed by a reassignment, keeps its log as before (its StopReplica is lost)."""
+        deleted = {
+            TopicPartition(str(t.topic_name), int(p.partition_index)): 0
+            for t in request.topic_states
+            for p in t.partition_states
+            if p.delete_partition and str(t.topic_name) != TOPIC
+        }
+        b = self.world.brokers[broker]
+        if not deleted or not b.alive or b.broker_epoch != int(request.broker_epoch):
+            return
+        event = ev.TopicDeletionStopReplicaResponseReceived(broker, 0, deleted)
+        self.trace(f"b{broker} -> c{c.broker_id}: deleted {sorted(deleted)}")
         self.world.queue.push(
             self.world.now + 1, ControllerWork(c.broker_id, c.generation, self.kind_of(event))
         )

@@ -17,6 +17,7 @@ Concurrency: everything runs in the world's single thread, one call at a time.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -81,6 +82,7 @@ class SimZooKeeper:
         self._next_session = 0
         self._next_isr_change = 0
         self._log_dir_events: dict[str, int] = {}  # /log_dir_event_notification
+        self._deletion_markers: set[str] = set()  # /admin/delete_topics
         self._next_log_dir_event = 0
         self._on_change = on_change
         self._on_violation = on_violation
@@ -241,13 +243,44 @@ class SimZooKeeper:
             self._reassign = None
         return True
 
+    # -- topics other than the simulated partition's (scripted: created, grown, deleted) ----
+
+    def create_topic(self, topic: str, assignment: dict[int, list[int]]) -> None:
+        """An operator creates ``topic`` (AdminZkClient): its znode, no partition state."""
+        assert topic not in self._topics
+        self._topics[topic] = (zd.encode_topic_assignment(assignment, uuid.uuid4()), 0)
+        self._on_change("topics")
+
+    def add_partitions(self, topic: str, added: dict[int, list[int]]) -> None:
+        """An operator adds partitions to ``topic``: its znode changes."""
+        data, version = self._topics[topic]
+        znode = json.loads(data)  # the rest of the znode (its topic id) kept
+        znode["partitions"].update({str(p): list(r) for p, r in added.items()})
+        self._topics[topic] = (json.dumps(znode).encode(), version + 1)
+        self._on_change(f"topic:{topic}")
+
+    def mark_topic_for_deletion(self, topic: str) -> None:
+        """``/admin/delete_topics/<t>`` (kafka-topics --delete)."""
+        self._deletion_markers.add(topic)
+        self._on_change("delete_topics")
+
     def get_topics_marked_for_deletion(self) -> set[str]:
-        return set()
+        return set(self._deletion_markers)
 
-    def delete_topic_znodes(self, topic: str, expected_controller_epoch_zk_version=None) -> None:
-        raise AssertionError("the simulation deletes no topic")
+    def delete_topic_znodes(self, topic: str, expected_controller_epoch_zk_version: int) -> None:
+        assert topic != TOPIC, "the simulated partition's topic is never deleted"
+        if self._epoch_fence_fails(expected_controller_epoch_zk_version):
+            raise ControllerMovedError(f"controller moved while deleting topic {topic!r}")
+        self._topics.pop(topic, None)
+        self.topic_configs.pop(topic, None)
+        for tp in [tp for tp in self._states if tp.topic == topic]:
+            del self._states[tp]
+            del self._state_mzxid[tp]
 
-    remove_deletion_marker = delete_topic_znodes
+    def remove_deletion_marker(self, topic: str, expected_controller_epoch_zk_version: int) -> None:
+        if self._epoch_fence_fails(expected_controller_epoch_zk_version):
+            raise ControllerMovedError(f"controller moved while removing deletion of {topic!r}")
+        self._deletion_markers.discard(topic)
 
     # -- KafkaZkClient: partition state --------------------------------------------------
 
