@@ -15,7 +15,9 @@ or in the controller, must make a seed fail. Scripted runs: the two failure
 cases of seed 003 (KIP-101), with leader-epoch truncation and with the old
 high-watermark truncation, the zombie leader of seed 000, and one scenario per
 world fault (controller failover, one-way link, broker cut from ZooKeeper), a
-reassignment resumed by a new controller half way, a controlled shutdown.
+reassignment resumed by a new controller half way, a controlled shutdown, unclean
+leader election three ways, another topic created, grown and deleted across a
+controller failover.
 
 Longer searches: ``PYTHONPATH=tests .venv/bin/python -m sim.run --seconds 600``.
 
@@ -23,7 +25,7 @@ Environment:
   REPLOG_SIM_SEEDS=N     run seeds 0..N-1 per profile instead of the fixed set
   REPLOG_SIM_SEED=S      run only seed S (replay a failure)
   REPLOG_SIM_STEPS=K     steps per run (default 20000)
-  REPLOG_SIM_PROFILE=P   run only profile P (flushed, lossy, five, control)
+  REPLOG_SIM_PROFILE=P   run only profile P (see sim/run.py's PROFILES)
   REPLOG_SIM_TRACE=all   keep the whole step trace for the failure report (default: last 600)
 """
 

@@ -10,7 +10,9 @@ assertion is what catches a break, a second test switches those assertions off
 to show the world's invariants catch it as well.
 
 ``test_unbroken_rules_pass_the_same_seeds`` is the control: the same seeds pass
-with no break, so a violation found here is the break's doing.
+with no break, so a violation found here is the break's doing. Rules whose break
+random runs do not reach have a scripted scenario instead, run once with the rule
+(the control) and once broken.
 """
 
 from __future__ import annotations
