@@ -297,6 +297,12 @@ class World:
         elif isinstance(event, ControllerWork):
             b = self.brokers[event.broker]
             if self.controller.current(event) is None or not b.alive:
+                c = self.controller.controllers.get(event.broker)
+                if c is not None and b.alive:
+                    # queued under a session that expired since: Kafka's Expire cleared the
+                    # queue and answered the requests it dropped (``preempt``)
+                    c.core.preempt(self.controller.event_of(event.kind))
+                    self.count("controller_event_dropped")
                 return True
             if b.paused:
                 b.deferred.append(event)
