@@ -216,6 +216,8 @@ class SimBroker:
         self.incarnation += 1
         self._reset_volatile()
         self._arm(self.world.config.hw_checkpoint_interval_ms, "hw_checkpoint")
+        if self.world.config.broker_isr_propagation:
+            self._arm(ISR_CHANGE_PROPAGATION_CHECK_INTERVAL_MS, "isr_propagation", "broker")
         interval = self.world.config.flush_interval_ms
         if not self.world.config.flush_on_append and interval is not None:
             self._arm(self.world.rng.randint(200, interval), "flush")
@@ -313,9 +315,10 @@ class SimBroker:
                     self.timers_role_epoch = role_epoch
                     interval = isr_expiration_interval_ms(cfg.replica_lag_time_max_ms)
                     self._arm(interval, "isr_expiration", role_epoch)
-                    self._arm(
-                        ISR_CHANGE_PROPAGATION_CHECK_INTERVAL_MS, "isr_propagation", role_epoch
-                    )
+                    if not cfg.broker_isr_propagation:
+                        self._arm(
+                            ISR_CHANGE_PROPAGATION_CHECK_INTERVAL_MS, "isr_propagation", role_epoch
+                        )
                 elif action.role is MachineRole.NONE:
                     self._trace(f"no role at epoch {action.leader_epoch}")
             elif isinstance(action, StartFetching):
@@ -747,7 +750,7 @@ class SimBroker:
                     self._submit_isr_change(proposal)
                 self._arm(isr_expiration_interval_ms(cfg.replica_lag_time_max_ms), t.kind, t.token)
         elif t.kind == "isr_propagation":
-            if current and m.is_leader:
+            if t.token == "broker" or (current and m.is_leader):
                 batch = self.propagation.maybe_propagate(self._clock())
                 if batch:
                     self.world.controller.on_isr_change_notification(batch)

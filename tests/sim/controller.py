@@ -88,6 +88,7 @@ WATCHED = {
     "log_dir_event": "log_dir_event",
     "topics": "topic_change",
     "delete_topics": "topic_deletion",
+    "preferred_replica_election": "preferred_election_zk",
 }
 
 
@@ -162,6 +163,7 @@ class SimControllerDriver:
             changes = decisions.broker_changes(self.core.context, self.zk.get_all_brokers())
             failed = {*changes.dead, *changes.bounced} if changes else set()
         outer, self.plane.processing = self.plane.processing, self
+        self.plane.leader_before_event = self.plane.state.leader
         try:
             self.drive(self.core.process(event, world.now / 1000))
         except ZOOKEEPER_ERRORS as exc:
@@ -173,6 +175,8 @@ class SimControllerDriver:
             self.plane.check_failed_brokers_left_isr(self, failed)
         if isinstance(event, ev.AutoPreferredReplicaLeaderElection):
             self.plane.check_preferred_leader(self, "auto leader rebalance", None)
+        elif isinstance(event, ev.ReplicaLeaderElection) and event.trigger is ev.ElectionTrigger.ZK:
+            self.plane.check_preferred_leader(self, "/admin/preferred_replica_election", None)
         if isinstance(event, ev.LeaderAndIsrResponseReceived) and event.offline:
             self.plane.check_offline_replica_moved(self, event.broker_id, event.broker_epoch)
 
@@ -235,6 +239,9 @@ class SimControllerDriver:
                 self.plane.register_broker(self.broker_id)
             case WatchCluster():
                 self.watch_session = self.zk.sessions.get(self.broker_id)
+                if self.zk.get_preferred_replica_election() is not None:
+                    # a kazoo DataWatch calls back at once: a znode left from before
+                    world.schedule_controller_work(self, "preferred_election_zk")
             case EndTerm():
                 self._trace("resigned")
                 self.watch_session = None
@@ -317,6 +324,7 @@ class SimController:
         # the brokers' unclean.leader.election.enable (a dynamic broker config; scripted)
         self.unclean_leader_election_default = False
         self.elect_leaders_answers: list[decisions.ElectionOutcome] = []
+        self.leader_before_event = NO_LEADER  # ZooKeeper's, when the event being run began
         self._next_event = 0
         # broker -> ZooKeeper calls of its controller that fail once with ConnectionLoss
         # (kazoo's answer while the connection is down for zookeeper.connection.timeout.ms;
@@ -440,6 +448,7 @@ class SimController:
         "log_dir_event": ev.LogDirEventNotification,
         "topic_change": ev.TopicChange,
         "topic_deletion": ev.TopicDeletion,
+        "preferred_election_zk": partial(ev.ReplicaLeaderElection, None, 0, ev.ElectionTrigger.ZK),
     }
 
     def event_of(self, kind: str) -> ev.ControllerEvent:
@@ -597,8 +606,13 @@ class SimController:
             if could_lead and st.leader != preferred and not ra.is_being_reassigned:
                 wrong = f"b{preferred} could lead and does not"
         elif outcome.error_code in (ErrorCode.none, ErrorCode.election_not_needed):
-            if st.leader != preferred or (
-                outcome.error_code == ErrorCode.none and outcome.leader != preferred
+            # ELECTION_NOT_NEEDED exactly when it led already (the controller re-read
+            # the partition state first; a takeover in between deposes it, see above)
+            not_needed = self.leader_before_event == preferred
+            if (
+                st.leader != preferred
+                or (outcome.error_code == ErrorCode.none and outcome.leader != preferred)
+                or (outcome.error_code == ErrorCode.election_not_needed) != not_needed
             ):
                 wrong = f"answered {outcome}, the preferred replica is b{preferred}"
         elif outcome.error_code == ErrorCode.preferred_leader_not_available:

@@ -103,15 +103,15 @@ REGRESSIONS: tuple[Regression, ...] = (
     Regression(
         seed=0,
         profile="disks",
-        steps=2_000,
+        steps=3_000,
         kind="offline_replica",
         found=(
-            "offline_replica: b1's log dir failed just after the leader b2 added it back to the "
-            "ISR (znode [2, 1]); the controller, not yet told of that change, handled b1's "
-            "KAFKA_STORAGE_ERROR answer over the ISR its context held ([2]): nothing to "
-            "remove, so b1 stayed in ZooKeeper's ISR, offline. Fixed: the controller re-reads "
-            "the partition states before taking offline replicas out of ISRs, as Kafka's "
-            "removeReplicasFromIsr does (controller/core_brokers.py)."
+            "offline_replica: a broker's log dir failed just after the leader added it back "
+            "to the ISR (the znode's ISR has it); the controller, not yet told of that change, "
+            "handled its KAFKA_STORAGE_ERROR answer over the ISR its context held: nothing to "
+            "remove, so the offline replica stayed in ZooKeeper's ISR. Fixed: the controller "
+            "re-reads the partition states before taking offline replicas out of ISRs, as "
+            "Kafka's removeReplicasFromIsr does (controller/core_brokers.py)."
         ),
     ),
 )

@@ -49,6 +49,7 @@ PROFILES: dict[str, SimConfig] = {
         reassignments=True,
         controller_takeovers=True,
         leader_elections=True,
+        broker_isr_propagation=True,
     ),
     # "controller" with brokers' log dirs failing, and LeaderAndIsr answers reaching the
     # controller (KAFKA_STORAGE_ERROR for a replica in a failed log dir)
@@ -59,6 +60,7 @@ PROFILES: dict[str, SimConfig] = {
         controller_takeovers=True,
         leader_and_isr_answers=True,
         log_dir_failures=True,
+        broker_isr_propagation=True,
     ),
     # mostly ZooKeeper and controller trouble: more faults, calmer network
     "control": SimConfig(

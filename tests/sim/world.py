@@ -132,6 +132,11 @@ class SimConfig:
     # a broker's log dir fails (its replica goes offline, a log dir event notification);
     # the broker is stopped a while later to replace the disk
     log_dir_failures: bool = False
+    # the ISR change notifications go out from a task of the broker, as the replica
+    # manager's, not of each leadership: a change made just before the leadership ended
+    # still reaches the controller (the older profiles keep the per-leadership timer their
+    # seeds were found with)
+    broker_isr_propagation: bool = False
     # after heal(): a leader, a full ISR, identical logs and an acknowledged produce within
     # this much simulated time (runs take 0.3-2.5 s; catching up 3,000 records at 25 per
     # fetch takes ~5 s)
@@ -728,12 +733,19 @@ class World:
         )
         self.schedule_controller_work(active, self.controller.alter_reassignment(target))
 
-    def elect_preferred_leader(self, *, auto: bool) -> None:
-        """An operator's ElectLeaders (preferred) to the controller ZooKeeper names, or
+    def elect_preferred_leader(self, *, how: str) -> None:
+        """An operator's preferred replica election: ElectLeaders to the controller
+        ZooKeeper names (``api``), or ``/admin/preferred_replica_election`` (``zk``); or
         (``auto``) that controller's periodic leader-imbalance check firing."""
+        if how == "zk":
+            if self.controller.zk.create_preferred_replica_election({("t", 0)}):
+                self.count("preferred_election_zk")
+                self.trace("/admin/preferred_replica_election written")
+            return
         active = self.controller.active
         if active is None or not self.brokers[active.broker_id].alive:
             return
+        auto = how == "auto"
         self.count("auto_rebalance" if auto else "preferred_election")
         what = "auto leader rebalance" if auto else "ElectLeaders (preferred)"
         self.trace(f"{what} to c{active.broker_id}")
@@ -783,7 +795,8 @@ class World:
                 self.fail_log_dir(rng.choice(healthy), rng.randint(500, 6_000))
             return
         if cfg.leader_elections and rng.random() < 0.1:
-            self.elect_preferred_leader(auto=rng.random() < 0.4)
+            how = rng.random()
+            self.elect_preferred_leader(how="auto" if how < 0.3 else "zk" if how < 0.6 else "api")
             return
         ids = list(self.brokers)
         down = self._restartable()
@@ -932,6 +945,8 @@ class World:
     def converged(self) -> bool:
         if not self.assignment_restored():
             return False
+        if self.controller.zk.get_preferred_replica_election() is not None:
+            return False  # an operator's election the controller has not done
         st = self.controller.state
         if st.leader == NO_LEADER or sorted(st.isr) != sorted(self.brokers):
             return False

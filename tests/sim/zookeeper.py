@@ -83,6 +83,7 @@ class SimZooKeeper:
         self._next_isr_change = 0
         self._log_dir_events: dict[str, int] = {}  # /log_dir_event_notification
         self._deletion_markers: set[str] = set()  # /admin/delete_topics
+        self._preferred_election: set[TopicPartition] | None = None
         self._next_log_dir_event = 0
         self._on_change = on_change
         self._on_violation = on_violation
@@ -390,6 +391,24 @@ class SimZooKeeper:
         if result.error is ZkWriteError.NO_NODE:
             raise NoNodeError()
         return result.zk_version
+
+    # -- KafkaZkClient: /admin/preferred_replica_election ------------------------------------
+
+    def create_preferred_replica_election(self, partitions) -> bool:
+        """An operator's kafka-preferred-replica-election; False if one is pending."""
+        if self._preferred_election is not None:
+            return False
+        self._preferred_election = {TopicPartition(t, p) for t, p in partitions}
+        self._on_change("preferred_replica_election")
+        return True
+
+    def get_preferred_replica_election(self) -> set[TopicPartition] | None:
+        return None if self._preferred_election is None else set(self._preferred_election)
+
+    def delete_preferred_replica_election(self, expected_controller_epoch_zk_version: int) -> None:
+        if self._epoch_fence_fails(expected_controller_epoch_zk_version):
+            raise ControllerMovedError("controller moved while ending a preferred election")
+        self._preferred_election = None
 
     # -- KafkaZkClient: log dir event notifications ----------------------------------------
 
