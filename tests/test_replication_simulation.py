@@ -595,7 +595,8 @@ def test_topic_created_grown_and_deleted_across_a_controller_failover() -> None:
     partition added later too. Its deletion waits while b3 is down (b3's replicas must
     answer StopReplica), survives a controller failover, and completes once b3 is back:
     its znodes, partition states and deletion marker are gone. The partition t-0 is
-    untouched throughout."""
+    untouched throughout. A topic created while its only replica is down gets its
+    partition state once that broker starts."""
     world = three_replicas()
     zk = world.controller.zk
     u = [TopicPartition("u", p) for p in range(3)]
@@ -615,6 +616,10 @@ def test_topic_created_grown_and_deleted_across_a_controller_failover() -> None:
     world.crash(3)
     world.run_until(lambda: 3 not in world.controller.active.context.live_brokers)
     assert states() == {u[0]: (2, (2, 1)), u[1]: (1, (1, 2)), u[2]: (1, (1, 2))}
+    v0 = TopicPartition("v", 0)
+    zk.create_topic("v", {0: [3]})  # its only replica is down: no leader, no state yet
+    world.run_until(lambda: "v" in world.controller.active.context.all_topics)
+    assert zk.get_partition_states([v0]) == {}
     zk.mark_topic_for_deletion("u")
     world.run_until(lambda: "u" in world.controller.active.context.topics_to_be_deleted)
     old = world.controller.active
@@ -628,6 +633,9 @@ def test_topic_created_grown_and_deleted_across_a_controller_failover() -> None:
         lambda: "u" not in zk.get_all_topics() and not zk.get_topics_marked_for_deletion(),
         deadline_ms=world.now + 10_000,
     )
-    assert states() == {} and world.controller.active.context.all_topics == {"t"}
+    assert states() == {} and world.controller.active.context.all_topics == {"t", "v"}
+    world.run_until(lambda: v0 in zk.get_partition_states([v0]))
+    v0_state = zk.get_partition_states([v0])[v0].leader_and_isr
+    assert (v0_state.leader, tuple(v0_state.isr)) == (3, (3,))
     world.heal_and_converge()
     world.check_acked_everywhere()
