@@ -49,6 +49,7 @@ from sim.regressions import REGRESSIONS, Regression
 from sim.run import DEFAULT_STEPS, PROFILES, failure_kind, run_random
 from sim.script import all_fetching, commit, payloads, scripted, three_replicas
 from sim.world import PROBE, SimConfig, SimInvariantViolation, World
+from sim.zookeeper import PARTITION
 
 # Seeds for make test: a fixed short set (about 1 s of wall time per run).
 FIXED_SEEDS = (0, 1, 2)
@@ -637,5 +638,56 @@ def test_topic_created_grown_and_deleted_across_a_controller_failover() -> None:
     world.run_until(lambda: v0 in zk.get_partition_states([v0]))
     v0_state = zk.get_partition_states([v0])[v0].leader_and_isr
     assert (v0_state.leader, tuple(v0_state.isr)) == (3, (3,))
+    world.heal_and_converge()
+    world.check_acked_everywhere()
+
+
+def test_preferred_leader_elections_scripted() -> None:
+    """b1, the preferred replica, stops by a controlled shutdown: b2 leads. ElectLeaders
+    (preferred) while b1 is away: PREFERRED_LEADER_NOT_AVAILABLE. b1 comes back (a new
+    process: no longer shutting down) and catches up; the auto leader rebalance hands it
+    the leadership back. Then ElectLeaders again: ELECTION_NOT_NEEDED. b1 fails and comes
+    back once more; /admin/preferred_replica_election moves the leadership back and is
+    deleted once done."""
+    world = three_replicas(leader_elections=True, broker_isr_propagation=True)
+    zk = world.controller.zk
+    answers = world.controller.elect_leaders_answers
+
+    def leads(broker: int) -> bool:
+        return world.controller.state.leader == broker and world.brokers[broker].is_acting_leader
+
+    def in_sync_again(broker: int) -> bool:
+        active = world.controller.active
+        return (
+            broker in world.controller.state.isr
+            and active is not None
+            and broker in active.context.partition_leadership[PARTITION].leader_and_isr.isr
+        )
+
+    def controller_on(broker: int) -> bool:
+        active = world.controller.active
+        return active is not None and active.broker_id == broker
+
+    world.controlled_shutdown(1)  # b1 hosts the controller: b2 or b3 takes it over
+    world.run_until(lambda: not world.brokers[1].alive and leads(2))
+    world.run_until(lambda: controller_on(2) or controller_on(3))
+    world.elect_preferred_leader(how="api")
+    world.run_until(lambda: len(answers) == 1)
+    assert answers[0].error_code == ErrorCode.preferred_leader_not_available
+    world.restart(1)
+    world.run_until(lambda: in_sync_again(1), deadline_ms=world.now + 20_000)
+    world.elect_preferred_leader(how="auto")
+    world.run_until(lambda: leads(1))
+    world.elect_preferred_leader(how="api")
+    world.run_until(lambda: len(answers) == 2)
+    assert (answers[1].error_code, answers[1].leader) == (ErrorCode.election_not_needed, -1)
+    commit(world, 1, "p0")
+    world.crash(1)
+    world.run_until(lambda: leads(2) and not controller_on(1))
+    world.restart(1)
+    world.run_until(lambda: in_sync_again(1), deadline_ms=world.now + 20_000)
+    world.elect_preferred_leader(how="zk")
+    world.run_until(lambda: leads(1) and zk.get_preferred_replica_election() is None)
+    assert world.stats.get("preferred_leader_elected", 0) >= 2
     world.heal_and_converge()
     world.check_acked_everywhere()

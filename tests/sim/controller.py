@@ -584,8 +584,8 @@ class SimController:
     ) -> None:
         """Invariant, after a preferred replica election (an ElectLeaders answer, or the
         auto leader rebalance with ``outcome`` None): the partition is led by its
-        preferred replica (the first assigned) whenever that one could lead, live (not
-        shutting down, as the controller knows) and in ZooKeeper's ISR; an answer of success names it, and only
+        preferred replica (the first assigned) whenever that one could lead, live (as
+        the controller knows, and not shutting down) and in ZooKeeper's ISR; an answer of success names it, and only
         an answer of PREFERRED_LEADER_NOT_AVAILABLE says it could not. A partition being
         reassigned is left to its reassignment by the auto rebalance. Answers of a
         deposed controller (its session expired unnoticed) are not checked."""
@@ -599,8 +599,13 @@ class SimController:
         st = self.state
         ra = self.zk.topic_assignment()
         preferred = ra.replicas[0]
-        # live as the controller knows it (a broker change may still be queued)
-        could_lead = preferred in c.context.live_broker_ids and preferred in st.isr
+        # registered as the controller knows it (a broker change may still be queued), and
+        # this process of it has not asked to shut down (a restarted one is eligible again)
+        could_lead = (
+            preferred in c.context.live_brokers
+            and not self.world.shutting_down(preferred)
+            and preferred in st.isr
+        )
         wrong = None
         if outcome is None:
             if could_lead and st.leader != preferred and not ra.is_being_reassigned:

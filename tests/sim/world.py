@@ -217,6 +217,7 @@ class World:
         self.zk_cut: dict[int, int] = {}  # broker -> when its ZooKeeper connection heals
         self.zk_held: dict[int, list[Any]] = {}  # what waits for that connection
         self.slow_disk: dict[int, int] = {}  # broker -> until when its disk is slow
+        self.shutdown_requested: dict[int, int] = {}  # broker -> incarnation that asked
         self.acting_broker: int | None = None  # the broker whose handler is running
         self.faults_enabled = True
         self.produce_enabled = True
@@ -481,6 +482,12 @@ class World:
             and not self.zookeeper_unreachable(broker)
         )
 
+    def shutting_down(self, broker: int) -> bool:
+        """This process of ``broker`` asked for a controlled shutdown (a restarted one has
+        not, whatever a controller still remembers)."""
+        b = self.brokers[broker]
+        return b.alive and self.shutdown_requested.get(broker) == b.incarnation
+
     def lossy_crash_allowed(self, broker: int) -> bool:
         """Losing the unflushed tail is fair only while another in-sync copy is healthy and
         a healthy controller will take this one out of the ISR (a crash then ends the
@@ -557,6 +564,7 @@ class World:
         ends at once). Without an active controller it stops anyway, as a broker does
         once ``controlled.shutdown.max.retries`` are spent."""
         b = self.brokers[broker]
+        self.shutdown_requested[broker] = b.incarnation
         self.count("controlled_shutdown")
         active = self.controller.active
         self.trace(f"b{broker}: CONTROLLED SHUTDOWN requested (broker epoch {b.broker_epoch})")
