@@ -691,3 +691,25 @@ def test_preferred_leader_elections_scripted() -> None:
     assert world.stats.get("preferred_leader_elected", 0) >= 2
     world.heal_and_converge()
     world.check_acked_everywhere()
+
+
+def test_topic_deletion_disabled_drops_the_request_even_across_a_failover() -> None:
+    """delete.topic.enable=false: the controller removes a deletion marker and keeps the
+    topic, whether it sees the marker as an event or finds it at failover."""
+    world = three_replicas(delete_topic_enable=False)
+    zk = world.controller.zk
+    zk.create_topic("u", {0: [2, 3, 1]})
+    world.run_until(lambda: "u" in world.controller.active.context.all_topics)
+    zk.mark_topic_for_deletion("u")
+    world.run_until(lambda: not zk.get_topics_marked_for_deletion())
+    old = world.controller.active
+    world.crash(old.broker_id)  # the marker comes while no controller acts
+    zk.mark_topic_for_deletion("u")
+    world.run_until(lambda: world.controller.active not in (None, old))
+    world.run_until(lambda: not zk.get_topics_marked_for_deletion())
+    assert "u" in zk.get_all_topics() and TopicPartition("u", 0) in zk.get_partition_states(
+        [TopicPartition("u", 0)]
+    )
+    assert not world.controller.active.context.topics_to_be_deleted
+    world.heal_and_converge()
+    world.check_acked_everywhere()

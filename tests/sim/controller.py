@@ -76,7 +76,7 @@ ZOOKEEPER_ERRORS = (ControllerMovedError, KazooException, zd.ZkDataError)
 
 TAKEOVER_PROBABILITY = 0.01  # per ZooKeeper call of an acting controller (controller_takeovers)
 
-_CONFIGS: dict[int, KafkaConfig] = {}
+_CONFIGS: dict[tuple[int, bool], KafkaConfig] = {}
 
 # The znodes the active controller watches (its watches live in the session that set
 # them at failover) -> the ControllerWork their change enqueues.
@@ -92,18 +92,20 @@ WATCHED = {
 }
 
 
-def _config(broker_id: int) -> KafkaConfig:
+def _config(broker_id: int, delete_topic_enable: bool = True) -> KafkaConfig:
     """The broker's config as the controller reads it (Kafka's defaults; no auto leader
     rebalance, which needs a timer the simulation does not run)."""
-    if broker_id not in _CONFIGS:
-        _CONFIGS[broker_id] = KafkaConfig.from_properties(
+    key = (broker_id, delete_topic_enable)
+    if key not in _CONFIGS:
+        _CONFIGS[key] = KafkaConfig.from_properties(
             {
                 "broker.id": str(broker_id),
                 "zookeeper.connect": "zookeeper.sim:2181",
                 "auto.leader.rebalance.enable": "false",
+                "delete.topic.enable": str(delete_topic_enable).lower(),
             }
         )
-    return _CONFIGS[broker_id]
+    return _CONFIGS[key]
 
 
 class SimControllerDriver:
@@ -134,7 +136,9 @@ class SimControllerDriver:
         self.zk = plane.zk
         self.generation = generation
         self.core = ControllerCore(
-            broker_id, _config(broker_id), lambda: plane.unclean_leader_election_default
+            broker_id,
+            _config(broker_id, plane.world.config.delete_topic_enable),
+            lambda: plane.unclean_leader_election_default,
         )
         self.watch_session: int | None = None
 

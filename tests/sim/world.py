@@ -137,6 +137,8 @@ class SimConfig:
     # still reaches the controller (the older profiles keep the per-leadership timer their
     # seeds were found with)
     broker_isr_propagation: bool = False
+    # the brokers' delete.topic.enable (false: the controller drops deletion requests)
+    delete_topic_enable: bool = True
     # after heal(): a leader, a full ISR, identical logs and an acknowledged produce within
     # this much simulated time (runs take 0.3-2.5 s; catching up 3,000 records at 25 per
     # fetch takes ~5 s)
