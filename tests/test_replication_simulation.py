@@ -713,3 +713,27 @@ def test_topic_deletion_disabled_drops_the_request_even_across_a_failover() -> N
     assert not world.controller.active.context.topics_to_be_deleted
     world.heal_and_converge()
     world.check_acked_everywhere()
+
+
+def test_min_insync_replicas_changed_live() -> None:
+    """A live min.insync.replicas change (a topic config the brokers apply at once): with
+    b3 down and the ISR [1, 2], raising it to 3 refuses acks=all appends
+    (NOT_ENOUGH_REPLICAS); back to 2, they are acknowledged again. A value below 1 is
+    refused."""
+    world = three_replicas()
+    world.crash(3)
+    world.run_until(lambda: world.brokers[1].leader_state.in_sync_replicas == (1, 2))
+    for b in world.brokers.values():
+        b.machine.set_min_insync_replicas(3)
+    world.produce(1, "x")
+    until = world.now + 500
+    world.run_until(lambda: world.now >= until)
+    assert "x" not in payloads(world, 1)  # refused before the append
+    for b in world.brokers.values():
+        b.machine.set_min_insync_replicas(2)
+    commit(world, 1, "y")
+    with pytest.raises(ValueError):
+        world.brokers[1].machine.set_min_insync_replicas(0)
+    world.heal_and_converge()
+    world.check_acked_everywhere()
+    assert payloads(world, 3) == ["m0", "y", PROBE]
