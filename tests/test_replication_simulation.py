@@ -15,7 +15,9 @@ or in the controller, must make a seed fail. Scripted runs: the two failure
 cases of seed 003 (KIP-101), with leader-epoch truncation and with the old
 high-watermark truncation, the zombie leader of seed 000, and one scenario per
 world fault (controller failover, one-way link, broker cut from ZooKeeper), a
-reassignment resumed by a new controller half way, a controlled shutdown.
+reassignment resumed by a new controller half way, a controlled shutdown, unclean
+leader election three ways, another topic created, grown and deleted across a
+controller failover.
 
 Longer searches: ``PYTHONPATH=tests .venv/bin/python -m sim.run --seconds 600``.
 
@@ -23,7 +25,7 @@ Environment:
   REPLOG_SIM_SEEDS=N     run seeds 0..N-1 per profile instead of the fixed set
   REPLOG_SIM_SEED=S      run only seed S (replay a failure)
   REPLOG_SIM_STEPS=K     steps per run (default 20000)
-  REPLOG_SIM_PROFILE=P   run only profile P (flushed, lossy, five, control)
+  REPLOG_SIM_PROFILE=P   run only profile P (see sim/run.py's PROFILES)
   REPLOG_SIM_TRACE=all   keep the whole step trace for the failure report (default: last 600)
 """
 
@@ -33,18 +35,21 @@ import dataclasses
 import os
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from replog.controller import controller_zk, state_machines
+from replog.controller.context import TopicPartition
 from replog.controller.election import ElectionResult
 from replog.replication.core import LeaderState
 from replog.replication.fetch_session_handler import FetchSessionHandler
-from replog.replication.follower import FollowerPhase
 from replog.server.fetch_session import IncrementalFetchContext
-from sim.broker import TruncationRule
-from sim.network import ControllerWork, NetworkConfig
+from sim.broker import NO_LEADER, TruncationRule
+from sim.network import ControllerWork
 from sim.regressions import REGRESSIONS, Regression
 from sim.run import DEFAULT_STEPS, PROFILES, failure_kind, run_random
+from sim.script import all_fetching, commit, payloads, scripted, three_replicas
 from sim.world import PROBE, SimConfig, SimInvariantViolation, World
+from sim.zookeeper import PARTITION
 
 # Seeds for make test: a fixed short set (about 1 s of wall time per run).
 FIXED_SEEDS = (0, 1, 2)
@@ -85,6 +90,10 @@ def test_random_simulation(profile: str, seed: int) -> None:
     if PROFILES[profile].reassignments:  # and the controller's operations were driven
         assert world.stats.get("reassignment", 0) > 0, world.summary()
         assert world.stats.get("controlled_shutdown", 0) > 0, world.summary()
+    if PROFILES[profile].leader_elections:  # preferred elections answered and checked
+        assert world.stats.get("preferred_leader_elected", 0) > 0, world.summary()
+    if PROFILES[profile].log_dir_failures:  # offline replicas moved off by the controller
+        assert world.stats.get("offline_replica_moved", 0) > 0, world.summary()
 
 
 @pytest.mark.parametrize(
@@ -251,41 +260,6 @@ def test_simulation_catches_a_controller_whose_writes_are_not_fenced(monkeypatch
 # -- scripted scenarios (seed 003 / KIP-101) -------------------------------------------------
 
 
-def scripted(rule: TruncationRule, **overrides) -> World:
-    config = SimConfig(
-        replicas=overrides.pop("replicas", 2),
-        min_insync_replicas=overrides.pop("min_insync_replicas", 1),
-        truncation_rule=rule,
-        network=NetworkConfig.fixed(1),
-        fault_probability=0.0,
-        produce_probability=0.0,
-        hw_checkpoint_interval_ms=10**9,  # checkpoints only where the script writes them
-        **overrides,
-    )
-    world = World(0, config, collect_violations=rule is TruncationRule.HIGH_WATERMARK)
-    world.start()
-    world.run_until(lambda: world.brokers[1].is_acting_leader and all_fetching(world))
-    return world
-
-
-def all_fetching(world: World) -> bool:
-    leader = world.controller.state.leader
-    return all(
-        b.follower_state is not None and b.follower_state.phase is FollowerPhase.FETCHING
-        for b in world.brokers.values()
-        if b.id != leader and b.alive
-    )
-
-
-def commit(world: World, broker: int, payload: str) -> None:
-    world.produce(broker, payload)
-    world.run_until(lambda: payload in world.acked_payloads)
-
-
-def payloads(world: World, broker: int) -> list[str]:
-    return [r.payload for r in world.brokers[broker].log.records]
-
-
 def replicate_until_follower_hw_lags(world: World) -> None:
     """A=1 leads, B=2 follows. m0 everywhere; m1 committed on A while B's HW is still 1."""
     a, b = world.brokers[1], world.brokers[2]
@@ -427,14 +401,6 @@ def test_seed_000_zombie_leader_cannot_commit_and_steps_down() -> None:
 # -- scripted world faults -------------------------------------------------------------------
 
 
-def three_replicas(**overrides) -> World:
-    """Three replicas, min.insync.replicas=2, b1 leads and hosts the controller; m0 committed."""
-    world = scripted(TruncationRule.LEADER_EPOCH, replicas=3, min_insync_replicas=2, **overrides)
-    commit(world, 1, "m0")
-    world.run_until(lambda: all(b.high_watermark == 1 for b in world.brokers.values()))
-    return world
-
-
 def test_controller_failover_fences_the_old_controllers_writes() -> None:
     """The controller's session expires while it handles a broker change: another broker
     takes over (a new controller epoch) before the old one writes; its write fails on
@@ -573,3 +539,201 @@ def test_controlled_shutdown_moves_leadership_before_the_answer() -> None:
     assert world.stats.get("controlled_shutdown") == 1
     world.heal_and_converge()
     world.check_acked_everywhere()
+
+
+def offline_partition() -> World:
+    """b2 and b3 fail (the ISR shrinks to [1]), then b1: b2 and b3 come back, out of sync,
+    and the partition stays without a leader: no clean election can give it one."""
+    world = three_replicas()
+    world.crash(2)
+    world.crash(3)
+    world.run_until(lambda: world.controller.state.isr == (1,))
+    world.crash(1)
+    world.restart(2)
+    world.restart(3)
+
+    def offline() -> bool:
+        active = world.controller.active
+        return (
+            active is not None
+            and active.context is not None
+            and sorted(active.context.live_brokers) == [2, 3]
+            and world.controller.state.leader == NO_LEADER
+        )
+
+    world.run_until(offline, deadline_ms=world.now + 20_000)
+    return world
+
+
+@pytest.mark.parametrize("how", ["topic", "broker", "elect"])
+def test_unclean_leader_election_brings_an_offline_partition_back(how: str) -> None:
+    """unclean.leader.election.enable set on the topic (its config change reaches the
+    controller), as the brokers' dynamic default, or an ElectLeaders (unclean): the first
+    live assigned replica leads, alone in the ISR; b1 comes back as a follower."""
+    world = offline_partition()
+    until = world.now + 2_000
+    world.run_until(lambda: world.now >= until)
+    assert world.controller.state.leader == NO_LEADER  # clean elections cannot help
+    world.enable_unclean_leader_election(how)
+    world.run_until(lambda: world.brokers[2].is_acting_leader, deadline_ms=world.now + 5_000)
+    assert world.controller.state.leader == 2 and world.controller.state.isr == (2,)
+    answers = world.controller.elect_leaders_answers
+    if how == "elect":
+        assert [(a.error_code, a.leader) for a in answers] == [(0, 2)]
+        world.enable_unclean_leader_election(how)  # a leader is live: nothing to do
+        world.run_until(lambda: len(answers) == 2)
+        assert answers[1].error_code == ErrorCode.election_not_needed
+    else:
+        assert answers == []
+    world.heal_and_converge()
+    world.check_acked_everywhere()
+    assert payloads(world, 1) == payloads(world, 2) == ["m0", PROBE]
+
+
+def test_topic_created_grown_and_deleted_across_a_controller_failover() -> None:
+    """Another topic (hosted by the simulated brokers by name only): created, its
+    partitions get their preferred replicas as leaders and every replica in sync; a
+    partition added later too. Its deletion waits while b3 is down (b3's replicas must
+    answer StopReplica), survives a controller failover, and completes once b3 is back:
+    its znodes, partition states and deletion marker are gone. The partition t-0 is
+    untouched throughout. A topic created while its only replica is down gets its
+    partition state once that broker starts."""
+    world = three_replicas()
+    zk = world.controller.zk
+    u = [TopicPartition("u", p) for p in range(3)]
+
+    def states() -> dict:
+        return {
+            tp: (s.leader_and_isr.leader, tuple(s.leader_and_isr.isr))
+            for tp, s in zk.get_partition_states(u).items()
+        }
+
+    zk.create_topic("u", {0: [2, 3, 1], 1: [3, 1, 2]})
+    world.run_until(lambda: len(states()) == 2)
+    assert states() == {u[0]: (2, (2, 3, 1)), u[1]: (3, (3, 1, 2))}
+    zk.add_partitions("u", {2: [1, 2, 3]})
+    world.run_until(lambda: len(states()) == 3)
+    assert states()[u[2]] == (1, (1, 2, 3))
+    world.crash(3)
+    world.run_until(lambda: 3 not in world.controller.active.context.live_brokers)
+    assert states() == {u[0]: (2, (2, 1)), u[1]: (1, (1, 2)), u[2]: (1, (1, 2))}
+    v0 = TopicPartition("v", 0)
+    zk.create_topic("v", {0: [3]})  # its only replica is down: no leader, no state yet
+    world.run_until(lambda: "v" in world.controller.active.context.all_topics)
+    assert zk.get_partition_states([v0]) == {}
+    zk.mark_topic_for_deletion("u")
+    world.run_until(lambda: "u" in world.controller.active.context.topics_to_be_deleted)
+    old = world.controller.active
+    world.expire_session(old.broker_id, 50)
+    world.run_until(lambda: world.controller.active not in (None, old))
+    until = world.now + 2_000
+    world.run_until(lambda: world.now >= until)
+    assert "u" in zk.get_all_topics() and zk.get_topics_marked_for_deletion() == {"u"}
+    world.restart(3)
+    world.run_until(
+        lambda: "u" not in zk.get_all_topics() and not zk.get_topics_marked_for_deletion(),
+        deadline_ms=world.now + 10_000,
+    )
+    assert states() == {} and world.controller.active.context.all_topics == {"t", "v"}
+    world.run_until(lambda: v0 in zk.get_partition_states([v0]))
+    v0_state = zk.get_partition_states([v0])[v0].leader_and_isr
+    assert (v0_state.leader, tuple(v0_state.isr)) == (3, (3,))
+    world.heal_and_converge()
+    world.check_acked_everywhere()
+
+
+def test_preferred_leader_elections_scripted() -> None:
+    """b1, the preferred replica, stops by a controlled shutdown: b2 leads. ElectLeaders
+    (preferred) while b1 is away: PREFERRED_LEADER_NOT_AVAILABLE. b1 comes back (a new
+    process: no longer shutting down) and catches up; the auto leader rebalance hands it
+    the leadership back. Then ElectLeaders again: ELECTION_NOT_NEEDED. b1 fails and comes
+    back once more; /admin/preferred_replica_election moves the leadership back and is
+    deleted once done."""
+    world = three_replicas(leader_elections=True, broker_isr_propagation=True)
+    zk = world.controller.zk
+    answers = world.controller.elect_leaders_answers
+
+    def leads(broker: int) -> bool:
+        return world.controller.state.leader == broker and world.brokers[broker].is_acting_leader
+
+    def in_sync_again(broker: int) -> bool:
+        active = world.controller.active
+        return (
+            broker in world.controller.state.isr
+            and active is not None
+            and broker in active.context.partition_leadership[PARTITION].leader_and_isr.isr
+        )
+
+    def controller_on(broker: int) -> bool:
+        active = world.controller.active
+        return active is not None and active.broker_id == broker
+
+    world.controlled_shutdown(1)  # b1 hosts the controller: b2 or b3 takes it over
+    world.run_until(lambda: not world.brokers[1].alive and leads(2))
+    world.run_until(lambda: controller_on(2) or controller_on(3))
+    world.elect_preferred_leader(how="api")
+    world.run_until(lambda: len(answers) == 1)
+    assert answers[0].error_code == ErrorCode.preferred_leader_not_available
+    world.restart(1)
+    world.run_until(lambda: in_sync_again(1), deadline_ms=world.now + 20_000)
+    world.elect_preferred_leader(how="auto")
+    world.run_until(lambda: leads(1))
+    world.elect_preferred_leader(how="api")
+    world.run_until(lambda: len(answers) == 2)
+    assert (answers[1].error_code, answers[1].leader) == (ErrorCode.election_not_needed, -1)
+    commit(world, 1, "p0")
+    world.crash(1)
+    world.run_until(lambda: leads(2) and not controller_on(1))
+    world.restart(1)
+    world.run_until(lambda: in_sync_again(1), deadline_ms=world.now + 20_000)
+    world.elect_preferred_leader(how="zk")
+    world.run_until(lambda: leads(1) and zk.get_preferred_replica_election() is None)
+    assert world.stats.get("preferred_leader_elected", 0) >= 2
+    world.heal_and_converge()
+    world.check_acked_everywhere()
+
+
+def test_topic_deletion_disabled_drops_the_request_even_across_a_failover() -> None:
+    """delete.topic.enable=false: the controller removes a deletion marker and keeps the
+    topic, whether it sees the marker as an event or finds it at failover."""
+    world = three_replicas(delete_topic_enable=False)
+    zk = world.controller.zk
+    zk.create_topic("u", {0: [2, 3, 1]})
+    world.run_until(lambda: "u" in world.controller.active.context.all_topics)
+    zk.mark_topic_for_deletion("u")
+    world.run_until(lambda: not zk.get_topics_marked_for_deletion())
+    old = world.controller.active
+    world.crash(old.broker_id)  # the marker comes while no controller acts
+    zk.mark_topic_for_deletion("u")
+    world.run_until(lambda: world.controller.active not in (None, old))
+    world.run_until(lambda: not zk.get_topics_marked_for_deletion())
+    assert "u" in zk.get_all_topics() and TopicPartition("u", 0) in zk.get_partition_states(
+        [TopicPartition("u", 0)]
+    )
+    assert not world.controller.active.context.topics_to_be_deleted
+    world.heal_and_converge()
+    world.check_acked_everywhere()
+
+
+def test_min_insync_replicas_changed_live() -> None:
+    """A live min.insync.replicas change (a topic config the brokers apply at once): with
+    b3 down and the ISR [1, 2], raising it to 3 refuses acks=all appends
+    (NOT_ENOUGH_REPLICAS); back to 2, they are acknowledged again. A value below 1 is
+    refused."""
+    world = three_replicas()
+    world.crash(3)
+    world.run_until(lambda: world.brokers[1].leader_state.in_sync_replicas == (1, 2))
+    for b in world.brokers.values():
+        b.machine.set_min_insync_replicas(3)
+    world.produce(1, "x")
+    until = world.now + 500
+    world.run_until(lambda: world.now >= until)
+    assert "x" not in payloads(world, 1)  # refused before the append
+    for b in world.brokers.values():
+        b.machine.set_min_insync_replicas(2)
+    commit(world, 1, "y")
+    with pytest.raises(ValueError):
+        world.brokers[1].machine.set_min_insync_replicas(0)
+    world.heal_and_converge()
+    world.check_acked_everywhere()
+    assert payloads(world, 3) == ["m0", "y", PROBE]

@@ -10,7 +10,9 @@ assertion is what catches a break, a second test switches those assertions off
 to show the world's invariants catch it as well.
 
 ``test_unbroken_rules_pass_the_same_seeds`` is the control: the same seeds pass
-with no break, so a violation found here is the break's doing.
+with no break, so a violation found here is the break's doing. Rules whose break
+random runs do not reach have a scripted scenario instead, run once with the rule
+(the control) and once broken.
 """
 
 from __future__ import annotations
@@ -28,10 +30,13 @@ from replog.controller.effects import ControllerDecision
 from replog.controller.election import ElectionResult
 from replog.replication import machine as machine_module
 from replog.replication.core import AcksAllStatus, HwChange, LeaderState, ReplicationInvariantError
+from replog.replication.follower import FollowerPhase
 from replog.replication.machine import PartitionMachine
 from replog.replication.truncation import high_watermark_truncation
-from sim.run import PROFILES, run_random
-from sim.world import SimInvariantViolation
+from sim.broker import TruncationRule
+from sim.run import PROFILES, failure_kind, run_random
+from sim.script import commit, payloads, scripted, three_replicas
+from sim.world import SimInvariantViolation, World
 
 # The "lossy" profile of the random simulation: three replicas, min.insync.replicas=2,
 # crashes that may lose the unflushed tail, every kind of fault; a short run per seed.
@@ -88,7 +93,9 @@ def disable_core_assertions(monkeypatch) -> None:
     monkeypatch.setattr(PartitionMachine, "check_invariants", lambda self: None)
 
 
-@pytest.mark.parametrize("profile", [PROFILE, OPERATIONS_PROFILE, "controller"])
+@pytest.mark.parametrize(
+    "profile", [PROFILE, OPERATIONS_PROFILE, "controller", "elections", "disks"]
+)
 def test_unbroken_rules_pass_the_same_seeds(profile: str) -> None:
     """Control: with every rule intact the seeds below run, heal and converge."""
     others: list[str] = []
@@ -208,17 +215,46 @@ def test_acks_all_answered_whatever_the_leadership(monkeypatch) -> None:
     assert_caught(world_only=True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not caught: the simulator's driver settles every pending acks=all produce "
-    "synchronously at each RoleChange, so a produce never outlives the role it was "
-    "appended in and the machine's leader epoch check never decides (the broker's "
-    "DelayedProduce re-checks after an await, where it does)",
-)
+def produce_pending_when_its_leadership_ends() -> World:
+    """b1 appends x at epoch 0; its followers' fetches reach it, the answers do not. b1's
+    session expires: b2 leads at epoch 1, b1 follows it and truncates x, y is committed at
+    x's offset. b2 crashes: b1 leads again at epoch 2, and its HW passes x's offset."""
+    world = three_replicas()
+    b1, b2 = world.brokers[1], world.brokers[2]
+    world.cut_link(1, 2, 400, both_ways=False)
+    world.cut_link(1, 3, 400, both_ways=False)
+    world.produce(1, "x")
+    world.run_until(lambda: b1.log.log_end_offset == 2)
+    world.expire_session(1, 50)
+    world.run_until(lambda: b2.is_acting_leader)
+    world.run_until(
+        lambda: (
+            b1.follower_state is not None
+            and payloads(world, 1) == ["m0"]
+            and 1 in world.controller.state.isr
+        )
+    )
+    commit(world, 2, "y")
+    world.crash(2)
+    world.run_until(lambda: b1.is_acting_leader)
+    commit(world, 1, "z")
+    assert payloads(world, 1) == ["m0", "y", "z"]
+    world.heal_and_converge()
+    world.check_acked_everywhere()
+    return world
+
+
 def test_acks_all_ignores_the_leader_epoch_only(monkeypatch) -> None:
-    """Rule: as above. Break: only the leader epoch check goes; leadership is still required,
-    so a produce appended in an earlier leadership of this broker may complete in a
-    later one, whose log may have been truncated and rewritten in between."""
+    """Rule: as above. Break: only the leader epoch check goes; leadership is still
+    required, so a produce appended in an earlier leadership of this broker could complete
+    in a later one, whose log was truncated and rewritten in between.
+
+    Not observable, by design: the driver settles every pending produce at each role
+    change (the broker's ``Partition._carry_out`` tries its delayed operations on every
+    RoleChange, and the simulator's driver does the same), so x is answered
+    NOT_LEADER_OR_FOLLOWER when b1 becomes a follower, before it leads again; the epoch
+    check is the second line behind it. This scenario pins that first line: with the
+    break planted, x is still never acknowledged (see tests/sim/MUTATION.md)."""
 
     def any_epoch(self: PartitionMachine, required_offset: int, leader_epoch: int):
         ls = self.leader_state
@@ -227,7 +263,9 @@ def test_acks_all_ignores_the_leader_epoch_only(monkeypatch) -> None:
         return ls.acks_all_status(required_offset)
 
     monkeypatch.setattr(PartitionMachine, "acks_all_status", any_epoch)
-    assert_caught()
+    world = produce_pending_when_its_leadership_ends()
+    assert "x" not in world.acked_payloads
+    assert world.stats["produce_not_leader_or_follower"] == 1
 
 
 def test_acks_all_ignores_min_insync_replicas_after_the_append(monkeypatch) -> None:
@@ -287,13 +325,57 @@ def test_isr_expanded_below_the_hw_caught_by_the_world(monkeypatch) -> None:
     assert_caught(world_only=True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not caught: the loss (KAFKA-7128) needs a new leader whose HW lags, a "
-    "follower admitted between that HW and the epoch start, then the leader's death and "
-    "that follower's election before it fetches again; random runs do not reach that "
-    "window (none in 8 seeds x 20000 steps, lossy and five profiles either)",
-)
+def follower_admitted_below_the_epoch_start() -> World:
+    """KAFKA-7128, scripted: random runs do not reach its window (none in 8 seeds x 20000
+    steps). b1 leads; m1 is committed on it while b2's HW still says 1. b1 crashes losing
+    m1 (unflushed); b2 leads at a new epoch starting at 2 with its HW at 1, b3's offset in
+    the new epoch unknown (its LeaderAndIsr is slow) so the HW stays there. b1 comes back
+    and fetches at 1: the HW, but below the epoch start. Its answer is lost (b2 -> b1 is
+    cut), then b2 crashes: whoever the controller elects from the ISR must hold m1."""
+    world = scripted(
+        TruncationRule.LEADER_EPOCH,
+        replicas=3,
+        min_insync_replicas=2,
+        flush_on_append=False,
+        flush_interval_ms=None,
+    )
+    b1, b2 = world.brokers[1], world.brokers[2]
+    commit(world, 1, "m0")
+    world.run_until(lambda: all(b.high_watermark == 1 for b in world.brokers.values()))
+    b1.log.flushed = 1
+    world.produce(1, "m1")
+    world.run_until(lambda: b1.high_watermark == 2)
+    assert b2.high_watermark == 1 and "m1" in world.acked_payloads
+    world.network.channel_extra_delay_ms[("controller", 3)] = 10_000
+    world.crash(1, lose_unflushed=True)
+    world.run_until(lambda: b2.is_acting_leader)
+    assert b2.leader_state.leader_epoch_start_offset == 2 and b2.high_watermark == 1
+    world.restart(1)
+    world.run_until(
+        lambda: b1.follower_state is not None and b1.follower_state.phase is FollowerPhase.FETCHING
+    )
+    assert b1.log.log_end_offset == 1
+    world.cut_link(2, 1, 10_000, both_ways=False)
+    until = world.now + 300
+    world.run_until(lambda: world.now >= until)
+    world.crash(2)
+
+    def elected_leads() -> bool:
+        leader = world.controller.state.leader
+        return leader in (1, 3) and world.brokers[leader].is_acting_leader
+
+    world.run_until(elected_leads, deadline_ms=world.now + 20_000)
+    return world
+
+
+def test_a_follower_admitted_at_the_epoch_start_keeps_committed_records() -> None:
+    """Control: with the rule, b1 stays out of the ISR until it reaches 2; b3 leads."""
+    world = follower_admitted_below_the_epoch_start()
+    assert world.controller.state.leader == 3
+    world.heal_and_converge()
+    world.check_acked_everywhere()
+
+
 def test_isr_expanded_before_the_follower_reached_the_epoch_start(monkeypatch) -> None:
     """Rule: a follower joins the ISR only once it reached the offset where this
     leader epoch started (records below it may be committed although this new
@@ -307,26 +389,65 @@ def test_isr_expanded_before_the_follower_reached_the_epoch_start(monkeypatch) -
         )
 
     monkeypatch.setattr(LeaderState, "_can_expand", can_expand)
-    assert_caught()
+    with pytest.raises(SimInvariantViolation) as caught:
+        follower_admitted_below_the_epoch_start()
+    assert caught.value.kind == "committed_lost", caught.value
 
 
 # -- (e) KIP-320 -------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not caught: harm needs a follower that missed the LeaderAndIsr of two leader "
-    "epochs while its old leader was deposed, truncated and re-elected, fetching past "
-    "records that leader truncated; random runs do not reach it (none in 8 seeds x "
-    "20000 steps, lossy and five profiles either)",
-)
+def follower_that_missed_two_leader_epochs() -> World:
+    """KIP-320, scripted: random runs do not reach it (none in 8 seeds x 20000 steps).
+    b3's LeaderAndIsr requests are slow. b1 leads at epoch 0 and appends x, which b3
+    fetches and b2 does not (b1 -> b2 is cut). b1's session expires: b2 leads at epoch 1,
+    b1 follows it and truncates x, y is committed on b2 and b1. b2 crashes: b1 leads again
+    at epoch 2. b3, still following b1 at epoch 0, fetches past its x at offset 1, where
+    b1 now has y."""
+    world = three_replicas()
+    b1, b2, b3 = (world.brokers[i] for i in (1, 2, 3))
+    world.network.channel_extra_delay_ms[("controller", 3)] = 20_000
+    world.cut_link(1, 2, 400, both_ways=False)
+    world.produce(1, "x")
+    world.run_until(lambda: b3.log.log_end_offset == 2)
+    world.expire_session(1, 50)
+    world.run_until(lambda: b2.is_acting_leader)
+    world.run_until(
+        lambda: (
+            b1.follower_state is not None
+            and payloads(world, 1) == ["m0"]
+            and 1 in world.controller.state.isr
+        )
+    )
+    commit(world, 2, "y")
+    world.crash(2)
+    world.run_until(lambda: b1.is_acting_leader)
+    assert b1.known_leader_epoch == 2 and b3.known_leader_epoch == 0
+    assert payloads(world, 1) == ["m0", "y"] and payloads(world, 3) == ["m0", "x"]
+    world.produce(1, "z")
+    until = world.now + 2_000
+    world.run_until(lambda: world.now >= until)
+    return world
+
+
+def test_a_follower_two_leader_epochs_behind_is_fenced() -> None:
+    """Control: b1 answers b3's fetches at epoch 0 with FENCED_LEADER_EPOCH until b3
+    hears of epoch 2 and truncates x."""
+    world = follower_that_missed_two_leader_epochs()
+    assert payloads(world, 3) == ["m0", "x"]  # nothing appended past x meanwhile
+    world.heal_and_converge()
+    world.check_acked_everywhere()
+
+
 def test_kip_320_leader_epoch_check_skipped(monkeypatch) -> None:
     """Rule (KIP-320): a fetch or OffsetsForLeaderEpoch carrying another leader epoch
     is FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH. Break: every epoch is accepted."""
     monkeypatch.setattr(
         machine_module, "validate_current_leader_epoch", lambda current, ours: ErrorCode.none
     )
-    assert_caught()
+    with pytest.raises(SimInvariantViolation) as caught:
+        follower_that_missed_two_leader_epochs()
+    assert caught.value.kind == "committed_changed", caught.value
 
 
 # -- (b2) a follower kept at a newer epoch without truncating ------------------------------------
@@ -413,6 +534,50 @@ def test_controlled_shutdown_moves_leadership_outside_the_isr(monkeypatch) -> No
     assert_caught(world_only=True, profile=OPERATIONS_PROFILE)
 
 
+ELECTIONS_PROFILE = "elections"
+
+
+def test_preferred_election_leaves_the_leader_in_place(monkeypatch) -> None:
+    """Rule: a preferred replica election (ElectLeaders, the auto leader rebalance) hands
+    leadership to the first assigned replica when it is live and in sync (Kafka
+    ``leaderForPreferredReplica``). Break: it never finds it eligible."""
+    monkeypatch.setattr(
+        state_machines, "preferred_replica_leader", lambda assignment, isr, live: None
+    )
+    kind = assert_caught(world_only=True, profile=ELECTIONS_PROFILE)
+    assert kind == "preferred_leader", kind
+
+
+def test_preferred_election_takes_a_replica_out_of_sync(monkeypatch) -> None:
+    """Rule: as above, only an in-sync preferred replica. Break: a live one is enough
+    (with itself as the ISR, as an unclean election would)."""
+
+    def live_enough(assignment, isr, live):
+        preferred = assignment[0] if assignment else None
+        if preferred in live:
+            in_sync = tuple(isr) if preferred in isr else (preferred,)
+            return ElectionResult(preferred, in_sync, was_unclean=preferred not in isr)
+        return None
+
+    monkeypatch.setattr(state_machines, "preferred_replica_leader", live_enough)
+    assert_caught(world_only=True, profile=ELECTIONS_PROFILE)
+
+
+def test_controller_ignores_a_replica_in_a_failed_log_dir(monkeypatch) -> None:
+    """Rule: a LeaderAndIsr answer of KAFKA_STORAGE_ERROR takes the replica out of its
+    ISR and its leadership elsewhere (Kafka ``onReplicasBecomeOffline``). Break: the
+    answer is recorded, nothing moves."""
+    original = decisions.on_leader_and_isr_response
+
+    def recorded_only(ctx, broker_id, broker_epoch, offline, online):
+        d, _ = original(ctx, broker_id, broker_epoch, offline, online)
+        return ControllerDecision(d.context), []
+
+    monkeypatch.setattr(decisions, "on_leader_and_isr_response", recorded_only)
+    kind = assert_caught(world_only=True, profile="disks")
+    assert kind == "offline_replica", kind
+
+
 # -- (g) the controller core's write / install / send / re-read / retry loop -----------------------
 #
 # The "controller" profile drives the shipped ControllerCore through reassignments, controlled
@@ -473,17 +638,33 @@ def test_controller_applies_a_decision_without_one_step(monkeypatch, step: str) 
     assert_seed_fails()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not caught: in the simulated world, as in ZooKeeper, a controller is fenced in "
-    "the middle of its failover only by a takeover, which needs its session to end; the "
-    "session's Expire event resigns anyway, so skipping the resignation changes nothing "
-    "observable. A failover that fails with its session alive (a ZooKeeper call failing "
-    "with ConnectionLoss after zookeeper.connection.timeout.ms) is not modelled",
-)
+def failover_losing_its_zookeeper_connection() -> World:
+    """b1's session expires: b2 or b3 wins the controller election, and its failover's
+    first ZooKeeper read fails with ConnectionLoss, its session alive (kazoo's answer while
+    the connection is down); the same happens to the next winner. The random runs fence a
+    failover only by a takeover, which ends its session: the Expire event resigns anyway."""
+    world = three_replicas()
+    for b in (2, 3):
+        world.lose_zookeeper_call(b, "get_isr_change_notifications")
+    world.expire_session(1, 50)
+    world.run_until(lambda: world.stats.get("zk_connection_loss", 0) >= 1)
+    return world
+
+
+def test_a_failed_failover_resigns_and_another_election_follows() -> None:
+    """Control: each failed failover resigns and deletes /controller; a third election
+    succeeds, the new controller moves leadership off b1, and the cluster converges."""
+    world = failover_losing_its_zookeeper_connection()
+    world.heal_and_converge()
+    world.check_acked_everywhere()
+    assert world.stats["zk_connection_loss"] == 2
+    assert world.controller.controller_epoch == 4  # b1's, two failed failovers, the last
+
+
 def test_controller_keeps_acting_after_a_failed_failover(monkeypatch) -> None:
-    """Rule: a failover that fails (fenced by a takeover in the middle) resigns and
-    gives /controller up. Break: the error is logged and the broker acts on."""
+    """Rule: a failover that fails resigns and gives /controller up. Break: the error
+    is logged and the broker acts on: it holds /controller without a context, nobody
+    else may take over, and the cluster never gets a controller again."""
     original = core_election.on_controller_failover
 
     def failover_errors_ignored(core, epoch):
@@ -493,7 +674,11 @@ def test_controller_keeps_acting_after_a_failed_failover(monkeypatch) -> None:
             pass
 
     monkeypatch.setattr(core_election, "on_controller_failover", failover_errors_ignored)
-    assert_seed_fails()
+    world = failover_losing_its_zookeeper_connection()
+    with pytest.raises(AssertionError) as caught:
+        world.heal_and_converge()
+    assert failure_kind(caught.value) == "liveness", caught.value
+    assert world.controller.active is None and world.controller.zk.controller_owner in (2, 3)
 
 
 def test_controller_fenced_in_an_event_does_not_resign(monkeypatch) -> None:

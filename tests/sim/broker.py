@@ -163,6 +163,7 @@ class SimBroker:
         self.truncations = 0
         self.term_seq = 0  # bumped on every role change: HW must not go back within one
         self.responses_in_term = 0
+        self.log_dir_failed = False  # its disk failed: the replica is offline until a restart
         self._reset_volatile()
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -211,9 +212,12 @@ class SimBroker:
 
     def restart(self) -> None:
         self.alive = True
+        self.log_dir_failed = False  # the disk was replaced (or came back) meanwhile
         self.incarnation += 1
         self._reset_volatile()
         self._arm(self.world.config.hw_checkpoint_interval_ms, "hw_checkpoint")
+        if self.world.config.broker_isr_propagation:
+            self._arm(ISR_CHANGE_PROPAGATION_CHECK_INTERVAL_MS, "isr_propagation", "broker")
         interval = self.world.config.flush_interval_ms
         if not self.world.config.flush_on_append and interval is not None:
             self._arm(self.world.rng.randint(200, interval), "flush")
@@ -311,9 +315,10 @@ class SimBroker:
                     self.timers_role_epoch = role_epoch
                     interval = isr_expiration_interval_ms(cfg.replica_lag_time_max_ms)
                     self._arm(interval, "isr_expiration", role_epoch)
-                    self._arm(
-                        ISR_CHANGE_PROPAGATION_CHECK_INTERVAL_MS, "isr_propagation", role_epoch
-                    )
+                    if not cfg.broker_isr_propagation:
+                        self._arm(
+                            ISR_CHANGE_PROPAGATION_CHECK_INTERVAL_MS, "isr_propagation", role_epoch
+                        )
                 elif action.role is MachineRole.NONE:
                     self._trace(f"no role at epoch {action.leader_epoch}")
             elif isinstance(action, StartFetching):
@@ -360,7 +365,20 @@ class SimBroker:
         if msg.controller_epoch < self.controller_epoch:
             return  # STALE_CONTROLLER_EPOCH: a deposed controller
         self.controller_epoch = msg.controller_epoch
-        self.apply_partition_state(msg.state)
+        if not self.log_dir_failed:  # else KAFKA_STORAGE_ERROR: the replica is offline
+            self.apply_partition_state(msg.state)
+        self.world.controller.leader_and_isr_answered(msg, storage_error=self.log_dir_failed)
+
+    def fail_log_dir(self) -> None:
+        """Its log dir fails (``ReplicaManager.handle_log_dir_failure``): the replica stops
+        leading and fetching (StopReplica on the machine, waiting produces answered), and
+        the broker writes a log dir event notification for the controller. The process
+        runs on; the replica stays offline until the broker restarts."""
+        self.log_dir_failed = True
+        self._trace("LOG DIR FAILED: the replica goes offline")
+        self._carry_out(self.machine.stop())
+        self.outstanding = None
+        self.fetch_sessions.clear()
 
     def apply_partition_state(self, st: ZkPartitionState) -> None:
         leadership = PartitionLeadership(
@@ -668,6 +686,9 @@ class SimBroker:
                 self.world.on_acked(self, ack.required_offset - 1, ack.payload)
             elif status is AcksAllStatus.PENDING:
                 keep.append(ack)
+            else:
+                self.world.count(f"produce_{status.name.lower()}")
+                self._trace(f"produce {ack.payload}: {status.name}")
         self.pending_acks = keep
 
     def _submit_isr_change(self, proposal: IsrChangeProposal) -> None:
@@ -729,16 +750,18 @@ class SimBroker:
                     self._submit_isr_change(proposal)
                 self._arm(isr_expiration_interval_ms(cfg.replica_lag_time_max_ms), t.kind, t.token)
         elif t.kind == "isr_propagation":
-            if current and m.is_leader:
+            if t.token == "broker" or (current and m.is_leader):
                 batch = self.propagation.maybe_propagate(self._clock())
                 if batch:
                     self.world.controller.on_isr_change_notification(batch)
                 self._arm(ISR_CHANGE_PROPAGATION_CHECK_INTERVAL_MS, t.kind, t.token)
         elif t.kind == "hw_checkpoint":
-            self.log.hw_checkpoint = self.high_watermark
+            if not self.log_dir_failed:
+                self.log.hw_checkpoint = self.high_watermark
             self._arm(cfg.hw_checkpoint_interval_ms, t.kind)
         elif t.kind == "flush":
-            self.log.flushed = self.log.log_end_offset
+            if not self.log_dir_failed:
+                self.log.flushed = self.log.log_end_offset
             assert cfg.flush_interval_ms is not None
             self._arm(self.world.rng.randint(200, cfg.flush_interval_ms), t.kind)
         else:

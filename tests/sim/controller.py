@@ -28,12 +28,13 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from kazoo.exceptions import KazooException, SessionExpiredError
+from kazoo.exceptions import ConnectionLoss, KazooException, SessionExpiredError
+from kio.schema.errors import ErrorCode
 
 from replog.config import KafkaConfig
 from replog.controller import controller_zk, decisions
 from replog.controller import events as ev
-from replog.controller.context import ControllerContext
+from replog.controller.context import ControllerContext, TopicPartition
 from replog.controller.core import ControllerCore
 from replog.controller.core_requests import (
     EndTerm,
@@ -56,7 +57,7 @@ from replog.controller.core_requests import (
     ZkCall,
 )
 from replog.controller.effects import ControllerDecision
-from replog.protocol.controller_schemas import LeaderAndIsrRequest
+from replog.protocol.controller_schemas import LeaderAndIsrRequest, StopReplicaRequest
 from replog.replication.isr import IsrChangeProposal
 from replog.replication.isr_write import write_isr_change
 from replog.zk import data as zd
@@ -75,7 +76,7 @@ ZOOKEEPER_ERRORS = (ControllerMovedError, KazooException, zd.ZkDataError)
 
 TAKEOVER_PROBABILITY = 0.01  # per ZooKeeper call of an acting controller (controller_takeovers)
 
-_CONFIGS: dict[int, KafkaConfig] = {}
+_CONFIGS: dict[tuple[int, bool], KafkaConfig] = {}
 
 # The znodes the active controller watches (its watches live in the session that set
 # them at failover) -> the ControllerWork their change enqueues.
@@ -84,21 +85,27 @@ WATCHED = {
     "isr_change": "isr_change",
     "topic": "partition_modifications",
     "reassign_partitions": "zk_reassignment",
+    "log_dir_event": "log_dir_event",
+    "topics": "topic_change",
+    "delete_topics": "topic_deletion",
+    "preferred_replica_election": "preferred_election_zk",
 }
 
 
-def _config(broker_id: int) -> KafkaConfig:
+def _config(broker_id: int, delete_topic_enable: bool = True) -> KafkaConfig:
     """The broker's config as the controller reads it (Kafka's defaults; no auto leader
     rebalance, which needs a timer the simulation does not run)."""
-    if broker_id not in _CONFIGS:
-        _CONFIGS[broker_id] = KafkaConfig.from_properties(
+    key = (broker_id, delete_topic_enable)
+    if key not in _CONFIGS:
+        _CONFIGS[key] = KafkaConfig.from_properties(
             {
                 "broker.id": str(broker_id),
                 "zookeeper.connect": "zookeeper.sim:2181",
                 "auto.leader.rebalance.enable": "false",
+                "delete.topic.enable": str(delete_topic_enable).lower(),
             }
         )
-    return _CONFIGS[broker_id]
+    return _CONFIGS[key]
 
 
 class SimControllerDriver:
@@ -128,7 +135,11 @@ class SimControllerDriver:
         self.plane = plane
         self.zk = plane.zk
         self.generation = generation
-        self.core = ControllerCore(broker_id, _config(broker_id), lambda: False)
+        self.core = ControllerCore(
+            broker_id,
+            _config(broker_id, plane.world.config.delete_topic_enable),
+            lambda: plane.unclean_leader_election_default,
+        )
         self.watch_session: int | None = None
 
     @property
@@ -156,6 +167,7 @@ class SimControllerDriver:
             changes = decisions.broker_changes(self.core.context, self.zk.get_all_brokers())
             failed = {*changes.dead, *changes.bounced} if changes else set()
         outer, self.plane.processing = self.plane.processing, self
+        self.plane.leader_before_event = self.plane.state.leader
         try:
             self.drive(self.core.process(event, world.now / 1000))
         except ZOOKEEPER_ERRORS as exc:
@@ -165,6 +177,12 @@ class SimControllerDriver:
             self.plane.processing = outer
         if failed and self.core.is_active:
             self.plane.check_failed_brokers_left_isr(self, failed)
+        if isinstance(event, ev.AutoPreferredReplicaLeaderElection):
+            self.plane.check_preferred_leader(self, "auto leader rebalance", None)
+        elif isinstance(event, ev.ReplicaLeaderElection) and event.trigger is ev.ElectionTrigger.ZK:
+            self.plane.check_preferred_leader(self, "/admin/preferred_replica_election", None)
+        if isinstance(event, ev.LeaderAndIsrResponseReceived) and event.offline:
+            self.plane.check_offline_replica_moved(self, event.broker_id, event.broker_epoch)
 
     def drive(self, step: Step[Any]) -> Any:
         """Carry out each request of ``step`` in order; hand results and ZooKeeper's
@@ -196,6 +214,15 @@ class SimControllerDriver:
                     and world.rng.random() < TAKEOVER_PROBABILITY
                 ):
                     world.take_over_controller(self.broker_id)
+                name = (
+                    request.target if isinstance(request.target, str) else request.target.__name__
+                )
+                losses = self.plane.connection_losses.get(self.broker_id, set())
+                if name in losses:
+                    losses.discard(name)
+                    self._trace(f"ZooKeeper {name}: ConnectionLoss (the session lives on)")
+                    world.count("zk_connection_loss")
+                    raise ConnectionLoss()
                 result = request.run(self.zk)
                 if request.target is controller_zk.write_decision and result:
                     world.count("controller_stale_write")
@@ -216,6 +243,9 @@ class SimControllerDriver:
                 self.plane.register_broker(self.broker_id)
             case WatchCluster():
                 self.watch_session = self.zk.sessions.get(self.broker_id)
+                if self.zk.get_preferred_replica_election() is not None:
+                    # a kazoo DataWatch calls back at once: a znode left from before
+                    world.schedule_controller_work(self, "preferred_election_zk")
             case EndTerm():
                 self._trace("resigned")
                 self.watch_session = None
@@ -249,10 +279,15 @@ class SimControllerDriver:
                 )
         for broker_id, requests in d.requests().items():
             for request in requests:
+                if isinstance(request, StopReplicaRequest):
+                    self.plane.stop_replica_sent(self, broker_id, request)
                 if not isinstance(request, LeaderAndIsrRequest):
                     self.plane.world.count(type(request).__name__)
                     continue
                 for topic in request.topic_states:
+                    if str(topic.topic_name) != TOPIC:  # a topic the simulation only names
+                        self.plane.world.count("leader_and_isr_other_topic")
+                        continue
                     for p in topic.partition_states:
                         state = ZkPartitionState(
                             leader=int(p.leader),
@@ -269,6 +304,8 @@ class SimControllerDriver:
                                 state,
                                 int(request.broker_epoch),
                                 int(request.controller_epoch),
+                                self.broker_id,
+                                self.generation,
                             ),
                         )
         return []
@@ -288,7 +325,15 @@ class SimController:
         self._cached: tuple[tuple[Any, ...] | None, ZkPartitionState | None] = (None, None)
         self._events: dict[str, ev.ControllerEvent] = {}  # ControllerWork kind -> event
         self.processing: SimControllerDriver | None = None  # the controller handling an event
+        # the brokers' unclean.leader.election.enable (a dynamic broker config; scripted)
+        self.unclean_leader_election_default = False
+        self.elect_leaders_answers: list[decisions.ElectionOutcome] = []
+        self.leader_before_event = NO_LEADER  # ZooKeeper's, when the event being run began
         self._next_event = 0
+        # broker -> ZooKeeper calls of its controller that fail once with ConnectionLoss
+        # (kazoo's answer while the connection is down for zookeeper.connection.timeout.ms;
+        # the session may outlive it): a scripted fault, see World.lose_zookeeper_call
+        self.connection_losses: dict[int, set[str]] = {}
 
     def trace(self, text: str) -> None:
         self.world.trace(text)
@@ -403,6 +448,11 @@ class SimController:
         "register_broker_and_reelect": ev.RegisterBrokerAndReelect,
         "zk_reassignment": ev.ZkPartitionReassignment,
         "partition_modifications": partial(ev.PartitionModifications, TOPIC),
+        "auto_rebalance": ev.AutoPreferredReplicaLeaderElection,
+        "log_dir_event": ev.LogDirEventNotification,
+        "topic_change": ev.TopicChange,
+        "topic_deletion": ev.TopicDeletion,
+        "preferred_election_zk": partial(ev.ReplicaLeaderElection, None, 0, ev.ElectionTrigger.ZK),
     }
 
     def event_of(self, kind: str) -> ev.ControllerEvent:
@@ -443,9 +493,12 @@ class SimController:
             session = self.zk.sessions.get(b)
             if session is None:
                 continue  # a watch lives in a session
-            if kind in ("brokers", "isr_change", "topic", "reassign_partitions"):
+            if kind in WATCHED or kind.startswith("topic:"):
                 if c.is_active and c.watch_session == session:
-                    self.world.schedule_controller_work(c, WATCHED[kind])
+                    work = WATCHED.get(kind) or self.kind_of(
+                        ev.PartitionModifications(kind.split(":", 1)[1])
+                    )
+                    self.world.schedule_controller_work(c, work)
             elif kind == "controller":
                 if self.zk.controller_owner is None:
                     self.world.schedule_controller_work(c, "reelect")
@@ -511,6 +564,80 @@ class SimController:
 
         return self.kind_of(ev.ApiPartitionReassignment({PARTITION: target}, answered))
 
+    def elect_leaders(self, election_type: int) -> str:
+        """An ElectLeaders request (KIP-460) for the partition, as a ``ControllerWork``
+        kind; its answer goes to ``election_answered``."""
+        callback = partial(self.election_answered, election_type)
+        return self.kind_of(
+            ev.ReplicaLeaderElection(frozenset({PARTITION}), election_type, callback=callback)
+        )
+
+    def election_answered(self, election_type: int, outcomes: dict | None) -> None:
+        if outcomes is None:
+            self.trace("ElectLeaders: NOT_CONTROLLER")
+            return
+        outcome = outcomes[PARTITION]
+        self.elect_leaders_answers.append(outcome)
+        self.trace(f"ElectLeaders (type {election_type}): {outcome}")
+        assert self.processing is not None
+        if election_type == decisions.PREFERRED_ELECTION:
+            self.check_preferred_leader(self.processing, "ElectLeaders (preferred)", outcome)
+
+    def check_preferred_leader(
+        self, c: SimControllerDriver, what: str, outcome: decisions.ElectionOutcome | None
+    ) -> None:
+        """Invariant, after a preferred replica election (an ElectLeaders answer, or the
+        auto leader rebalance with ``outcome`` None): the partition is led by its
+        preferred replica (the first assigned) whenever that one could lead, live (as
+        the controller knows, and not shutting down) and in ZooKeeper's ISR; an answer of success names it, and only
+        an answer of PREFERRED_LEADER_NOT_AVAILABLE says it could not. A partition being
+        reassigned is left to its reassignment by the auto rebalance. Answers of a
+        deposed controller (its session expired unnoticed) are not checked."""
+        if (
+            c.context is None
+            or c.broker_id != self.zk.controller_owner
+            or c.controller_epoch != self.zk.controller_epoch
+        ):
+            self.world.count("election_by_deposed_controller")
+            return
+        st = self.state
+        ra = self.zk.topic_assignment()
+        preferred = ra.replicas[0]
+        # registered as the controller knows it (a broker change may still be queued), and
+        # this process of it has not asked to shut down (a restarted one is eligible again)
+        could_lead = (
+            preferred in c.context.live_brokers
+            and not self.world.shutting_down(preferred)
+            and preferred in st.isr
+        )
+        wrong = None
+        if outcome is None:
+            if could_lead and st.leader != preferred and not ra.is_being_reassigned:
+                wrong = f"b{preferred} could lead and does not"
+        elif outcome.error_code in (ErrorCode.none, ErrorCode.election_not_needed):
+            # ELECTION_NOT_NEEDED exactly when it led already (the controller re-read
+            # the partition state first; a takeover in between deposes it, see above)
+            not_needed = self.leader_before_event == preferred
+            if (
+                st.leader != preferred
+                or (outcome.error_code == ErrorCode.none and outcome.leader != preferred)
+                or (outcome.error_code == ErrorCode.election_not_needed) != not_needed
+            ):
+                wrong = f"answered {outcome}, the preferred replica is b{preferred}"
+        elif outcome.error_code == ErrorCode.preferred_leader_not_available:
+            if could_lead:
+                wrong = f"answered {outcome}, b{preferred} could lead"
+        else:
+            wrong = f"answered {outcome}"
+        if wrong is not None:
+            self.world.violation(
+                "preferred_leader",
+                f"c{c.broker_id} {what}: {wrong} (leader {st.leader}, ISR {list(st.isr)}, "
+                f"assignment {list(ra.replicas)}, live {sorted(self.live)})",
+            )
+        elif st.leader == preferred:
+            self.world.count("preferred_leader_elected")
+
     def _shutting_down(self, broker: int) -> bool:
         active = self.active
         return (
@@ -520,6 +647,77 @@ class SimController:
         )
 
     # -- controller -> broker ------------------------------------------------------------------------
+
+    def leader_and_isr_answered(self, msg: LeaderAndIsrMessage, *, storage_error: bool) -> None:
+        """The broker's answer to a LeaderAndIsr reaches the controller that sent it (the
+        ``leader_and_isr_answers`` profiles): as ``KafkaController``'s sender does, an
+        answer with KAFKA_STORAGE_ERROR, or without one for a replica the controller
+        believes in a failed log dir, becomes a ``LeaderAndIsrResponseReceived``."""
+        if not self.world.config.leader_and_isr_answers:
+            return
+        c = self.controllers.get(msg.sender)
+        if c is None or c.generation != msg.sender_generation or c.context is None:
+            return
+        known = PARTITION in c.context.replicas_on_offline_dirs.get(msg.dst, frozenset())
+        if not storage_error and not known:
+            return
+        mine = frozenset({PARTITION})
+        event = ev.LeaderAndIsrResponseReceived(
+            msg.dst,
+            msg.broker_epoch,
+            mine if storage_error else frozenset(),
+            frozenset() if storage_error else mine,
+        )
+        self.trace(f"b{msg.dst} -> c{c.broker_id}: LeaderAndIsr answered {event}")
+        self.world.queue.push(
+            self.world.now + 1, ControllerWork(c.broker_id, c.generation, self.kind_of(event))
+        )
+
+    def stop_replica_sent(
+        self, c: SimControllerDriver, broker: int, request: StopReplicaRequest
+    ) -> None:
+        """A StopReplica that deletes partitions (of a topic being deleted, which the
+        simulated brokers host only by name): a live broker at the registration it was
+        sent to deletes them and answers, and ``KafkaController``'s sender turns the
+        answer into a ``TopicDeletionStopReplicaResponseReceived``. A stopped broker
+        never answers: the deletion waits for it. The simulated partition's own replica,
+        removed by a reassignment, keeps its log as before (its StopReplica is lost)."""
+        deleted = {
+            TopicPartition(str(t.topic_name), int(p.partition_index)): 0
+            for t in request.topic_states
+            for p in t.partition_states
+            if p.delete_partition and str(t.topic_name) != TOPIC
+        }
+        b = self.world.brokers[broker]
+        if not deleted or not b.alive or b.broker_epoch != int(request.broker_epoch):
+            return
+        event = ev.TopicDeletionStopReplicaResponseReceived(broker, 0, deleted)
+        self.trace(f"b{broker} -> c{c.broker_id}: deleted {sorted(deleted)}")
+        self.world.queue.push(
+            self.world.now + 1, ControllerWork(c.broker_id, c.generation, self.kind_of(event))
+        )
+
+    def check_offline_replica_moved(self, c: SimControllerDriver, broker: int, epoch: int) -> None:
+        """Invariant: once the acting controller handled an answer saying ``broker``'s
+        replica is in a failed log dir, that replica is out of ZooKeeper's ISR (unless
+        as its only member: Kafka never empties an ISR) and leads only if no other ISR
+        member could."""
+        if not c.is_active or self.zk.registrations.get(broker) != epoch:
+            return
+        b = self.world.brokers[broker]
+        if not b.alive or not b.log_dir_failed:
+            return
+        st = self.state
+        live = c.context.live_broker_ids if c.context is not None else set()
+        others = [r for r in st.isr if r != broker and r in live]
+        if (broker in st.isr and len(st.isr) > 1) or (st.leader == broker and others):
+            self.world.violation(
+                "offline_replica",
+                f"c{c.broker_id} handled b{broker}'s failed log dir: leader {st.leader}, "
+                f"ISR {list(st.isr)}",
+            )
+        else:
+            self.world.count("offline_replica_moved")
 
     def send_leader_and_isr(self, sender: SimControllerDriver, msg: LeaderAndIsrMessage) -> None:
         self.world.count("leader_and_isr")

@@ -119,6 +119,8 @@ class LeaderAndIsr:
     state: ZkPartitionState
     broker_epoch: int  # the registration the controller is talking to
     controller_epoch: int = 0  # the sender's epoch (a broker refuses an older one)
+    sender: int = 0  # the broker whose controller sent it (its answer goes back there)
+    sender_generation: int = 0  # that controller's session, as in ControllerWork
 
 
 @dataclass(frozen=True, slots=True)

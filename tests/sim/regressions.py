@@ -100,4 +100,18 @@ REGRESSIONS: tuple[Regression, ...] = (
         ),
         scripted="tests/test_controller_decisions.py::test_controller_failover_gives_a_restarted_leader_a_new_epoch",
     ),
+    Regression(
+        seed=0,
+        profile="disks",
+        steps=3_000,
+        kind="offline_replica",
+        found=(
+            "offline_replica: a broker's log dir failed just after the leader added it back "
+            "to the ISR (the znode's ISR has it); the controller, not yet told of that change, "
+            "handled its KAFKA_STORAGE_ERROR answer over the ISR its context held: nothing to "
+            "remove, so the offline replica stayed in ZooKeeper's ISR. Fixed: the controller "
+            "re-reads the partition states before taking offline replicas out of ISRs, as "
+            "Kafka's removeReplicasFromIsr does (controller/core_brokers.py)."
+        ),
+    ),
 )

@@ -42,6 +42,26 @@ PROFILES: dict[str, SimConfig] = {
         reassignments=True,
         controller_takeovers=True,
     ),
+    # "controller" with operators' preferred leader elections and auto leader rebalances
+    "elections": SimConfig(
+        flush_on_append=False,
+        controlled_shutdowns=True,
+        reassignments=True,
+        controller_takeovers=True,
+        leader_elections=True,
+        broker_isr_propagation=True,
+    ),
+    # "controller" with brokers' log dirs failing, and LeaderAndIsr answers reaching the
+    # controller (KAFKA_STORAGE_ERROR for a replica in a failed log dir)
+    "disks": SimConfig(
+        flush_on_append=False,
+        controlled_shutdowns=True,
+        reassignments=True,
+        controller_takeovers=True,
+        leader_and_isr_answers=True,
+        log_dir_failures=True,
+        broker_isr_propagation=True,
+    ),
     # mostly ZooKeeper and controller trouble: more faults, calmer network
     "control": SimConfig(
         flush_on_append=False,

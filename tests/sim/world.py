@@ -64,6 +64,8 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from replog.controller import events as controller_events
+from replog.controller.decisions import PREFERRED_ELECTION, UNCLEAN_ELECTION
 from replog.replication.follower import FollowerPhase
 from replog.replication.truncation import check_epoch_entries
 from sim.broker import Role, SimBroker, TruncationRule
@@ -122,6 +124,21 @@ class SimConfig:
     # between two ZooKeeper calls of an event, the acting controller's session expires and
     # another broker's controller takes over at once (its writes fence the rest of the event)
     controller_takeovers: bool = False
+    # operators' leader elections (KIP-460 ElectLeaders, preferred) and the controller's
+    # periodic auto leader rebalance; each answer and outcome is checked (``SimController``)
+    leader_elections: bool = False
+    # brokers answer LeaderAndIsr (the answers a controller acts on: KAFKA_STORAGE_ERROR)
+    leader_and_isr_answers: bool = False
+    # a broker's log dir fails (its replica goes offline, a log dir event notification);
+    # the broker is stopped a while later to replace the disk
+    log_dir_failures: bool = False
+    # the ISR change notifications go out from a task of the broker, as the replica
+    # manager's, not of each leadership: a change made just before the leadership ended
+    # still reaches the controller (the older profiles keep the per-leadership timer their
+    # seeds were found with)
+    broker_isr_propagation: bool = False
+    # the brokers' delete.topic.enable (false: the controller drops deletion requests)
+    delete_topic_enable: bool = True
     # after heal(): a leader, a full ISR, identical logs and an acknowledged produce within
     # this much simulated time (runs take 0.3-2.5 s; catching up 3,000 records at 25 per
     # fetch takes ~5 s)
@@ -202,6 +219,7 @@ class World:
         self.zk_cut: dict[int, int] = {}  # broker -> when its ZooKeeper connection heals
         self.zk_held: dict[int, list[Any]] = {}  # what waits for that connection
         self.slow_disk: dict[int, int] = {}  # broker -> until when its disk is slow
+        self.shutdown_requested: dict[int, int] = {}  # broker -> incarnation that asked
         self.acting_broker: int | None = None  # the broker whose handler is running
         self.faults_enabled = True
         self.produce_enabled = True
@@ -287,6 +305,12 @@ class World:
         elif isinstance(event, ControllerWork):
             b = self.brokers[event.broker]
             if self.controller.current(event) is None or not b.alive:
+                c = self.controller.controllers.get(event.broker)
+                if c is not None and b.alive:
+                    # queued under a session that expired since: Kafka's Expire cleared the
+                    # queue and answered the requests it dropped (``preempt``)
+                    c.core.preempt(self.controller.event_of(event.kind))
+                    self.count("controller_event_dropped")
                 return True
             if b.paused:
                 b.deferred.append(event)
@@ -352,6 +376,11 @@ class World:
                 if sorted(target) != sorted(self.brokers):
                     self.reassign(tuple(sorted(self.brokers)), via_zk=False)
                 self.queue.push(self.now + 500, ev)
+        elif ev.kind == "replace_disk":
+            if b.alive and b.log_dir_failed and ev.token == b.incarnation:
+                self.trace(f"b{b.id}: stopped to replace its disk")
+                b.log.flushed = b.log.log_end_offset  # a clean stop: no append since the failure
+                self.crash(b.id)
         elif ev.kind == "controlled_stop":
             if b.alive and ev.token == b.incarnation:
                 b.log.flushed = b.log.log_end_offset  # a clean stop flushes the log
@@ -425,6 +454,9 @@ class World:
             if isinstance(item, tuple) and item[0] == "isr_notification":
                 self.controller.zk.propagate_isr_changes(item[1])
                 continue
+            if isinstance(item, tuple) and item[0] == "log_dir_event":
+                self.controller.zk.propagate_log_dir_event(item[1])
+                continue
             # an ISR write and the answer the broker sent for it: write now, answer now
             key = (broker, item.proposal)
             if key not in self.controller.held_writes:
@@ -446,10 +478,17 @@ class World:
         return (
             b.alive
             and not b.paused
+            and not b.log_dir_failed
             and not b.session_expired
             and broker in self.controller.live
             and not self.zookeeper_unreachable(broker)
         )
+
+    def shutting_down(self, broker: int) -> bool:
+        """This process of ``broker`` asked for a controlled shutdown (a restarted one has
+        not, whatever a controller still remembers)."""
+        b = self.brokers[broker]
+        return b.alive and self.shutdown_requested.get(broker) == b.incarnation
 
     def lossy_crash_allowed(self, broker: int) -> bool:
         """Losing the unflushed tail is fair only while another in-sync copy is healthy and
@@ -527,6 +566,7 @@ class World:
         ends at once). Without an active controller it stops anyway, as a broker does
         once ``controlled.shutdown.max.retries`` are spent."""
         b = self.brokers[broker]
+        self.shutdown_requested[broker] = b.incarnation
         self.count("controlled_shutdown")
         active = self.controller.active
         self.trace(f"b{broker}: CONTROLLED SHUTDOWN requested (broker epoch {b.broker_epoch})")
@@ -622,6 +662,48 @@ class World:
             )
         self.queue.push(self.now + notice_ms, WorldEvent("session_notice", broker, b.incarnation))
 
+    def fail_log_dir(self, broker: int, replace_after_ms: int | None) -> None:
+        """``broker``'s log dir fails; with ``replace_after_ms`` an operator stops the
+        broker that much later to replace the disk."""
+        b = self.brokers[broker]
+        if not b.alive or b.log_dir_failed:
+            return
+        self.count("log_dir_failure")
+        b.fail_log_dir()
+        if self.zookeeper_unreachable(broker):
+            self.hold_for_zookeeper(broker, ("log_dir_event", broker))
+        else:
+            self.controller.zk.propagate_log_dir_event(broker)
+        if replace_after_ms is not None:
+            self.queue.push(
+                self.now + replace_after_ms, WorldEvent("replace_disk", broker, b.incarnation)
+            )
+
+    def enable_unclean_leader_election(self, how: str) -> None:
+        """An operator allows unclean leader election (scripted): ``topic`` sets the
+        topic's ``unclean.leader.election.enable`` (``/config/topics/t``, whose change
+        notification reaches the controller), ``broker`` the brokers' dynamic default,
+        ``elect`` sends ElectLeaders (unclean) instead."""
+        active = self.controller.active
+        assert active is not None
+        self.trace(f"unclean leader election enabled ({how})")
+        if how == "topic":
+            self.controller.zk.topic_configs["t"] = {"unclean.leader.election.enable": "true"}
+            kind = self.controller.kind_of(controller_events.TopicUncleanLeaderElectionEnable("t"))
+        elif how == "broker":
+            self.controller.unclean_leader_election_default = True
+            kind = self.controller.kind_of(controller_events.UncleanLeaderElectionEnable())
+        else:
+            kind = self.controller.elect_leaders(UNCLEAN_ELECTION)
+        self.schedule_controller_work(active, kind)
+
+    def lose_zookeeper_call(self, broker: int, call: str) -> None:
+        """The next ZooKeeper call named ``call`` (a ``KafkaZkClient`` method or a
+        ``controller_zk`` helper) of ``broker``'s controller fails with ConnectionLoss:
+        the connection dropped for a while, the session lives on."""
+        self.controller.connection_losses.setdefault(broker, set()).add(call)
+        self.trace(f"b{broker}: its controller's next {call} will lose the connection")
+
     def jump_clock(self, broker: int, jump_ms: int) -> None:
         self.clock_offset[broker] += jump_ms
         moved = self.queue.advance_timers(broker, self.now, jump_ms)
@@ -661,6 +743,25 @@ class World:
         )
         self.schedule_controller_work(active, self.controller.alter_reassignment(target))
 
+    def elect_preferred_leader(self, *, how: str) -> None:
+        """An operator's preferred replica election: ElectLeaders to the controller
+        ZooKeeper names (``api``), or ``/admin/preferred_replica_election`` (``zk``); or
+        (``auto``) that controller's periodic leader-imbalance check firing."""
+        if how == "zk":
+            if self.controller.zk.create_preferred_replica_election({("t", 0)}):
+                self.count("preferred_election_zk")
+                self.trace("/admin/preferred_replica_election written")
+            return
+        active = self.controller.active
+        if active is None or not self.brokers[active.broker_id].alive:
+            return
+        auto = how == "auto"
+        self.count("auto_rebalance" if auto else "preferred_election")
+        what = "auto leader rebalance" if auto else "ElectLeaders (preferred)"
+        self.trace(f"{what} to c{active.broker_id}")
+        kind = "auto_rebalance" if auto else self.controller.elect_leaders(PREFERRED_ELECTION)
+        self.schedule_controller_work(active, kind)
+
     def assignment_restored(self) -> bool:
         ra = self.controller.zk.topic_assignment()
         return not ra.is_being_reassigned and sorted(ra.replicas) == sorted(self.brokers)
@@ -697,6 +798,15 @@ class World:
         cfg = self.config
         if cfg.reassignments and rng.random() < 0.08:
             self.reassign()
+            return
+        if cfg.log_dir_failures and rng.random() < 0.04:
+            healthy = [b for b in self.brokers if self._healthy(b)]
+            if healthy:
+                self.fail_log_dir(rng.choice(healthy), rng.randint(500, 6_000))
+            return
+        if cfg.leader_elections and rng.random() < 0.1:
+            how = rng.random()
+            self.elect_preferred_leader(how="auto" if how < 0.3 else "zk" if how < 0.6 else "api")
             return
         ids = list(self.brokers)
         down = self._restartable()
@@ -833,6 +943,9 @@ class World:
             if b.alive and b.session_expired:
                 self._notice_session_expired(b.id, None)
         for b in self.brokers.values():
+            if b.alive and b.log_dir_failed:  # the operator replaces the disk now
+                self.crash(b.id)
+        for b in self.brokers.values():
             if not b.alive:
                 self.restart(b.id)
         if not self.assignment_restored():
@@ -842,6 +955,8 @@ class World:
     def converged(self) -> bool:
         if not self.assignment_restored():
             return False
+        if self.controller.zk.get_preferred_replica_election() is not None:
+            return False  # an operator's election the controller has not done
         st = self.controller.state
         if st.leader == NO_LEADER or sorted(st.isr) != sorted(self.brokers):
             return False
@@ -994,7 +1109,7 @@ class World:
                 check_epoch_entries(log.epochs)
             except ValueError as exc:
                 self.violation("epoch_cache", f"b{b.id}: {exc}")
-            if not b.alive:
+            if not b.alive or b.log_dir_failed:  # an offline replica: its role is gone
                 continue
             hw = b.high_watermark
             if hw > log.log_end_offset:

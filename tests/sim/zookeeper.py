@@ -17,6 +17,7 @@ Concurrency: everything runs in the world's single thread, one call at a time.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -36,14 +37,24 @@ PARTITION = TopicPartition(TOPIC, 0)
 TOPIC_ID = uuid.UUID(int=0x5EED)
 
 
-class _NoTopicConfigs:
-    """``KafkaZkClient.client`` as ``read_unclean_overrides`` uses it: no topic has
-    a ``/config/topics/<t>`` znode, so no unclean-election override."""
+class _TopicConfigs:
+    """``KafkaZkClient.client`` as ``read_unclean_overrides`` uses it: the
+    ``/config/topics/<t>`` znodes of ``SimZooKeeper.topic_configs`` (none unless a
+    scripted test writes one)."""
 
-    def get_async(self, path: str) -> _NoTopicConfigs:
-        return self
+    def __init__(self, configs: dict[str, dict[str, str]]) -> None:
+        self._configs = configs
+        self._path: str | None = None
+
+    def get_async(self, path: str) -> _TopicConfigs:
+        answer = _TopicConfigs(self._configs)
+        answer._path = path
+        return answer
 
     def get(self, timeout: float | None = None) -> tuple[bytes, object]:
+        for topic, config in self._configs.items():
+            if self._path == zd.topic_config_path(topic):
+                return zd.encode_config(config), None
         raise NoNodeError()
 
 
@@ -71,9 +82,14 @@ class SimZooKeeper:
         self._zxid = 100
         self._next_session = 0
         self._next_isr_change = 0
+        self._log_dir_events: dict[str, int] = {}  # /log_dir_event_notification
+        self._deletion_markers: set[str] = set()  # /admin/delete_topics
+        self._preferred_election: set[TopicPartition] | None = None
+        self._next_log_dir_event = 0
         self._on_change = on_change
         self._on_violation = on_violation
-        self.client = _NoTopicConfigs()
+        self.topic_configs: dict[str, dict[str, str]] = {}  # /config/topics/<t>
+        self.client = _TopicConfigs(self.topic_configs)
 
     # -- sessions and registrations (the world's side) --------------------------------
 
@@ -232,13 +248,44 @@ class SimZooKeeper:
             self._reassign = None
         return True
 
+    # -- topics other than the simulated partition's (scripted: created, grown, deleted) ----
+
+    def create_topic(self, topic: str, assignment: dict[int, list[int]]) -> None:
+        """An operator creates ``topic`` (AdminZkClient): its znode, no partition state."""
+        assert topic not in self._topics
+        self._topics[topic] = (zd.encode_topic_assignment(assignment, uuid.uuid4()), 0)
+        self._on_change("topics")
+
+    def add_partitions(self, topic: str, added: dict[int, list[int]]) -> None:
+        """An operator adds partitions to ``topic``: its znode changes."""
+        data, version = self._topics[topic]
+        znode = json.loads(data)  # the rest of the znode (its topic id) kept
+        znode["partitions"].update({str(p): list(r) for p, r in added.items()})
+        self._topics[topic] = (json.dumps(znode).encode(), version + 1)
+        self._on_change(f"topic:{topic}")
+
+    def mark_topic_for_deletion(self, topic: str) -> None:
+        """``/admin/delete_topics/<t>`` (kafka-topics --delete)."""
+        self._deletion_markers.add(topic)
+        self._on_change("delete_topics")
+
     def get_topics_marked_for_deletion(self) -> set[str]:
-        return set()
+        return set(self._deletion_markers)
 
-    def delete_topic_znodes(self, topic: str, expected_controller_epoch_zk_version=None) -> None:
-        raise AssertionError("the simulation deletes no topic")
+    def delete_topic_znodes(self, topic: str, expected_controller_epoch_zk_version: int) -> None:
+        assert topic != TOPIC, "the simulated partition's topic is never deleted"
+        if self._epoch_fence_fails(expected_controller_epoch_zk_version):
+            raise ControllerMovedError(f"controller moved while deleting topic {topic!r}")
+        self._topics.pop(topic, None)
+        self.topic_configs.pop(topic, None)
+        for tp in [tp for tp in self._states if tp.topic == topic]:
+            del self._states[tp]
+            del self._state_mzxid[tp]
 
-    remove_deletion_marker = delete_topic_znodes
+    def remove_deletion_marker(self, topic: str, expected_controller_epoch_zk_version: int) -> None:
+        if self._epoch_fence_fails(expected_controller_epoch_zk_version):
+            raise ControllerMovedError(f"controller moved while removing deletion of {topic!r}")
+        self._deletion_markers.discard(topic)
 
     # -- KafkaZkClient: partition state --------------------------------------------------
 
@@ -348,6 +395,47 @@ class SimZooKeeper:
         if result.error is ZkWriteError.NO_NODE:
             raise NoNodeError()
         return result.zk_version
+
+    # -- KafkaZkClient: /admin/preferred_replica_election ------------------------------------
+
+    def create_preferred_replica_election(self, partitions) -> bool:
+        """An operator's kafka-preferred-replica-election; False if one is pending."""
+        if self._preferred_election is not None:
+            return False
+        self._preferred_election = {TopicPartition(t, p) for t, p in partitions}
+        self._on_change("preferred_replica_election")
+        return True
+
+    def get_preferred_replica_election(self) -> set[TopicPartition] | None:
+        return None if self._preferred_election is None else set(self._preferred_election)
+
+    def delete_preferred_replica_election(self, expected_controller_epoch_zk_version: int) -> None:
+        if self._epoch_fence_fails(expected_controller_epoch_zk_version):
+            raise ControllerMovedError("controller moved while ending a preferred election")
+        self._preferred_election = None
+
+    # -- KafkaZkClient: log dir event notifications ----------------------------------------
+
+    def propagate_log_dir_event(self, broker_id: int) -> str:
+        name = f"{zd.LOG_DIR_EVENT_PREFIX}{self._next_log_dir_event:010d}"
+        self._next_log_dir_event += 1
+        self._log_dir_events[name] = broker_id
+        self._on_change("log_dir_event")
+        return name
+
+    def get_log_dir_event_notifications(self) -> list[str]:
+        return sorted(self._log_dir_events)
+
+    def read_log_dir_event_notifications(self, names) -> set[int]:
+        return {self._log_dir_events[n] for n in names if n in self._log_dir_events}
+
+    def delete_log_dir_event_notifications(
+        self, names, expected_controller_epoch_zk_version: int
+    ) -> None:
+        if self._epoch_fence_fails(expected_controller_epoch_zk_version):
+            raise ControllerMovedError("controller moved while deleting log dir events")
+        for name in names:
+            self._log_dir_events.pop(name, None)
 
     # -- KafkaZkClient: ISR change notifications ----------------------------------------
 

@@ -100,6 +100,14 @@ def process_leader_and_isr_response(
 ) -> Step[None]:
     if core.context is None:
         return
+    if e.offline:
+        # Kafka re-reads the partition states before taking replicas out of their ISRs
+        # (``removeReplicasFromIsr``): the ISRs this context holds lag the leaders' by up
+        # to one ISR change notification, and a replica the leader added meanwhile would
+        # stay in the ISR, offline (found by the simulator's "disks" profile).
+        yield from core.refresh(e.offline)
+        if core.context is None:
+            return
     d, offline = decisions.on_leader_and_isr_response(
         core.context, e.broker_id, e.broker_epoch, e.offline, e.online
     )
