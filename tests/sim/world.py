@@ -371,10 +371,13 @@ class World:
         elif ev.kind == "restore_assignment":
             # after heal(): the operator asks for every broker as a replica again, until
             # the topic znode shows it (a controller may fail over meanwhile)
+            # the operator's check goes on until the world converged: a reassignment
+            # scheduled before heal() may complete after it and move the topic again
             if not self.assignment_restored():
                 target = self.controller.zk.topic_assignment().target_replicas
                 if sorted(target) != sorted(self.brokers):
                     self.reassign(tuple(sorted(self.brokers)), via_zk=False)
+            if not self.converged():
                 self.queue.push(self.now + 500, ev)
         elif ev.kind == "replace_disk":
             if b.alive and b.log_dir_failed and ev.token == b.incarnation:
@@ -948,8 +951,7 @@ class World:
         for b in self.brokers.values():
             if not b.alive:
                 self.restart(b.id)
-        if not self.assignment_restored():
-            self.queue.push(self.now, WorldEvent("restore_assignment", min(self.brokers)))
+        self.queue.push(self.now, WorldEvent("restore_assignment", min(self.brokers)))
         self.trace("HEAL")
 
     def converged(self) -> bool:
