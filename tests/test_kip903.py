@@ -19,12 +19,14 @@ import contextlib
 import datetime
 import logging
 import struct
+import urllib.request
 import uuid
 from collections.abc import Callable
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
+from prometheus_client.parser import text_string_to_metric_families
 
 from clients_util import log_lines
 from cluster_util import ZkView, wait_for
@@ -378,3 +380,60 @@ def test_a_topic_without_an_id_is_fetched_by_name() -> None:
     assert int(fetch.body.replica_id) == 2
     assert sorted(str(t.topic) for t in fetch.body.topics) == ["new", "old"]
     assert set(results[0]) == {("old", 0), ("new", 0)}
+
+
+def _requests_by_version(cluster, broker_id: int, request: str) -> dict[str, float]:
+    """``{version: count}`` of ``request`` the broker answered (its Prometheus metrics)."""
+    url = cluster.metrics_url(broker_id)
+    assert url is not None
+    with urllib.request.urlopen(url, timeout=20) as response:
+        text = response.read().decode()
+    return {
+        s.labels["version"]: s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "kafka_network_requestmetrics_requests_total"
+        and s.labels.get("request") == request
+    }
+
+
+def test_a_restarted_replog_follower_fetches_back_into_the_isr_at_its_new_epoch(
+    cluster_factory,
+) -> None:
+    """Two broker processes; the follower is stopped (out of the ISR) and started again
+    under a new registration, a new broker epoch. Its fetches (v15, the epoch read from
+    its registration) bring it back into the ISR: a fetch at another epoch than the one
+    registered would have the expansion refused (the posing test above)."""
+    cluster = cluster_factory(2, overrides={"replica.lag.time.max.ms": "1000"}, metrics=True)
+    leader, follower = cluster.broker_ids
+    zk_view = ZkView(cluster)
+    zk = KafkaZkClient(cluster.zookeeper_connect, session_timeout_ms=30000)
+    zk.start()
+    topic = "kip903-restart"
+
+    def isr() -> list[int] | None:
+        return (zk_view.partition_state(topic, 0) or {}).get("isr")
+
+    try:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers()})
+        admin.create_topics([NewTopic(topic, 1, replica_assignment=[[leader, follower]])])[
+            topic
+        ].result(timeout=60)
+        wait_for(lambda: isr() == [leader, follower], what="both replicas in the ISR")
+        first_epoch = zk.get_broker_epoch(follower)
+        assert first_epoch is not None
+
+        cluster.stop_broker(follower)
+        wait_for(lambda: isr() == [leader], what="the stopped follower out of the ISR")
+        cluster.start_broker(follower)
+        second_epoch = zk.get_broker_epoch(follower)
+        assert second_epoch is not None and second_epoch > first_epoch
+
+        wait_for(lambda: isr() == [leader, follower], what="the restarted follower in the ISR")
+        assert not log_lines(cluster.broker_dir(leader), r"ISR expansion .* refused")
+        fetched = _requests_by_version(cluster, leader, "FetchFollower")
+        assert fetched.get(str(FETCH_VERSION), 0) > 0, fetched
+        assert set(fetched) == {str(FETCH_VERSION)}, fetched  # every follower fetch carried it
+    finally:
+        zk.close()
+        zk_view.close()
