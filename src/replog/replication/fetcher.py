@@ -6,7 +6,9 @@ truncates its partitions where their logs diverge from the leader's
 (OffsetsForLeaderEpoch, KIP-101/279), then fetches all of them in each round.
 The endpoint keeps an incremental fetch session with the leader (KIP-227): a
 request names only the partitions whose fetch changed, and an answer only those
-with news; a partition left out of an answer has nothing new. A fetcher left
+with news; a partition left out of an answer has nothing new. Each partition's request
+names its topic's id (``topic_id``: its log's), and the endpoint sends this broker's
+epoch with them (Fetch v15, KIP-903; see ``leader_endpoint``). A fetcher left
 with no partition stops, closing its session (Kafka ``shutdownIdleFetcherThreads``). The rules live in
 ``FollowerState``; this module does the IO.
 
