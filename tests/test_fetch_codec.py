@@ -38,7 +38,7 @@ from replog.protocol.fetch_codec import (
     SnapshotId,
 )
 from replog.replication.fetch_rules import FetchPartitionRequest
-from replog.replication.leader_endpoint import RemoteLeaderEndpoint
+from replog.replication.leader_endpoint import FETCH_VERSION_BY_NAME, RemoteLeaderEndpoint
 
 VERSIONS = range(fetch_codec.MIN_VERSION, fetch_codec.MAX_VERSION + 1)
 FLEXIBLE = range(fetch_codec.FIRST_FLEXIBLE, fetch_codec.MAX_VERSION + 1)
@@ -662,11 +662,12 @@ def test_a_follower_drops_a_leader_connection_that_answers_garbage() -> None:
         async def leader(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             (size,) = struct.unpack(">i", await reader.readexactly(4))
             _, _, correlation_id = frames.peek_header(await reader.readexactly(size))
+            # The follower fetches "t" (no topic id) by name: a flexible answer, header v1.
             good = fetch_codec.encode_fetch_response(
-                11, [FetchResponsePartitionData("t", 0, 0, 5, 5, 0, b"x" * 10)]
+                FETCH_VERSION_BY_NAME, [FetchResponsePartitionData("t", 0, 0, 5, 5, 0, b"x" * 10)]
             )
-            bad = good[:-3]  # the record set is 3 bytes short of its length
-            writer.write(struct.pack(">ii", len(bad) + 4, correlation_id) + bad)
+            bad = good[:-4]  # cut inside the record set: shorter than its length
+            writer.write(struct.pack(">iib", len(bad) + 5, correlation_id, 0) + bad)
             await writer.drain()
             if await reader.read() == b"":
                 closed.set()

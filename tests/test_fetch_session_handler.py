@@ -5,6 +5,7 @@ follower goes back to a full fetch."""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import replace
 
 from kio.schema.errors import ErrorCode
@@ -171,3 +172,52 @@ def test_a_follower_that_stops_fetching_closes_its_session_at_the_final_epoch() 
     h = in_session([req(0)])
     h.handle_error()
     assert h.close() == FetchMetadata(SESSION, -1)
+
+
+# -- topic ids (KIP-516: Fetch v13+ names topics by id) -------------------------------------------
+
+T_ID = uuid.UUID(int=1)
+U_ID = uuid.UUID(int=2)
+
+
+def test_a_session_of_topics_with_ids_names_them_by_id() -> None:
+    parts = [replace(req(0), topic_id=T_ID), replace(req(0, topic="u"), topic_id=U_ID)]
+    h = FetchSessionHandler(1)
+    data = h.build(parts)
+    assert data.can_use_topic_ids
+    assert h.handle_response(ErrorCode.none, SESSION, tps(data.to_send))
+    assert h.topic_names() == {T_ID: "t", U_ID: "u"}
+    data = h.build(parts[:1])  # u dropped: forgotten under its id
+    assert data.metadata == FetchMetadata(SESSION, 1) and data.can_use_topic_ids
+    assert data.to_forget == [("u", 0)] and data.to_forget_by_id == [(U_ID, ("u", 0))]
+
+
+def test_a_topic_made_again_under_a_new_id_is_forgotten_under_the_old_one() -> None:
+    """Kafka's "replaced" partitions: the same name, a new topic id."""
+    h = in_session([replace(req(0), topic_id=T_ID)])
+    new_id = uuid.UUID(int=3)
+    data = h.build([replace(req(0), topic_id=new_id)])
+    assert data.metadata == FetchMetadata(SESSION, 1)
+    assert [p.topic_id for p in data.to_send] == [new_id]
+    assert data.to_forget == [] and data.to_forget_by_id == [(T_ID, ("t", 0))]
+    assert h.topic_names() == {new_id: "t"}
+
+
+def test_a_partition_without_a_topic_id_makes_the_session_start_over_by_name() -> None:
+    """A session keeps the way it named topics: a partition of a topic without an id
+    joining a session by id (or the reverse) closes it and asks for a new one."""
+    h = in_session([replace(req(0), topic_id=T_ID)])
+    data = h.build([replace(req(0), topic_id=T_ID), req(0, topic="old")])
+    assert data.metadata == FetchMetadata(SESSION, 0)  # full: close SESSION, ask anew
+    assert not data.can_use_topic_ids
+    assert tps(data.to_send) == [("t", 0), ("old", 0)]
+    assert h.handle_response(ErrorCode.none, SESSION + 1, tps(data.to_send))
+    data = h.build([replace(req(0), topic_id=T_ID)])  # "old" gone: by id again
+    assert data.metadata == FetchMetadata(SESSION + 1, 0) and data.can_use_topic_ids
+
+
+def test_the_leaders_topic_id_error_starts_a_new_session() -> None:
+    h = in_session([replace(req(0), topic_id=T_ID)])
+    h.build([replace(req(0), topic_id=T_ID)])
+    assert not h.handle_response(ErrorCode.fetch_session_topic_id_error, SESSION, [])
+    assert h.build([replace(req(0), topic_id=T_ID)]).metadata == FetchMetadata(SESSION, 0)

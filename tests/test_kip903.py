@@ -1,8 +1,10 @@
 """KIP-903 in the shipped ISR write: an expansion adding a replica that is not
 registered at the broker epoch it fetched with is refused (Kafka's
 ``INELIGIBLE_REPLICA``), and the partition's znode is left as it was. A follower's
-Fetch v15+ carries that epoch (``ReplicaState.ReplicaEpoch``); the last test sends one
-to a broker process as the follower.
+Fetch v15+ carries that epoch (``ReplicaState.ReplicaEpoch``): replog's follower
+(``RemoteLeaderEndpoint``) sends its current one (checked here against a leader stand-in
+that decodes its frames); a test sends one to a broker process as the follower, and a
+replog broker restarted under a new registration fetches its way back into the ISR.
 
 ``write_isr_change`` runs against a real ZooKeeper here; the simulator carries out
 its ISR writes with the same function on its own ZooKeeper, so a break of the rule
@@ -13,22 +15,33 @@ style).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import logging
+import struct
+import urllib.request
 import uuid
 from collections.abc import Callable
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
+from prometheus_client.parser import text_string_to_metric_families
 
 from clients_util import log_lines
 from cluster_util import ZkView, wait_for
+from replog.protocol import fetch_codec, frames
 from replog.protocol.apis import ApiKey, make, nested, request_schema
 from replog.protocol.client import KafkaConnection
 from replog.replication import isr_write
+from replog.replication.fetch_rules import FetchPartitionRequest
 from replog.replication.isr import IsrChangeProposal, IsrState
 from replog.replication.isr_write import IsrWriteResult, write_isr_change
+from replog.replication.leader_endpoint import (
+    FETCH_VERSION,
+    FETCH_VERSION_BY_NAME,
+    RemoteLeaderEndpoint,
+)
 from replog.zk.client import KafkaZkClient
 from replog.zk.data import BrokerInfo, EndPoint, LeaderAndIsr, LeaderIsrAndControllerEpoch
 from replog.zk.fencing import UNKNOWN_BROKER_EPOCH
@@ -260,4 +273,167 @@ def test_broker_refuses_a_follower_fetching_with_a_stale_broker_epoch(
         finally:
             follower.close()
     finally:
+        zk_view.close()
+
+
+# -- replog's follower: its fetches carry its broker epoch ----------------------------------------
+
+
+def _fetches_seen_by_a_leader(
+    partitions: list[FetchPartitionRequest], epochs: list[int]
+) -> tuple[list[frames.Request], list[dict]]:
+    """A follower (broker 2) fetches ``partitions`` once per entry of ``epochs``, its broker
+    epoch at that moment, from a stand-in leader that decodes each request with the
+    broker's reader and answers each partition with one record set: the requests as
+    the leader read them, and the follower's results."""
+    seen: list[frames.Request] = []
+
+    async def leader(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                (size,) = struct.unpack(">i", await reader.readexactly(4))
+                request = frames.decode_request(await reader.readexactly(size))
+                seen.append(request)
+                version = request.api_version
+                by_id = version >= fetch_codec.FIRST_TOPIC_ID
+                answers = [
+                    fetch_codec.FetchResponsePartitionData(
+                        "" if by_id else str(t.topic),
+                        int(p.partition),
+                        0,
+                        7,
+                        7,
+                        0,
+                        b"records",
+                        topic_id=t.topic_id if by_id else None,
+                    )
+                    for t in request.body.topics
+                    for p in t.partitions
+                ]
+                body = frames.EncodedBody(
+                    fetch_codec.encode_fetch_response(version, answers),
+                    flexible=version >= fetch_codec.FIRST_FLEXIBLE,
+                )
+                for part in frames.encode_response_parts(
+                    ApiKey.FETCH, request.correlation_id, body
+                ):
+                    writer.write(part)
+                await writer.drain()
+        writer.close()
+
+    async def go() -> list[dict]:
+        server = await asyncio.start_server(leader, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        epoch = iter(epochs)
+        current = [UNKNOWN_BROKER_EPOCH]
+        endpoint = RemoteLeaderEndpoint(
+            2, "127.0.0.1", port, timeout_ms=5000, broker_epoch=lambda: current[0]
+        )
+        results = []
+        try:
+            for current[0] in epoch:
+                results.append(
+                    await endpoint.fetch(partitions, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20)
+                )
+        finally:
+            await endpoint.close()
+            server.close()
+            await server.wait_closed()
+        return results
+
+    return seen, asyncio.run(go())
+
+
+def test_a_followers_fetch_carries_its_current_broker_epoch() -> None:
+    """Fetch v15 names the topic by id and carries ``ReplicaState(2, epoch)``, the epoch
+    read at each request (a broker registering again has a new one); the answer, by id,
+    reaches the fetcher under the topic's name."""
+    topic_id = uuid.uuid4()
+    asked = [FetchPartitionRequest("t", 0, 0, 1 << 20, 3, 0, topic_id=topic_id)]
+    seen, results = _fetches_seen_by_a_leader(asked, [40, 41])
+    fetches = [r for r in seen if r.api_key == ApiKey.FETCH and r.body.topics]
+    assert [r.api_version for r in fetches] == [
+        FETCH_VERSION,
+        FETCH_VERSION,
+    ] and FETCH_VERSION >= 15
+    assert [
+        (int(r.body.replica_state.replica_id), int(r.body.replica_state.replica_epoch))
+        for r in fetches
+    ] == [(2, 40), (2, 41)]
+    assert fetches[0].body.topics[0].topic_id == topic_id
+    assert all(r.client_id == "replica-2" for r in fetches)
+    assert results[0][("t", 0)].records == b"records"
+    assert results[0][("t", 0)].high_watermark == 7
+
+
+def test_a_topic_without_an_id_is_fetched_by_name() -> None:
+    """A partition of a topic made before ids (no ``topic_id``) makes the whole fetch fall
+    back to the last version naming topics, as Kafka's fetcher does: it carries the
+    replica id, and no broker epoch (the ISR write then checks liveness only)."""
+    asked = [
+        FetchPartitionRequest("old", 0, 0, 1 << 20, 3, 0),
+        FetchPartitionRequest("new", 0, 0, 1 << 20, 3, 0, topic_id=uuid.uuid4()),
+    ]
+    seen, results = _fetches_seen_by_a_leader(asked, [40])
+    (fetch,) = [r for r in seen if r.api_key == ApiKey.FETCH and r.body.topics]
+    assert fetch.api_version == FETCH_VERSION_BY_NAME < fetch_codec.FIRST_TOPIC_ID
+    assert int(fetch.body.replica_id) == 2
+    assert sorted(str(t.topic) for t in fetch.body.topics) == ["new", "old"]
+    assert set(results[0]) == {("old", 0), ("new", 0)}
+
+
+def _requests_by_version(cluster, broker_id: int, request: str) -> dict[str, float]:
+    """``{version: count}`` of ``request`` the broker answered (its Prometheus metrics)."""
+    url = cluster.metrics_url(broker_id)
+    assert url is not None
+    with urllib.request.urlopen(url, timeout=20) as response:
+        text = response.read().decode()
+    return {
+        s.labels["version"]: s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "kafka_network_requestmetrics_requests_total"
+        and s.labels.get("request") == request
+    }
+
+
+def test_a_restarted_replog_follower_fetches_back_into_the_isr_at_its_new_epoch(
+    cluster_factory,
+) -> None:
+    """Two broker processes; the follower is stopped (out of the ISR) and started again
+    under a new registration, a new broker epoch. Its fetches (v15, the epoch read from
+    its registration) bring it back into the ISR: a fetch at another epoch than the one
+    registered would have the expansion refused (the posing test above)."""
+    cluster = cluster_factory(2, overrides={"replica.lag.time.max.ms": "1000"}, metrics=True)
+    leader, follower = cluster.broker_ids
+    zk_view = ZkView(cluster)
+    zk = KafkaZkClient(cluster.zookeeper_connect, session_timeout_ms=30000)
+    zk.start()
+    topic = "kip903-restart"
+
+    def isr() -> list[int] | None:
+        return (zk_view.partition_state(topic, 0) or {}).get("isr")
+
+    try:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers()})
+        admin.create_topics([NewTopic(topic, 1, replica_assignment=[[leader, follower]])])[
+            topic
+        ].result(timeout=60)
+        wait_for(lambda: isr() == [leader, follower], what="both replicas in the ISR")
+        first_epoch = zk.get_broker_epoch(follower)
+        assert first_epoch is not None
+
+        cluster.stop_broker(follower)
+        wait_for(lambda: isr() == [leader], what="the stopped follower out of the ISR")
+        cluster.start_broker(follower)
+        second_epoch = zk.get_broker_epoch(follower)
+        assert second_epoch is not None and second_epoch > first_epoch
+
+        wait_for(lambda: isr() == [leader, follower], what="the restarted follower in the ISR")
+        assert not log_lines(cluster.broker_dir(leader), r"ISR expansion .* refused")
+        fetched = _requests_by_version(cluster, leader, "FetchFollower")
+        assert fetched.get(str(FETCH_VERSION), 0) > 0, fetched
+        assert set(fetched) == {str(FETCH_VERSION)}, fetched  # every follower fetch carried it
+    finally:
+        zk.close()
         zk_view.close()

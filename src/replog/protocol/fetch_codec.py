@@ -467,6 +467,18 @@ def decode_fetch_response(
     return response
 
 
+def decode_fetch_response_frame(version: int, frame: bytes | memoryview) -> FetchResponseData:
+    """A whole response frame after its size prefix: the header (correlation id, then from
+    v12 on the tagged fields of response header v1) and the body."""
+    pos = 4
+    if version >= FIRST_FLEXIBLE:
+        try:
+            pos = wire.skip_tagged_fields(frame, pos)
+        except (struct.error, IndexError, CodecError) as exc:
+            raise FetchCodecError(f"bad Fetch v{version} response header: {exc}") from None
+    return decode_fetch_response(version, frame, pos)
+
+
 def _decode_response(version: int, data: bytes | memoryview, pos: int):
     (throttle,) = _I32.unpack_from(data, pos)
     pos += 4

@@ -19,6 +19,7 @@ Concurrency: pure functions; safe anywhere.
 from __future__ import annotations
 
 import enum
+import uuid
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -42,6 +43,7 @@ class FetchPartitionRequest:
     current_leader_epoch: int = NO_LEADER_EPOCH
     log_start_offset: int = -1
     last_fetched_epoch: int = -1  # KIP-595 (Fetch v12+); -1: not given
+    topic_id: uuid.UUID | None = None  # KIP-516 (Fetch v13+ names topics by id); None: none
 
 
 class FetchIsolation(enum.Enum):

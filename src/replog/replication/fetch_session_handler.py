@@ -8,6 +8,15 @@ offset, max bytes, current leader epoch), lists those dropped as forgotten, and 
 the next epoch (``fetch_metadata.next_epoch``). A partition the leader leaves out of an
 incremental answer has nothing new.
 
+Topic ids (KIP-516): a request whose partitions all have a topic id names topics by id
+(Fetch v13+, ``FetchRequestData.can_use_topic_ids``); one with a partition of a topic
+without an id (made before ids existed) names them by name, as Kafka falls back to v12.
+A session keeps the way it was made: when the request would switch between ids and
+names, it is a full fetch that closes the session and asks for a new one (the leader
+would refuse the switch with FETCH_SESSION_TOPIC_ID_ERROR, which is also handled). A
+partition whose topic id changed (the topic was deleted and made again) is forgotten
+under its old id and sent under its new one (Kafka's "replaced" partitions).
+
 When the follower stops fetching from the leader (its fetcher is idle or shuts down),
 ``close`` gives a last request at epoch FINAL (-1) that frees the leader's session at
 once, as a Kafka consumer does on close, instead of leaving it to eviction.
@@ -25,8 +34,9 @@ Concurrency: sans-IO; owned by one fetcher's endpoint, used by one task.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
@@ -48,6 +58,11 @@ class FetchRequestData:
     to_forget: list[TopicPartition]
     metadata: FetchMetadata
     session_size: int
+    can_use_topic_ids: bool = False
+    """Every partition of the session has a topic id: the request names topics by id."""
+    to_forget_by_id: list[tuple[uuid.UUID, TopicPartition]] = field(default_factory=list)
+    """What a request by id forgets: ``to_forget`` with their ids, and the partitions
+    whose topic id changed, under their old id."""
 
 
 class FetchSessionHandler:
@@ -56,6 +71,8 @@ class FetchSessionHandler:
         self.next_metadata: FetchMetadata = INITIAL
         self.session_partitions: dict[TopicPartition, FetchPartitionRequest] = {}
         """Every partition in the session, as it was last sent."""
+        self.session_uses_topic_ids = False
+        """The session names topics by id (made by a full fetch that could)."""
 
     @property
     def session_id(self) -> int:
@@ -64,26 +81,47 @@ class FetchSessionHandler:
     def build(self, partitions: Iterable[FetchPartitionRequest]) -> FetchRequestData:
         """The next request, for ``partitions`` (all those to fetch now, in order)."""
         wanted = {(p.topic, p.partition): p for p in partitions}
+        by_id = all(p.topic_id is not None for p in wanted.values())
         metadata = self.next_metadata
+        if not metadata.is_full and by_id != self.session_uses_topic_ids:
+            log.info(
+                "fetch session %d with broker %d: topics now named by %s; starting a new one",
+                metadata.session_id,
+                self.node,
+                "id" if by_id else "name",
+            )
+            metadata = self.next_metadata = metadata.next_close_existing_attempt_new()
         if metadata.is_full:
             self.session_partitions = wanted
-            return FetchRequestData(list(wanted.values()), [], metadata, len(wanted))
+            self.session_uses_topic_ids = by_id
+            return FetchRequestData(list(wanted.values()), [], metadata, len(wanted), by_id)
         session = self.session_partitions
         to_send: list[FetchPartitionRequest] = []
         to_forget: list[TopicPartition] = []
+        to_forget_by_id: list[tuple[uuid.UUID, TopicPartition]] = []
         for tp, sent in list(session.items()):
             now = wanted.get(tp)
             if now is None:
                 del session[tp]
                 to_forget.append(tp)
+                if sent.topic_id is not None:
+                    to_forget_by_id.append((sent.topic_id, tp))
             elif now is not sent and now != sent:
+                if sent.topic_id is not None and now.topic_id != sent.topic_id:
+                    to_forget_by_id.append((sent.topic_id, tp))  # replaced
                 session[tp] = now
                 to_send.append(now)
         for tp, now in wanted.items():
             if tp not in session:
                 session[tp] = now
                 to_send.append(now)
-        return FetchRequestData(to_send, to_forget, metadata, len(session))
+        return FetchRequestData(to_send, to_forget, metadata, len(session), by_id, to_forget_by_id)
+
+    def topic_names(self) -> dict[uuid.UUID, str]:
+        """The names of the session's topic ids, to read an answer by id."""
+        return {
+            p.topic_id: p.topic for p in self.session_partitions.values() if p.topic_id is not None
+        }
 
     def handle_response(
         self, error: int, session_id: int, partitions: Collection[TopicPartition]
@@ -152,6 +190,7 @@ class FetchSessionHandler:
         session_id = self.next_metadata.session_id
         self.next_metadata = INITIAL
         self.session_partitions = {}
+        self.session_uses_topic_ids = False
         if session_id == INVALID_SESSION_ID:
             return None
         return FetchMetadata(session_id, FINAL_EPOCH)

@@ -6,7 +6,9 @@ truncates its partitions where their logs diverge from the leader's
 (OffsetsForLeaderEpoch, KIP-101/279), then fetches all of them in each round.
 The endpoint keeps an incremental fetch session with the leader (KIP-227): a
 request names only the partitions whose fetch changed, and an answer only those
-with news; a partition left out of an answer has nothing new. A fetcher left
+with news; a partition left out of an answer has nothing new. Each partition's request
+names its topic's id (``topic_id``: its log's), and the endpoint sends this broker's
+epoch with them (Fetch v15, KIP-903; see ``leader_endpoint``). A fetcher left
 with no partition stops, closing its session (Kafka ``shutdownIdleFetcherThreads``). The rules live in
 ``FollowerState``; this module does the IO.
 
@@ -21,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,7 +33,11 @@ from kio.schema.errors import ErrorCode
 from replog.common.clock import now_ms
 from replog.replication.fetch_rules import FetchPartitionRequest
 from replog.replication.follower import EpochRequest
-from replog.replication.leader_endpoint import LeaderEndpoint, RemoteLeaderEndpoint
+from replog.replication.leader_endpoint import (
+    LeaderEndpoint,
+    RemoteLeaderEndpoint,
+    unknown_broker_epoch,
+)
 from replog.replication.partition import Partition
 from replog.replication.quota import ReplicationQuota, follower_should_throttle
 from replog.replication.truncation import EpochEndOffset, TruncationDecision
@@ -41,6 +48,15 @@ log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 FIRST_BACKOFF_S = 0.05
+
+TopicIdLookup = Callable[[str, int], "uuid.UUID | None"]
+"""A followed partition's topic id (its log's, KIP-516), or None for a topic without one."""
+BrokerEpoch = Callable[[], int]
+"""This broker's epoch now (KIP-380: its registration's czxid), for Fetch v15+ (KIP-903)."""
+
+
+def _no_topic_id(topic: str, partition: int) -> uuid.UUID | None:
+    return None
 
 
 StorageErrorHandler = Callable[[Partition, str, OSError], None]
@@ -103,9 +119,10 @@ class FollowedPartition:
         self.backoff_s = 0.0
         self.retry_at = 0.0
 
-    def fetch_request(self, max_bytes: int) -> FetchPartitionRequest:
+    def fetch_request(self, max_bytes: int, topic_id: uuid.UUID | None) -> FetchPartitionRequest:
         """What to fetch now; the same object as last time while nothing changed, which
-        the fetch session compares first (most partitions of an idle leader)."""
+        the fetch session compares first (most partitions of an idle leader).
+        ``topic_id``: the topic's id, None for a topic made before ids."""
         part = self.partition
         offset = part.fetch_offset
         epoch = part.leader_epoch
@@ -117,6 +134,7 @@ class FollowedPartition:
             or last.current_leader_epoch != epoch
             or last.log_start_offset != log_start
             or last.max_bytes != max_bytes
+            or last.topic_id != topic_id
         ):
             last = self._request = FetchPartitionRequest(
                 topic=part.topic,
@@ -125,6 +143,7 @@ class FollowedPartition:
                 current_leader_epoch=epoch,
                 log_start_offset=log_start,
                 max_bytes=max_bytes,
+                topic_id=topic_id,
             )
         return last
 
@@ -139,10 +158,12 @@ class ReplicaFetcher:
         config: FetcherConfig,
         quota: ReplicationQuota | None = None,
         on_storage_error: StorageErrorHandler | None = None,
+        topic_id: TopicIdLookup = _no_topic_id,
     ) -> None:
         self.source_broker = source_broker
         self.endpoint = endpoint
         self.config = config
+        self.topic_id = topic_id
         self.quota = quota if quota is not None else ReplicationQuota()
         self.on_storage_error = on_storage_error
         self.partitions: dict[TopicPartition, FollowedPartition] = {}
@@ -287,7 +308,7 @@ class ReplicaFetcher:
             ):
                 continue
             ready[tp] = f
-            requests.append(f.fetch_request(max_bytes))
+            requests.append(f.fetch_request(max_bytes, self.topic_id(*tp)))
         if not ready:
             return False
         results = await self.endpoint.fetch(
@@ -356,9 +377,15 @@ class ReplicaFetcherManager:
         config: FetcherConfig,
         endpoint_factory: Callable[[int, str, int], LeaderEndpoint] | None = None,
         quota: ReplicationQuota | None = None,
+        *,
+        topic_id: TopicIdLookup = _no_topic_id,
+        broker_epoch: BrokerEpoch = unknown_broker_epoch,
     ) -> None:
+        """``topic_id`` names each partition's topic by id in the fetches (Fetch v13+),
+        ``broker_epoch`` is sent in them (v15+, KIP-903)."""
         self.config = config
         self.quota = quota if quota is not None else ReplicationQuota()
+        self.topic_id = topic_id
         self._endpoint_factory = endpoint_factory or (
             lambda broker_id, host, port: RemoteLeaderEndpoint(
                 config.broker_id,
@@ -367,6 +394,7 @@ class ReplicaFetcherManager:
                 config.request_timeout_ms,
                 config.security,
                 leader_id=broker_id,
+                broker_epoch=broker_epoch,
             )
         )
         self.fetchers: dict[tuple[int, int, str, int], ReplicaFetcher] = {}
@@ -398,6 +426,7 @@ class ReplicaFetcherManager:
                 self.config,
                 self.quota,
                 self._storage_error,
+                self.topic_id,
             )
             self.fetchers[key] = fetcher
             fetcher.start()

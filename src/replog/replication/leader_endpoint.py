@@ -9,24 +9,35 @@ carries); tests may put an in-memory endpoint in its place.
 from __future__ import annotations
 
 import contextlib
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 from kio.schema.offset_for_leader_epoch.v3 import request as epoch_req
 
-from replog.protocol import fetch_codec
+from replog.protocol import fetch_codec, wire
 from replog.protocol.apis import ApiKey
 from replog.protocol.client import KafkaConnection
 from replog.replication.fetch_rules import FetchPartitionRequest
 from replog.replication.fetch_session_handler import FetchSessionHandler
 from replog.security.client_security import PLAINTEXT, ClientSecurity
+from replog.zk.fencing import UNKNOWN_BROKER_EPOCH
 
 TopicPartition = tuple[str, int]
-# The last non-flexible version. Followers stay there: v12+ would add varints to the hottest
-# frames and, from v13, need topic ids; replog's followers find where to truncate with
-# OffsetForLeaderEpoch rather than v12's diverging_epoch.
-FETCH_VERSION = 11
+# Fetch v15: topics by id (v13, KIP-516) and the follower's broker epoch in replica_state
+# (KIP-903), which the leader's ISR write checks against the one registered in ZooKeeper
+# before it adds the follower back. A fetch naming a topic without an id (made before
+# ids existed) falls back to FETCH_VERSION_BY_NAME, the last version naming topics, as
+# Kafka's fetcher falls back to 12; it carries no broker epoch. replog's followers find
+# where to truncate with OffsetForLeaderEpoch, not with v12's diverging_epoch
+# (last_fetched_epoch stays -1).
+FETCH_VERSION = 15
+FETCH_VERSION_BY_NAME = 12
+# Both are flexible: request header v2 ends its client id with a tagged-field section
+# (``request_encoded`` writes the rest of the header), response header v1 likewise.
+_HEADER_TAGS = wire.EMPTY_TAGS
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +86,15 @@ CONNECT_TIMEOUT_S = 2.0
 CLOSE_SESSION_TIMEOUT_S = 2.0
 
 
+def unknown_broker_epoch() -> int:
+    return UNKNOWN_BROKER_EPOCH
+
+
 class RemoteLeaderEndpoint:
-    """Concurrency: used by one fetcher task at a time."""
+    """``broker_epoch``: this broker's epoch now (the czxid of its registration in
+    ZooKeeper, which changes when it registers again), sent in every Fetch v15+.
+
+    Concurrency: used by one fetcher task at a time."""
 
     def __init__(
         self,
@@ -86,8 +104,11 @@ class RemoteLeaderEndpoint:
         timeout_ms: int,
         security: ClientSecurity = PLAINTEXT,
         leader_id: int = -1,
+        broker_epoch: Callable[[], int] = unknown_broker_epoch,
     ) -> None:
         self.replica_id = replica_id
+        self.broker_epoch = broker_epoch
+        self._version = FETCH_VERSION  # of the last request, for the session's close
         self.host = host
         self.port = port
         self.security = security
@@ -124,9 +145,12 @@ class RemoteLeaderEndpoint:
         conn = await self._connection()
         session = self.session
         data = session.build(partitions)
+        by_id = data.can_use_topic_ids
+        version = self._version = FETCH_VERSION if by_id else FETCH_VERSION_BY_NAME
         body = fetch_codec.encode_fetch_request(
-            FETCH_VERSION,
+            version,
             replica_id=self.replica_id,
+            replica_epoch=self.broker_epoch(),
             max_wait_ms=max_wait_ms,
             min_bytes=min_bytes,
             max_bytes=max_bytes,
@@ -139,18 +163,26 @@ class RemoteLeaderEndpoint:
                     fetch_offset=p.fetch_offset,
                     log_start_offset=p.log_start_offset,
                     partition_max_bytes=p.max_bytes,
+                    topic_id=p.topic_id,
                 )
                 for p in data.to_send
             ],
             session_id=data.metadata.session_id,
             session_epoch=data.metadata.epoch,
-            forgotten=fetch_codec.forgotten_topics(data.to_forget),
+            forgotten=(
+                _forgotten_by_id(data.to_forget_by_id)
+                if by_id
+                else fetch_codec.forgotten_topics(data.to_forget)
+            ),
         )
         try:
             frame = await conn.request_encoded(
-                ApiKey.FETCH, FETCH_VERSION, body, timeout_s=self.timeout_s + max_wait_ms / 1000
+                ApiKey.FETCH,
+                version,
+                _HEADER_TAGS + body,
+                timeout_s=self.timeout_s + max_wait_ms / 1000,
             )
-            response = fetch_codec.decode_fetch_response(FETCH_VERSION, frame, 4)
+            response = fetch_codec.decode_fetch_response_frame(version, frame)
         except fetch_codec.FetchCodecError as exc:
             # A leader that answers garbage: drop this connection, the fetcher backs off.
             session.handle_error()
@@ -162,18 +194,23 @@ class RemoteLeaderEndpoint:
             session.handle_error()
             raise
         answers = response.partitions
-        if not session.handle_response(
-            response.error_code, response.session_id, [(a.topic, a.partition) for a in answers]
-        ):
+        if by_id:
+            # An id outside the session reads as "": an extra partition, which the session
+            # handler refuses.
+            names = session.topic_names()
+            keys = [(names.get(a.topic_id, ""), a.partition) for a in answers]
+        else:
+            keys = [(a.topic, a.partition) for a in answers]
+        if not session.handle_response(response.error_code, response.session_id, keys):
             return {}
         return {
-            (a.topic, a.partition): FetchPartitionResult(
+            key: FetchPartitionResult(
                 error=ErrorCode(a.error_code),
                 high_watermark=a.high_watermark,
                 log_start_offset=a.log_start_offset,
                 records=a.records or b"",
             )
-            for a in answers
+            for key, a in zip(keys, answers, strict=True)
         }
 
     async def offsets_for_leader_epoch(
@@ -215,8 +252,9 @@ class RemoteLeaderEndpoint:
             final = self.session.close()
             if final is not None and conn.connected:
                 body = fetch_codec.encode_fetch_request(
-                    FETCH_VERSION,
+                    self._version,
                     replica_id=self.replica_id,
+                    replica_epoch=self.broker_epoch(),
                     max_wait_ms=0,
                     min_bytes=0,
                     max_bytes=0,
@@ -229,9 +267,22 @@ class RemoteLeaderEndpoint:
                 with contextlib.suppress(Exception):
                     await conn.request_encoded(
                         ApiKey.FETCH,
-                        FETCH_VERSION,
-                        body,
+                        self._version,
+                        _HEADER_TAGS + body,
                         timeout_s=min(self.timeout_s, CLOSE_SESSION_TIMEOUT_S),
                     )
         finally:
             await conn.close()
+
+
+def _forgotten_by_id(
+    partitions: list[tuple[uuid.UUID, TopicPartition]],
+) -> list[fetch_codec.ForgottenTopic]:
+    """Forgotten partitions grouped by topic id, first appearance first (Fetch v13+)."""
+    by_id: dict[uuid.UUID, tuple[str, list[int]]] = {}
+    for topic_id, (topic, partition) in partitions:
+        by_id.setdefault(topic_id, (topic, []))[1].append(partition)
+    return [
+        fetch_codec.ForgottenTopic(topic, tuple(parts), topic_id)
+        for topic_id, (topic, parts) in by_id.items()
+    ]

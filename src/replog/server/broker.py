@@ -169,6 +169,9 @@ class Broker:
                 security=self.client_security,
             ),
             quota=self.configs.follower_quota,
+            # Fetch v15: topics by the ids of the logs, and this broker's epoch (KIP-903)
+            topic_id=self.log_manager.topic_id,
+            broker_epoch=lambda: self.broker_epoch,
         )
         self.replica_manager.fetcher_manager.on_storage_error = self.replica_manager.storage_failed
         self.halt = os._exit
