@@ -73,7 +73,8 @@ if TYPE_CHECKING:
 __all__ = ["NO_LEADER", "DurableLog", "Role", "SimBroker", "TruncationRule"]
 
 MAX_RECORDS_PER_FETCH = 25
-FETCH_VERSION = 11  # the shipped follower's (topics by name, sessions)
+FETCH_VERSION = 11  # sessions by topic name (the shipped follower fetches at v15 by topic id; the
+# leader-side session rules it exercises are the same; the broker epoch travels in the sim's own messages)
 FETCH_MAX_BYTES = 1 << 20
 SESSION_CACHE_SLOTS = 1_000  # Kafka's max.incremental.fetch.session.cache.slots
 SESSION_EVICTION_MS = 120_000  # Kafka's min.incremental.fetch.session.eviction.ms
