@@ -364,3 +364,14 @@ def test_a_final_read_that_never_reaches_the_end_is_reported():
     result = check_transactions(h.events)
     flagged(result, "final read short of the end")
     assert result.unread == [(IN, 1)]
+
+
+def test_a_flow_that_never_reached_its_last_input_is_not_drained():
+    h = flow({0: 1})  # input 0 copied; its committed offsets stopped at 1 of 3
+    h.events = [e for e in h.events if e["type"] != "txn-drained"]
+    h.add("txn-drained", topic=IN, output=OUT, ends={"0": 1}, inputs={"0": 3}, complete=False)
+    result = check_transactions(h.events)
+    flagged(result, "flow not drained")  # input 0, below the commits, was copied once
+    assert result.not_drained == [(IN, 0, 1, 3)]
+    h.events[-1]["ends"] = {"0": 2}  # input 1 committed yet never copied
+    assert set(check_transactions(h.events).found) == {"flow not drained", "not exactly once"}

@@ -21,8 +21,10 @@ Events (besides ``chaos.history``'s ``t``/``wall``)::
     {"type": "txn-end", "reader": "r0", "session": 1, "topic": "t", "partition": 2,
      "offset": 57}                        the reader's position reached 57 (end of partition)
     {"type": "txn-final", "topic": "t", "ends": {"2": 57}}   the final reader's targets
-    {"type": "txn-drained", "topic": "in", "output": "out", "ends": {"2": 57}}
-                                          the flow's committed offsets reached these ends
+    {"type": "txn-drained", "topic": "in", "output": "out", "ends": {"2": 57},
+     "inputs": {"2": 57}, "complete": true}
+                                          the flow's committed offsets (ends) reached the
+                                          offsets after the last inputs (or not: complete false)
 
 A transaction's outcome: **committed** on ``ok``; **aborted** on ``aborted``, or when the
 client never called ``commit_transaction`` (only the client's EndTxn can commit it);
@@ -61,6 +63,8 @@ Anomalies (any fails the check):
 - **final read short of the end**: the final reader (reader ``final``) never reached
   the end of a partition it was asked to read (``txn-final``): a transaction left open
   holds the last stable offset back;
+- **flow not drained**: the flow's committed offsets never reached the last input
+  (``complete`` false); the inputs below them are still checked for exactly once;
 - **write cycle**: two flow transactions ``a`` and ``b``, ``a``'s inputs all below
   ``b``'s on an input partition (``b`` consumed from ``a``'s committed offsets, so began
   after ``a`` committed), yet on an output partition a record of ``b`` below one of ``a``:
@@ -127,6 +131,8 @@ class TxnResult:
     write_cycles: list[tuple[str, str, str, int, str, int]] = field(default_factory=list)
     unread: list[tuple[str, int]] = field(default_factory=list)  # final reader short of end
     drained: bool = False
+    # (input topic, partition, committed offset, offset after the last input)
+    not_drained: list[tuple[str, int, int, int]] = field(default_factory=list)
 
     def anomalies(self) -> dict[str, int]:
         return {
@@ -140,6 +146,7 @@ class TxnResult:
             "unexpected value": len(self.unexpected),
             "not exactly once": len(self.not_exactly_once),
             "write cycle": len(self.write_cycles),
+            "flow not drained": len(self.not_drained),
             "final read short of the end": len(self.unread),
         }
 
@@ -298,7 +305,12 @@ def check_transactions(events: list[dict[str, Any]]) -> TxnResult:
     for topic_ends in _final_ends(events):
         result.unread.extend(topic_ends)
     for d in drained:
-        result.drained = True
+        result.drained = result.drained or d.get("complete", True)
+        if not d.get("complete", True):
+            got = {int(p): o for p, o in d["ends"].items()}
+            for p, last in sorted((int(p), o) for p, o in d.get("inputs", {}).items()):
+                if got.get(p, 0) < last:
+                    result.not_drained.append((d["topic"], p, got.get(p, 0), last))
         result.not_exactly_once.extend(
             _exactly_once(d, final_reads, txns, owner, {r[0] for r in result.unread})
         )
@@ -452,6 +464,10 @@ def report_lines(result: TxnResult) -> list[str]:
         lines.append(
             f"  write cycle: {a} consumed {in_topic}/{in_p} before {b}, yet {b} wrote below "
             f"{a} on {out_topic}/{out_p}"
+        )
+    for topic, p, got, last in result.not_drained[:5]:
+        lines.append(
+            f"  flow not drained: {topic}/{p} committed up to {got}, its last input ends at {last}"
         )
     if result.unread:
         lines.append(f"  final read short of the end: {result.unread}")

@@ -243,6 +243,9 @@ class TxnProducing:
         except KafkaException as exc:
             return self._txns.abort(producer, txn, why=str(exc)) and not _fatal(exc)
         if not commit:
+            # the records reach the log first, so that a read_committed reader has
+            # aborted records to skip (an abort would purge them from the queue)
+            producer.flush(CALL_TIMEOUT_S)
             return self._txns.abort(producer, txn)
         done = self._txns.commit(producer, txn)
         self.committed += 1 if done else 0
@@ -409,18 +412,23 @@ class TxnFlow:
                     time.sleep(0.5)  # the coordinator moves: ask again
                     continue
                 if all(got.get(p, 0) >= end for p, end in ends.items()):
-                    self.history.append(
-                        "txn-drained",
-                        topic=self.source,
-                        output=self.sink,
-                        ends={str(p): o for p, o in got.items()},
-                    )
+                    self._drained(got, ends, complete=True)
                     return got
                 time.sleep(0.5)
-            self.history.append("info", what="flow not drained", committed=got, ends=ends)
+            self._drained(got, ends, complete=False)
             return None
         finally:
             consumer.close()
+
+    def _drained(self, got: dict[int, int], ends: dict[int, int], complete: bool) -> None:
+        self.history.append(
+            "txn-drained",
+            topic=self.source,
+            output=self.sink,
+            ends={str(p): o for p, o in got.items()},
+            inputs={str(p): o for p, o in ends.items()},
+            complete=complete,
+        )
 
     def start(self) -> None:
         for thread in self._threads:
