@@ -216,7 +216,7 @@ class TxnProducing:
             records = [rng.randrange(self.partitions) for _ in range(rng.randint(1, 5))]
             commit = rng.random() >= ABORT_SHARE
             if not self._one(producer, name, txn, records, commit):
-                producer.purge()
+                _discard(producer)
                 producer = None
             self._stop.wait(self.pause_s)
         if producer is not None:
@@ -259,6 +259,15 @@ class TxnProducing:
         self._stop.set()
         for thread in self._threads:
             thread.join(4 * CALL_TIMEOUT_S * COMMIT_ATTEMPTS)
+
+
+def _discard(producer: Producer) -> None:
+    """Drop what a producer about to be replaced still queues (its successor's
+    init_transactions fences whatever it already sent)."""
+    try:
+        producer.purge()
+    except (KafkaException, RuntimeError):
+        pass
 
 
 def _fatal(exc: KafkaException) -> bool:
@@ -333,7 +342,7 @@ class TxnFlow:
             except KafkaException as exc:
                 self.history.append("info", what=f"flow {name} restarts", error=str(exc))
             finally:
-                producer.purge()
+                _discard(producer)
                 try:
                     consumer.close()
                 except (KafkaException, RuntimeError):
