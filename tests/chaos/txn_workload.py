@@ -103,7 +103,8 @@ def _produce(producer: Producer, topic: str, partition: int, value: str, on_deli
 class _Transactions:
     """Begin, commit and abort with the outcome recorded; shared by producers and workers.
 
-    ``commit`` and ``abort`` return whether the producer can go on (False: replace it)."""
+    ``commit`` returns whether the transaction committed and whether the producer can go
+    on (False: replace it); ``abort`` whether the producer can go on."""
 
     def __init__(self, history: History) -> None:
         self.history = history
@@ -123,14 +124,14 @@ class _Transactions:
 
         return on_delivery
 
-    def commit(self, producer: Producer, txn: str) -> bool:
+    def commit(self, producer: Producer, txn: str) -> tuple[bool, bool]:
         self.history.append("txn", phase="commit", txn=txn)
         err: KafkaError | None = None
         for _ in range(COMMIT_ATTEMPTS):
             try:
                 producer.commit_transaction(CALL_TIMEOUT_S)
                 self.history.append("txn", phase="ok", txn=txn)
-                return True
+                return True, True
             except KafkaException as exc:
                 err = _error(exc)
                 if err is None or not err.retriable():
@@ -140,9 +141,9 @@ class _Transactions:
             self.history.append(
                 "txn", phase="unknown", txn=txn, error=str(err), then=aborted or "aborted"
             )
-            return aborted is None
+            return False, aborted is None
         self.history.append("txn", phase="unknown", txn=txn, error=str(err))
-        return False
+        return False, False
 
     def abort(self, producer: Producer, txn: str, why: str | None = None) -> bool:
         """Abort a transaction whose commit was never asked for: aborted whatever the
@@ -247,9 +248,9 @@ class TxnProducing:
             # aborted records to skip (an abort would purge them from the queue)
             producer.flush(CALL_TIMEOUT_S)
             return self._txns.abort(producer, txn)
-        done = self._txns.commit(producer, txn)
-        self.committed += 1 if done else 0
-        return done
+        committed, usable = self._txns.commit(producer, txn)
+        self.committed += 1 if committed else 0
+        return usable
 
     def start(self) -> None:
         for thread in self._threads:
@@ -400,7 +401,10 @@ class TxnFlow:
             except KafkaException as exc:
                 self._txns.abort(producer, txn, why=str(exc))
                 return
-            if not self._txns.commit(producer, txn):
+            committed, _ = self._txns.commit(producer, txn)
+            if not committed:
+                # the consumer's position is past this transaction's inputs: only a new
+                # consumer, from the group's committed offsets, reads them again
                 return
             self.committed += 1
 
