@@ -369,9 +369,18 @@ def test_a_final_read_that_never_reaches_the_end_is_reported():
 def test_a_flow_that_never_reached_its_last_input_is_not_drained():
     h = flow({0: 1})  # input 0 copied; its committed offsets stopped at 1 of 3
     h.events = [e for e in h.events if e["type"] != "txn-drained"]
-    h.add("txn-drained", topic=IN, output=OUT, ends={"0": 1}, inputs={"0": 3}, complete=False)
+    h.add(
+        "txn-drained",
+        topic=IN,
+        output=OUT,
+        ends={"0": 1},
+        inputs={"0": 3},
+        complete=False,
+        error="UNSTABLE_OFFSET_COMMIT",
+    )
     result = check_transactions(h.events)
     flagged(result, "flow not drained")  # input 0, below the commits, was copied once
     assert result.not_drained == [(IN, 0, 1, 3)]
+    assert "last asked: UNSTABLE_OFFSET_COMMIT" in "\n".join(report_lines(result))
     h.events[-1]["ends"] = {"0": 2}  # input 1 committed yet never copied
     assert set(check_transactions(h.events).found) == {"flow not drained", "not exactly once"}

@@ -133,6 +133,7 @@ class TxnResult:
     drained: bool = False
     # (input topic, partition, committed offset, offset after the last input)
     not_drained: list[tuple[str, int, int, int]] = field(default_factory=list)
+    drain_error: str = ""  # the flow's last failed OffsetFetch when it did not drain
 
     def anomalies(self) -> dict[str, int]:
         return {
@@ -307,6 +308,7 @@ def check_transactions(events: list[dict[str, Any]]) -> TxnResult:
     for d in drained:
         result.drained = result.drained or d.get("complete", True)
         if not d.get("complete", True):
+            result.drain_error = d.get("error", "")
             got = {int(p): o for p, o in d["ends"].items()}
             for p, last in sorted((int(p), o) for p, o in d.get("inputs", {}).items()):
                 if got.get(p, 0) < last:
@@ -469,6 +471,8 @@ def report_lines(result: TxnResult) -> list[str]:
         lines.append(
             f"  flow not drained: {topic}/{p} committed up to {got}, its last input ends at {last}"
         )
+    if result.not_drained and result.drain_error:
+        lines.append(f"  the flow's committed offsets, last asked: {result.drain_error}")
     if result.unread:
         lines.append(f"  final read short of the end: {result.unread}")
     return lines

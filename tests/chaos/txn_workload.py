@@ -417,23 +417,29 @@ class TxnFlow:
         try:
             deadline = time.monotonic() + timeout_s
             got: dict[int, int] = {}
+            error = None
             while time.monotonic() < deadline:
                 try:
                     tps = [TopicPartition(self.source, p) for p in sorted(ends)]
                     got = {tp.partition: max(tp.offset, 0) for tp in consumer.committed(tps, 10)}
-                except KafkaException:
+                except KafkaException as exc:
+                    error = str(exc)
                     time.sleep(0.5)  # the coordinator moves: ask again
                     continue
                 if all(got.get(p, 0) >= end for p, end in ends.items()):
                     self._drained(got, ends, complete=True)
                     return got
                 time.sleep(0.5)
-            self._drained(got, ends, complete=False)
+            self._drained(got, ends, complete=False, error=error)
             return None
         finally:
             consumer.close()
 
-    def _drained(self, got: dict[int, int], ends: dict[int, int], complete: bool) -> None:
+    def _drained(
+        self, got: dict[int, int], ends: dict[int, int], complete: bool, error: str | None = None
+    ) -> None:
+        """``error``: the last answer of an OffsetFetch that failed (``got`` is then
+        what an earlier one answered, or empty)."""
         self.history.append(
             "txn-drained",
             topic=self.source,
@@ -441,6 +447,7 @@ class TxnFlow:
             ends={str(p): o for p, o in got.items()},
             inputs={str(p): o for p, o in ends.items()},
             complete=complete,
+            **({"error": error} if error else {}),
         )
 
     def start(self) -> None:
