@@ -51,7 +51,7 @@ demo: $(STAMP)
 # order, where tests/conftest.py puts the longest first.
 test: $(STAMP) system-deps js-deps
 	$(VENV)/bin/ruff check src tests bench
-	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25
 
 # Random replication-simulation seeds for SIM_SECONDS of wall time over every profile
 # (SIM_PROFILE narrows it to one); failures print

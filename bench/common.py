@@ -15,11 +15,13 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from replog.cluster.launcher import LocalCluster
+from replog.server.loop_lag import LAG, LAG_MS_BUCKETS, MAX_LAG, MAX_OWN_LAG, OWN_LAG
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -49,12 +51,13 @@ def work_dir(prefix: str, keep: bool = False) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def replog_cluster(
-    directory: Path, brokers: int, overrides: dict[str, str] | None = None
+    directory: Path, brokers: int, overrides: dict[str, str] | None = None, metrics: bool = False
 ) -> Iterator[LocalCluster]:
-    """ZooKeeper and ``brokers`` replog brokers; all stopped by pid on the way out."""
+    """ZooKeeper and ``brokers`` replog brokers (``metrics``: each with ``/metrics``); all
+    stopped by pid on the way out."""
     cluster = LocalCluster(directory)
     try:
-        cluster.up(brokers, overrides=overrides, wait_s=120)
+        cluster.up(brokers, overrides=overrides, wait_s=120, metrics=metrics)
         yield cluster
     finally:
         cluster.down()
@@ -325,3 +328,47 @@ def create_partitions(bootstrap: str, topics: list[str], per_topic: int) -> None
                 future.result(timeout=180)
             except KafkaException as exc:
                 say(f"  CreateTopics({name}): {exc.args[0].str()} (waiting for the leaders)")
+
+
+def scrape_lag(url: str) -> dict[str, tuple[list[float], float]]:
+    """A broker's loop lag histograms (``LAG``, ``OWN_LAG``): bucket counts (cumulative,
+    ``LAG_MS_BUCKETS`` then +Inf) and the max since start, in ms."""
+    with urllib.request.urlopen(url, timeout=30) as response:
+        text = response.read().decode()
+    found: dict[str, tuple[list[float], float]] = {}
+    for name, max_name in ((LAG, MAX_LAG), (OWN_LAG, MAX_OWN_LAG)):
+        buckets = [
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(f"{name}_bucket")
+        ]
+        largest = [
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(f"{max_name} ")
+        ]
+        found[name] = (buckets, largest[0] if largest else float("nan"))
+    return found
+
+
+def lag_bounds(counts: list[float]) -> tuple[float, float]:
+    """(p99, max) of a window's lag counts per bucket (not cumulative), as bucket upper
+    bounds in ms (inf: past the last bound)."""
+    bounds = [*LAG_MS_BUCKETS, float("inf")]
+    total = sum(counts)
+    if not total:
+        return float("nan"), float("nan")
+    largest = max(b for b, n in zip(bounds, counts, strict=True) if n)
+    seen = 0.0
+    for bound, n in zip(bounds, counts, strict=True):
+        seen += n
+        if seen >= 0.99 * total:
+            return float(bound), float(largest)
+    return float("inf"), float(largest)
+
+
+def lag_counts(before: dict, after: dict, name: str) -> list[float]:
+    """Per bucket (not cumulative) the lags of histogram ``name`` between two
+    ``scrape_lag`` results."""
+    cumulative = [a - b for a, b in zip(after[name][0], before[name][0], strict=True)]
+    return [n - (cumulative[i - 1] if i else 0) for i, n in enumerate(cumulative)]

@@ -33,6 +33,24 @@ send time is the actual ``produce()`` time; when the producer falls behind its s
 that wait out, so the lag is printed, and the JSON also has end-to-end from the scheduled
 time. Prints a table, then one JSON line.
 
+Options for the setup of issue 27's table: ``--idempotence`` (an idempotent producer,
+``enable.idempotence=true``, which needs ``acks=all``), ``--fetch-wait-max-ms 5`` (the
+consumer's ``fetch.wait.max.ms``), ``--pin pinned|unpinned|both``: pinned, ``taskset``
+puts ZooKeeper and every broker (all their threads) on CPU 0 and the producer and
+consumer processes on CPU 1 (the nearest this machine comes to clients on other hosts);
+unpinned, every process may run on every CPU; ``both`` runs each case both ways, pinned
+first. Each record carries a sequence number: every acknowledged record must be received,
+and none twice (``missing``, ``duplicates`` in the table; records sent but never
+acknowledged are not counted). ``cores`` is the brokers' CPU (user + system from
+``/proc``, summed over the three) over the measured window, in cores. The brokers run
+with ``/metrics``; their event loop lag over the measured window (the histograms
+``kafka_server_eventloop_lagms`` and ``..._ownlagms``, scraped at its start and end) is
+printed as p99 and max, bucket upper bounds of the worst broker. The table of
+issue 27:
+
+    .venv/bin/python bench/latency.py --rate 0.2 2 10 --compare-rate 0 --idempotence \
+        --fetch-wait-max-ms 5 --pin both
+
 ``--profile-dir DIR`` runs ``py-spy record`` (``--nonblocking``, raw collapsed stacks, one
 file per broker) on every broker during the measured window of the RF 3 ``acks=all`` case at
 ``--profile-rate``; py-spy is not a project dependency (``.venv/bin/pip install py-spy``).
@@ -59,17 +77,23 @@ from typing import Any
 
 from common import (
     create_topic,
+    lag_bounds,
+    lag_counts,
     latency_summary,
     partition_leaders,
     quiet_logger,
     replog_cluster,
     say,
+    scrape_lag,
     work_dir,
 )
 
 from replog.cluster.launcher import LocalCluster
+from replog.server.loop_lag import LAG, OWN_LAG
 
-STAMPS = struct.Struct("<qq")  # send time, scheduled send time (time.time_ns)
+STAMPS = struct.Struct("<qqq")  # send time, scheduled send time (time.time_ns), sequence
+CLIENT_CPU = 1  # pinned: the producer and consumer here
+SERVER_CPU = 0  # pinned: ZooKeeper and the brokers here
 TICK_S = 0.001
 DRAIN_S = 15.0
 
@@ -80,6 +104,7 @@ class Case:
     replication_factor: int
     acks: str
     rate_mb: float
+    pinned: bool | None = None  # None: as the processes were started (no taskset)
 
 
 def producer_process(
@@ -94,6 +119,9 @@ def producer_process(
     """Child process: send on schedule, stamp every acknowledgement, send the stamps back."""
     from confluent_kafka import Producer
 
+    if case.pinned:
+        os.sched_setaffinity(0, {CLIENT_CPU})
+
     size, warm_up_s, seconds = args["size"], args["warm_up"], args["seconds"]
     rate = case.rate_mb * 1e6 / size
     padding = b"x" * max(0, size - STAMPS.size)
@@ -101,6 +129,7 @@ def producer_process(
     unpack = STAMPS.unpack_from
     send_ns = array("q")  # of acknowledged records
     ack_ns = array("q")
+    acked_seq = array("q")
     errors: list[str] = []
 
     def on_delivery(err: Any, msg: Any) -> None:
@@ -108,15 +137,17 @@ def producer_process(
         if err is not None:
             errors.append(str(err))
             return
-        send_ns.append(unpack(msg.value())[0])
+        sent_at, _, seq = unpack(msg.value())
+        send_ns.append(sent_at)
         ack_ns.append(now)
+        acked_seq.append(seq)
 
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
             "acks": case.acks,
             "linger.ms": args["linger_ms"],
-            "enable.idempotence": False,
+            "enable.idempotence": args["idempotence"],
             "compression.type": "none",
             "message.timeout.ms": 60_000,
             "logger": quiet_logger(Path(args["log_dir"]) / "producer.log"),
@@ -143,7 +174,9 @@ def producer_process(
         while sent < due:
             sched = start_ns + int(sent / rate * 1e9)
             try:
-                produce(topic, pack(time.time_ns(), sched) + padding, partition=sent % partitions)
+                produce(
+                    topic, pack(time.time_ns(), sched, sent) + padding, partition=sent % partitions
+                )
             except BufferError:
                 producer.poll(TICK_S)
                 continue
@@ -165,6 +198,7 @@ def producer_process(
             "max_lag_s": max_lag_s,
             "send_ns": send_ns.tobytes(),
             "ack_ns": ack_ns.tobytes(),
+            "acked_seq": acked_seq.tobytes(),
         }
     )
     conn.close()
@@ -175,6 +209,7 @@ def consumer_process(
     topic: str,
     partitions: int,
     log_dir: str,
+    settings: dict[str, Any],
     ready: Any,
     stop: Any,
     count: Any,
@@ -183,18 +218,21 @@ def consumer_process(
     """Child process: ``poll()`` one record at a time, stamp it as it is returned."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "replog-bench-latency",
-            "enable.auto.commit": False,
-            "logger": quiet_logger(Path(log_dir) / "consumer.log"),
-        }
-    )
+    if settings["pinned"]:
+        os.sched_setaffinity(0, {CLIENT_CPU})
+    config = {
+        "bootstrap.servers": bootstrap,
+        "group.id": "replog-bench-latency",
+        "enable.auto.commit": False,
+        "logger": quiet_logger(Path(log_dir) / "consumer.log"),
+    }
+    if settings["fetch_wait_max_ms"] is not None:
+        config["fetch.wait.max.ms"] = settings["fetch_wait_max_ms"]
+    consumer = Consumer(config)
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     consumer.poll(0.5)
     ready.set()
-    send_ns, sched_ns, recv_ns = array("q"), array("q"), array("q")
+    send_ns, sched_ns, recv_ns, seqs = array("q"), array("q"), array("q"), array("q")
     unpack = STAMPS.unpack_from
     poll = consumer.poll
     errors = 0
@@ -206,7 +244,8 @@ def consumer_process(
         if message.error() is not None:
             errors += 1
             continue
-        sent, sched = unpack(message.value())
+        sent, sched, seq = unpack(message.value())
+        seqs.append(seq)
         send_ns.append(sent)
         sched_ns.append(sched)
         recv_ns.append(now)
@@ -218,6 +257,7 @@ def consumer_process(
             "send_ns": send_ns.tobytes(),
             "sched_ns": sched_ns.tobytes(),
             "recv_ns": recv_ns.tobytes(),
+            "seq": seqs.tobytes(),
         }
     )
     conn.close()
@@ -277,6 +317,18 @@ def stop_profiles(procs: list[Any]) -> None:
             proc.stderr.close()
 
 
+def pin_cluster(cluster: LocalCluster, pinned: bool) -> None:
+    """ZooKeeper and the brokers, every thread: on ``SERVER_CPU`` alone (pinned) or on
+    every CPU (``taskset -a -p``)."""
+    cpus = str(SERVER_CPU) if pinned else f"0-{os.cpu_count() - 1}"
+    for _, pid in cluster.live_processes():
+        subprocess.run(
+            ["taskset", "-a", "-p", "-c", cpus, str(pid)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+
+
 def run_case(
     cluster: LocalCluster, case: Case, args: argparse.Namespace, log_dir: Path, profile: bool
 ) -> dict[str, Any]:
@@ -285,6 +337,8 @@ def run_case(
     configs = {"min.insync.replicas": "2"} if case.replication_factor == 3 else {}
     create_topic(bootstrap, topic, args.partitions, case.replication_factor, configs)
     leaders = partition_leaders(bootstrap, topic)
+    if case.pinned is not None:
+        pin_cluster(cluster, case.pinned)
     ctx = mp.get_context("spawn")
     ready, stop, started = ctx.Event(), ctx.Event(), ctx.Event()
     count = ctx.RawValue("q", 0)
@@ -292,13 +346,24 @@ def run_case(
     producer_rx, producer_tx = ctx.Pipe(duplex=False)
     consumer = ctx.Process(
         target=consumer_process,
-        args=(bootstrap, topic, args.partitions, str(log_dir), ready, stop, count, consumer_tx),
+        args=(
+            bootstrap,
+            topic,
+            args.partitions,
+            str(log_dir),
+            {"pinned": case.pinned, "fetch_wait_max_ms": args.fetch_wait_max_ms},
+            ready,
+            stop,
+            count,
+            consumer_tx,
+        ),
     )
     child_args = {
         "size": args.size,
         "warm_up": args.warm_up,
         "seconds": args.seconds,
         "linger_ms": args.linger_ms,
+        "idempotence": args.idempotence,
         "log_dir": str(log_dir),
     }
     producer = ctx.Process(
@@ -316,6 +381,7 @@ def run_case(
         if not started.wait(60):
             raise RuntimeError("the producer process did not start")
         time.sleep(args.warm_up)
+        lag_from = brokers_lag(cluster)
         cpu_from, cpu_from_at = brokers_cpu_s(cluster), time.monotonic()
         if profile:
             profiles = start_profiles(cluster, Path(args.profile_dir), case_key(case), args.seconds)
@@ -323,6 +389,7 @@ def run_case(
             raise RuntimeError("no result from the producer process")
         sent = producer_rx.recv()
         broker_cpu = (brokers_cpu_s(cluster) - cpu_from, time.monotonic() - cpu_from_at)
+        loop_lag = lag_in_window(lag_from, brokers_lag(cluster))
         deadline = time.monotonic() + DRAIN_S
         while count.value < sent["sent"] and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -338,7 +405,29 @@ def run_case(
             if child.is_alive():
                 child.kill()
                 child.join()
-    return summarize(case, args, leaders, sent, received, broker_cpu)
+    row = summarize(case, args, leaders, sent, received, broker_cpu)
+    row["loop_lag"] = loop_lag
+    return row
+
+
+def brokers_lag(cluster: LocalCluster) -> dict[int, dict]:
+    """Every broker's loop lag histograms (``/metrics``) now."""
+    return {
+        b: scrape_lag(url)
+        for b in cluster.broker_ids
+        if (url := cluster.metrics_url(b)) is not None
+    }
+
+
+def lag_in_window(before: dict[int, dict], after: dict[int, dict]) -> dict[str, float]:
+    """The brokers' event loop lag between two scrapes: p99 and max (bucket upper bounds,
+    the worst broker's) of the lag and of the loop's own lag (without run-queue wait)."""
+    out: dict[str, float] = {}
+    for name, key in ((LAG, "lag"), (OWN_LAG, "own_lag")):
+        bounds = [lag_bounds(lag_counts(before[b], after[b], name)) for b in after if b in before]
+        out[f"{key}_p99_ms"] = max((p for p, _ in bounds), default=float("nan"))
+        out[f"{key}_max_ms"] = max((m for _, m in bounds), default=float("nan"))
+    return out
 
 
 def brokers_cpu_s(cluster: LocalCluster) -> float:
@@ -353,7 +442,8 @@ def brokers_cpu_s(cluster: LocalCluster) -> float:
 
 
 def case_key(case: Case) -> str:
-    return f"rf{case.replication_factor}-acks{case.acks}-{case.rate_mb:g}MBps"
+    pin = {None: "", True: "-pinned", False: "-unpinned"}[case.pinned]
+    return f"rf{case.replication_factor}-acks{case.acks}-{case.rate_mb:g}MBps{pin}"
 
 
 def summarize(
@@ -375,8 +465,15 @@ def summarize(
             e2e.append(r - s)
             e2e_sched.append(r - sch)
     sent_in_window = sent["sent_in_window"]
+    acked = set(_ints(sent["acked_seq"]))
+    received_seq = _ints(received["seq"])
+    distinct = set(received_seq)
     return {
         "case": case.label,
+        "pinned": case.pinned,
+        # every acknowledged record received, once
+        "missing": len(acked - distinct),
+        "duplicates": len(received_seq) - len(distinct),
         "replication_factor": case.replication_factor,
         "acks": case.acks,
         "target_mb_s": case.rate_mb,
@@ -409,26 +506,48 @@ def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     print(
         f"\nper-record latency, 3 brokers, {args.partitions} partitions, {args.size}-byte records, "
         f"linger.ms={args.linger_ms}, {args.seconds:g} s measured after {args.warm_up:g} s warm-up"
+        + (", idempotent producer" if args.idempotence else "")
+        + (
+            f", consumer fetch.wait.max.ms={args.fetch_wait_max_ms}"
+            if args.fetch_wait_max_ms is not None
+            else ""
+        )
     )
     head = (
-        f"{'case':<22}{'target':>7}{'achieved':>9}  "
+        f"{'case':<24}{'target':>7}{'achieved':>9}  "
         f"{'e2e p50':>8}{'p99':>8}{'p99.9':>8}{'max':>8}  "
-        f"{'ack p50':>8}{'p99':>8}{'p99.9':>8}{'max':>8}  {'sched lag':>9}{'lost':>6}{'load':>6}"
-        f"{'cpu s/MB':>9}"
+        f"{'ack p50':>8}{'p99':>8}{'p99.9':>8}{'max':>8}  {'sched lag':>9}{'lost':>6}{'dup':>5}"
+        f"{'load':>6}{'cpu s/MB':>9}{'cores':>7}  {'lag p99':>7}{'max':>6}{'own p99':>8}{'max':>6}"
     )
     print(head)
-    print(f"{'':<22}{'MB/s':>7}{'MB/s':>9}  {'ms':>8}{'':>24}  {'ms':>8}{'':>24}  {'max ms':>9}")
+    print(f"{'':<24}{'MB/s':>7}{'MB/s':>9}  {'ms':>8}{'':>24}  {'ms':>8}{'':>24}  {'max ms':>9}")
     for r in rows:
         e, a = r["e2e"], r["ack"]
         print(
-            f"{r['case']:<22}{r['target_mb_s']:>7g}{r['achieved_mb_s']:>9.1f}  "
+            f"{r['case']:<24}{r['target_mb_s']:>7g}{r['achieved_mb_s']:>9.1f}  "
             + "".join(_ms(e[k]) for k in ("p50_ms", "p99_ms", "p999_ms", "max_ms"))
             + "  "
             + "".join(_ms(a[k]) for k in ("p50_ms", "p99_ms", "p999_ms", "max_ms"))
-            + f"  {r['max_schedule_lag_ms']:>9.1f}{r['not_received']:>6}"
+            + f"  {r['max_schedule_lag_ms']:>9.1f}{r['missing']:>6}{r['duplicates']:>5}"
             + f"{r['load_average_1min']:>6.1f}"
             + (f"{r['broker_cpu_s_per_mb']:>9.3f}" if r["broker_cpu_s_per_mb"] else f"{'-':>9}")
+            + (f"{r['broker_cores_busy']:>7.2f}" if r["broker_cores_busy"] else f"{'-':>7}")
+            + "  "
+            + "".join(
+                f"{r['loop_lag'][k]:>{w}g}"
+                for k, w in (
+                    ("lag_p99_ms", 7),
+                    ("lag_max_ms", 6),
+                    ("own_lag_p99_ms", 8),
+                    ("own_lag_max_ms", 6),
+                )
+            )
         )
+    print(
+        "lag: the brokers' event loop lag in the window (kafka_server_eventloop_lagms, "
+        "bucket upper bounds, ms, the worst broker); own: less the time the loop's thread "
+        "waited for a CPU (kafka_server_eventloop_ownlagms)"
+    )
 
 
 def _ms(value: float | None) -> str:
@@ -458,13 +577,42 @@ def main() -> None:
     parser.add_argument("--profile-dir", default=None)
     parser.add_argument("--profile-rate", type=float, default=10.0)
     parser.add_argument("--keep", action="store_true", help="keep bench/out/latency-*")
+    parser.add_argument(
+        "--idempotence", action="store_true", help="enable.idempotence=true (acks=all cases)"
+    )
+    parser.add_argument(
+        "--fetch-wait-max-ms", type=int, default=None, help="the consumer's fetch.wait.max.ms"
+    )
+    parser.add_argument(
+        "--pin",
+        choices=("none", "pinned", "unpinned", "both"),
+        default="none",
+        help="pinned: ZooKeeper and brokers on CPU 0, clients on CPU 1 (taskset); both: "
+        "every case pinned then unpinned",
+    )
     args = parser.parse_args()
-    cases = [Case("RF 3 acks=all", 3, "all", rate) for rate in args.rate]
+    pins: list[bool | None] = {
+        "none": [None],
+        "pinned": [True],
+        "unpinned": [False],
+        "both": [True, False],
+    }[args.pin]
+    suffix = {None: "", True: " pinned", False: " unpinned"}
+    cases = [
+        Case(f"RF 3 acks=all{suffix[pin]}", 3, "all", rate, pin)
+        for pin in pins
+        for rate in args.rate
+    ]
     if args.compare_rate > 0:
-        cases.append(Case("RF 1 acks=all", 1, "all", args.compare_rate))
-        cases.append(Case("RF 3 acks=1", 3, "1", args.compare_rate))
+        for pin in pins:
+            cases.append(Case(f"RF 1 acks=all{suffix[pin]}", 1, "all", args.compare_rate, pin))
+            if not args.idempotence:  # an idempotent producer needs acks=all
+                cases.append(Case(f"RF 3 acks=1{suffix[pin]}", 3, "1", args.compare_rate, pin))
     rows = []
-    with work_dir("latency", keep=args.keep) as out, replog_cluster(out / "cluster", 3) as cluster:
+    with (
+        work_dir("latency", keep=args.keep) as out,
+        replog_cluster(out / "cluster", 3, metrics=True) as cluster,
+    ):
         for case in cases:
             profile = (
                 args.profile_dir is not None
@@ -479,9 +627,12 @@ def main() -> None:
                 f"  achieved {row['achieved_mb_s']:.1f} MB/s, e2e p50 {row['e2e']['p50_ms']:.1f} "
                 f"ms p99 {row['e2e']['p99_ms']:.1f} ms, ack p50 {row['ack']['p50_ms']:.1f} ms, "
                 f"schedule lag max {row['max_schedule_lag_ms']:.0f} ms, "
-                f"not received {row['not_received']}"
+                f"acknowledged not received {row['missing']}, twice {row['duplicates']}, "
+                f"brokers {row['broker_cores_busy'] or 0:.2f} cores, loop lag max "
+                f"{row['loop_lag']['lag_max_ms']:g} ms, own {row['loop_lag']['own_lag_max_ms']:g} ms"
             )
     print_table(rows, args)
+    print(f"/proc/loadavg at the end: {Path('/proc/loadavg').read_text().strip()}")
     config = {k: v for k, v in vars(args).items() if k != "keep"}
     print(json.dumps({"bench": "latency", "config": config, "rows": rows}))
 

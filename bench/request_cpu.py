@@ -26,11 +26,19 @@ the load window. Medians over ``--windows`` windows. The cases:
   against not scraped: cores used, and CPU per scrape (``--partitions N`` adds an idle
   topic of N partitions, whose log gauges are most of a scrape).
 
+Each case also prints the brokers' event loop lag during its load windows (max and p99,
+as the upper bounds of the ``kafka_server_eventloop_lagms`` histogram's buckets: its
+counts scraped just before and after each load window, outside the CPU measurement), the
+same of the loop's own lag (``kafka_server_eventloop_ownlagms``: without the time the
+loop's thread waited for a CPU, which other work on a shared machine causes) and each
+broker's largest of both since it started (``..._maxlagms``, ``..._maxownlagms``).
+
 ``--profile DIR`` starts the brokers with a ``sitecustomize`` that runs cProfile between
 two SIGUSR1 (sent at the start and end of each case's load windows) and writes
 ``DIR/<single|produce_all>-<case>-pid<pid>.prof`` (first load window only); ``--perf DIR`` records each load window with
 ``perf record -g`` (native stacks: interpreter, event loop, kernel) into
-``DIR/<case>-broker-<id>.perf``. Both cost CPU: their figures are not the figures.
+``DIR/<case>-broker-<id>.perf``; ``--py-spy DIR`` samples it with ``py-spy record --native``
+(Python and native frames; collapsed stacks in ``DIR/<case>-broker-<id>.txt``). All cost CPU: their figures are not the figures.
 ``--src CHECKOUT`` runs the brokers from another checkout's ``src/`` (the code before a
 change, say, from ``git archive``); ``--ab CHECKOUT`` starts a broker from it and one
 from this tree side by side and alternates their windows (the order swapped each window),
@@ -43,6 +51,7 @@ import argparse
 import asyncio
 import datetime
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -54,12 +63,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from common import say, work_dir
+from common import lag_bounds, say, scrape_lag, work_dir
 
 from replog.cluster.launcher import LocalCluster
 from replog.protocol.apis import ApiKey, make, nested, request_schema
 from replog.protocol.client import KafkaConnection
 from replog.protocol.records import simple_batch
+from replog.server.loop_lag import LAG, LAG_MS_BUCKETS, OWN_LAG
 
 TICKS = os.sysconf("SC_CLK_TCK")
 FETCH_VERSION = 16
@@ -263,12 +273,62 @@ async def connect(cluster: LocalCluster, broker_id: int, n: int) -> list[KafkaCo
 # -- measurement ------------------------------------------------------------------------
 
 
+class LagWindows:
+    """Loop lag counts (both histograms) summed over a case's load windows, per broker."""
+
+    def __init__(self, urls: dict[int, str]) -> None:
+        self.urls = urls
+        empty = [0.0] * (len(LAG_MS_BUCKETS) + 1)
+        self.counts = {(b, n): list(empty) for b in urls for n in (LAG, OWN_LAG)}
+        self.largest: dict[tuple[int, str], float] = {}
+        self._before: dict[int, dict[str, tuple[list[float], float]]] = {}
+
+    async def begin(self) -> None:
+        for b, url in self.urls.items():
+            self._before[b] = await asyncio.to_thread(scrape_lag, url)
+
+    async def end(self) -> None:
+        for b, url in self.urls.items():
+            after = await asyncio.to_thread(scrape_lag, url)
+            for name, (buckets, largest) in after.items():
+                before = self._before[b].get(name, ([], 0.0))[0]
+                if not buckets or len(before) != len(buckets):
+                    continue  # a broker without the loop lag histograms (an older tree)
+                self.largest[b, name] = largest
+                cumulative = [a - c for a, c in zip(buckets, before, strict=True)]
+                counts = [n - (cumulative[i - 1] if i else 0) for i, n in enumerate(cumulative)]
+                self.counts[b, name] = [
+                    c + n for c, n in zip(self.counts[b, name], counts, strict=True)
+                ]
+
+    def summary(self) -> dict[int, dict[str, tuple[float, float, float]]]:
+        """Per broker and histogram: (p99, max) over the load windows and the max since
+        start (ms)."""
+        out: dict[int, dict[str, tuple[float, float, float]]] = {}
+        for (b, name), counts in self.counts.items():
+            since = self.largest.get((b, name), float("nan"))
+            out.setdefault(b, {})[name] = (*lag_bounds(counts), since)
+        return out
+
+
+def lag_text(lag: dict[int, dict[str, tuple[float, float, float]]]) -> str:
+    parts = []
+    for b, by_name in sorted(lag.items()):
+        (p99, top, since), (own_p99, own_top, own_since) = by_name[LAG], by_name[OWN_LAG]
+        parts.append(
+            f"broker {b} p99 <= {p99:g} max <= {top:g} ms (own: p99 <= {own_p99:g} "
+            f"max <= {own_top:g} ms; since start {since:.1f}, own {own_since:.1f} ms)"
+        )
+    return "; ".join(parts)
+
+
 class Instruments:
     """cProfile toggles (SIGUSR1) and ``perf record`` around load windows, when asked."""
 
-    def __init__(self, profile: Path | None, perf: Path | None) -> None:
+    def __init__(self, profile: Path | None, perf: Path | None, py_spy: Path | None = None) -> None:
         self.profile = profile
         self.perf = perf
+        self.py_spy = py_spy
         self._perf_procs: list[subprocess.Popen[bytes]] = []
         self._pids: dict[int, int] = {}
 
@@ -279,6 +339,19 @@ class Instruments:
                 (self.profile / f"{tag}.case").write_text(case)
             for pid in pids.values():
                 os.kill(pid, signal.SIGUSR1)
+        if self.py_spy is not None:
+            self.py_spy.mkdir(parents=True, exist_ok=True)
+            binary = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+            for broker, pid in pids.items():
+                out = self.py_spy / f"{case}-broker-{broker}.txt"
+                self._perf_procs.append(
+                    subprocess.Popen(
+                        [binary, "record", "--pid", str(pid), "--rate", "499", "--native"]
+                        + ["--format", "raw", "--output", str(out)],
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
+                )
         if self.perf is not None:
             self.perf.mkdir(parents=True, exist_ok=True)
             for broker, pid in pids.items():
@@ -312,8 +385,11 @@ async def measure(
     load: Load,
     args: argparse.Namespace,
     instruments: Instruments,
+    urls: dict[int, str] | None = None,
 ) -> dict[str, Any]:
-    """Alternate idle and load windows; per broker the median CPU per answered request."""
+    """Alternate idle and load windows; per broker the median CPU per answered request
+    (and the loop lag during the load windows when ``urls`` has the brokers' /metrics)."""
+    lag = LagWindows(urls or {})
     per_request: dict[int, list[float]] = {b: [] for b in pids}
     idle_cores: dict[int, list[float]] = {b: [] for b in pids}
     rates: list[float] = []
@@ -321,6 +397,7 @@ async def measure(
         before = {b: cpu_seconds(p) for b, p in pids.items()}
         await asyncio.sleep(args.window)
         idle = {b: cpu_seconds(p) - before[b] for b, p in pids.items()}
+        await lag.begin()
         load.start()
         await asyncio.sleep(0.5)  # the schedule settles; long polls are in flight
         if window == 0:
@@ -333,6 +410,7 @@ async def measure(
         if window == 0:
             instruments.end()
         await load.stop()
+        await lag.end()
         answered = load.count(start, end)
         rates.append(answered / (end - start))
         for b in pids:
@@ -346,7 +424,10 @@ async def measure(
         )
     if load.errors:
         say(f"  {case}: {len(load.errors)} errors, e.g. {load.errors[:3]}")
+    if urls:
+        say(f"  {case} event loop lag: {lag_text(lag.summary())}")
     return {
+        "lag": lag.summary(),
         "case": case,
         "rate": statistics.median(rates),
         "us": {b: statistics.median(v) * 1e6 for b, v in per_request.items()},
@@ -466,7 +547,15 @@ async def one_case(
         url = cluster.metrics_url(0)
         assert url is not None
         return await measure_scrape(pid, url, args, instruments)
-    return await measure(case, {0: pid}, Load(conns, bodies[case], args.rate), args, instruments)
+    url = cluster.metrics_url(0)
+    return await measure(
+        case,
+        {0: pid},
+        Load(conns, bodies[case], args.rate),
+        args,
+        instruments,
+        {0: url} if url else None,
+    )
 
 
 async def single_broker_cases(
@@ -531,7 +620,8 @@ async def produce_all_case(
     conns = await connect(cluster, leader, 8)
     try:
         load = Load(conns, produce_request("rf3", -1), args.rate)
-        result = await measure("produce_all", pids, load, args, instruments)  # type: ignore[arg-type]
+        urls = {b: u for b in cluster.broker_ids if (u := cluster.metrics_url(b))}
+        result = await measure("produce_all", pids, load, args, instruments, urls)  # type: ignore[arg-type]
     finally:
         for c in conns:
             await c.close()
@@ -563,6 +653,10 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
             )
             idle = ", ".join(f"{v:.4f}" for _, v in sorted(r["idle"].items()))
         print(f"{r['case']:<14}{r['rate']:>11.0f}{cost}  {idle}  {r['errors']}")
+    print("\nevent loop lag in the load windows (bucket bounds of kafka_server_eventloop_lagms)")
+    for r in results:
+        if r.get("lag"):
+            print(f"{r['case']:<14}{lag_text(r['lag'])}")
     for r in results:
         if r["case"] == "scrape":
             print(
@@ -574,7 +668,7 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Each cluster is started and stopped outside the event loop (the launcher runs its
     own), and measured inside one."""
-    instruments = Instruments(args.profile, args.perf)
+    instruments = Instruments(args.profile, args.perf, args.py_spy)
     results: list[dict[str, Any]] = []
     single = [c for c in args.only if c in SINGLE]
     with work_dir("request-cpu") as out:
@@ -618,6 +712,12 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", choices=ALL_CASES, default=list(ALL_CASES))
     parser.add_argument("--profile", type=Path, help="cProfile of the load windows into DIR")
     parser.add_argument("--perf", type=Path, help="perf record of the first load window")
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        help="py-spy record --native (raw collapsed stacks) of the first load window into DIR "
+        "(py-spy is not a project dependency: .venv/bin/pip install py-spy)",
+    )
     parser.add_argument(
         "--src",
         type=Path,

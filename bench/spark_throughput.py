@@ -9,7 +9,11 @@ Measures, on one local[2] SparkSession:
 1. produce: a plain confluent-kafka producer filling the topic (for scale);
 2. task read: ``read_range`` in this process, one partition after another (no Spark);
 3. Spark batch read: ``spark.read.format("replog")`` summing value lengths;
-4. Spark batch write: ``df.write.format("replog")`` of the rows just read.
+4. Spark batch write of the same number of rows held in Spark's cache (the sink alone);
+5. Spark read + write: ``df.write.format("replog")`` of the rows read from the topic.
+
+3 to 5 run after a warm-up (Python workers, the writer's driver-side workers), each
+``--repeat`` times (the median is printed), alternated ``--rounds`` times.
 
 Reads use ``endingOffsets`` from the producer's delivery reports (which also works
 against Tansu, whose ListOffsets(latest) is wrong for multi-record batches).
@@ -20,20 +24,63 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from common import replog_cluster, work_dir
 
 
 @contextmanager
-def replog_broker() -> Iterator[str]:
+def replog_broker() -> Iterator[tuple[str, int | None]]:
     """A one-broker replog cluster under bench/out/, stopped by pid afterwards."""
     with work_dir("spark") as directory, replog_cluster(directory, 1) as cluster:
-        yield cluster.bootstrap_servers()
+        yield cluster.bootstrap_servers(), cluster.broker_pid(cluster.broker_ids[0])
+
+
+TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pids: set[int]) -> dict[int, float]:
+    """User + system CPU of each of these processes (with its reaped children), from /proc."""
+    found = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone
+        found[pid] = sum(int(x) for x in fields[11:15]) * TICK_S  # utime stime cutime cstime
+    return found
+
+
+def cpu_since(before: dict[int, float], pids: set[int]) -> float:
+    """CPU these processes used since ``before`` (a process started since counts whole)."""
+    now = cpu_seconds(pids)
+    return sum(t - before.get(pid, 0.0) for pid, t in now.items())
+
+
+def descendants(root: int) -> set[int]:
+    """``root`` and every process below it (Spark's JVM and its Python workers)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        found.add(pid)
+        todo.extend(children.get(pid, ()))
+    return found
 
 
 def fill(bootstrap: str, topic: str, partitions: int, records: int, size: int) -> dict:
@@ -73,27 +120,67 @@ def fill(bootstrap: str, topic: str, partitions: int, records: int, size: int) -
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--bootstrap")
+    parser.add_argument("--broker-pid", type=int, help="with --bootstrap: its CPU is shown")
     parser.add_argument("--records", type=int, default=300_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per figure (median)")
+    parser.add_argument("--rounds", type=int, default=1, help="alternations of the figures")
     args = parser.parse_args()
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ["PYSPARK_PYTHON"] = sys.executable
     with (
         replog_broker()
         if args.bootstrap is None
-        else contextmanager(lambda: iter([args.bootstrap]))() as bootstrap
+        else contextmanager(lambda: iter([(args.bootstrap, args.broker_pid)]))() as (
+            bootstrap,
+            broker_pid,
+        )
     ):
-        run(bootstrap, args)
+        run(bootstrap, broker_pid, args)
 
 
-def run(bootstrap: str, args: argparse.Namespace) -> None:
+def create_topic(admin: Any, topic: str, partitions: int) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    for future in admin.create_topics([NewTopic(topic, num_partitions=partitions)]).values():
+        future.result(timeout=30)
+
+
+def timed(
+    label: str, n: int, repeat: int, once: Callable[[], None], broker_pid: int | None
+) -> float:
+    """Run ``once`` ``repeat`` times; print the median rate (and each run's) and the median
+    CPU per row of Spark (driver, JVM, Python workers) and of the broker; return the rate.
+    CPU per row depends less than rows/s on what else the machine runs."""
+    rates, spark_cpu, broker_cpu = [], [], []
+    for _ in range(repeat):
+        broker = {broker_pid} if broker_pid else set()
+        s0, b0 = cpu_seconds(descendants(os.getpid())), cpu_seconds(broker)
+        t0 = time.perf_counter()
+        once()
+        rates.append(n / (time.perf_counter() - t0))
+        # Processes started meanwhile (Python workers) count whole; ones gone are missed.
+        spark_cpu.append(cpu_since(s0, descendants(os.getpid())) / n * 1e6)
+        broker_cpu.append(cpu_since(b0, broker) / n * 1e6)
+    median = statistics.median(rates)
+    each = " ".join(f"{r / 1000:,.0f}k" for r in rates)
+    cpu = f"Spark {statistics.median(spark_cpu):.1f} us/row"
+    if broker_pid:
+        cpu += f", broker {statistics.median(broker_cpu):.1f} us/row"
+    print(f"{label:<29}{median:12,.0f} rows/s  (median of {repeat}: {each}; {cpu})", flush=True)
+    return median
+
+
+def run(bootstrap: str, broker_pid: int | None, args: argparse.Namespace) -> None:
     from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
 
     from replog.spark.consumer import ReadSettings, read_range
     from replog.spark.offsets import OffsetRange
 
     n = args.records
+    print(f"load average before: {os.getloadavg()[0]:.2f}", flush=True)
     topic = f"bench-{uuid.uuid4().hex[:8]}"
     t0 = time.perf_counter()
     ends = fill(bootstrap, topic, args.partitions, n, args.value_bytes)
@@ -116,6 +203,7 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .getOrCreate()
     )
@@ -128,31 +216,60 @@ def run(bootstrap: str, args: argparse.Namespace) -> None:
         .option("endingOffsets", ending)
         .load()
     )
-    df.selectExpr("count(*)").collect()  # warm up the Python workers
-    t0 = time.perf_counter()
-    row = df.selectExpr("count(*) AS n", "sum(length(value)) AS b").collect()[0]
-    dt = time.perf_counter() - t0
-    assert row["n"] == n
-    print(f"Spark read (local[2]):       {n / dt:12,.0f} rows/s  ({dt:.2f}s)")
+    # The same rows, held by Spark: what the sink alone costs.
+    cached = (
+        spark.range(0, n, numPartitions=args.partitions)
+        .select(
+            F.col("id").cast("string").cast("binary").alias("key"),
+            F.expr(f"cast(repeat('x', {args.value_bytes}) AS binary)").alias("value"),
+        )
+        .cache()
+    )
+    assert cached.count() == n
 
-    out = f"{topic}-copy"
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(out, num_partitions=args.partitions)]).values():
-        future.result(timeout=30)
-    t0 = time.perf_counter()
-    (
-        df.select("key", "value")
-        .write.format("replog")
+
+    def write(frame: Any) -> None:
+        out = f"{topic}-copy-{uuid.uuid4().hex[:6]}"
+        create_topic(admin, out, args.partitions)
+        (
+            frame.write.format("replog")
+            .option("bootstrap.servers", bootstrap)
+            .option("topic", out)
+            .mode("append")
+            .save()
+        )
+
+    # Warm up each job shape: Python workers, the writer's driver-side workers, JVM code.
+    df.selectExpr("count(*)").collect()
+    write(cached.limit(1000))
+    small = json.dumps({topic: {str(p): min(e, 250) for p, e in ends.items()}})
+    write(
+        spark.read.format("replog")
         .option("bootstrap.servers", bootstrap)
-        .option("topic", out)
-        .option("kafka.linger.ms", "5")
-        .mode("append")
-        .save()
-    )
-    dt = time.perf_counter() - t0
-    print(f"Spark write (read+produce):  {n / dt:12,.0f} rows/s  ({dt:.2f}s)")
+        .option("subscribe", topic)
+        .option("endingOffsets", small)
+        .load()
+        .select("key", "value")
+    )  # not limit(): it stops the reading Python workers mid-stream
+
+    def read() -> None:
+        row = df.selectExpr("count(*) AS n", "sum(length(value)) AS b").collect()[0]
+        assert row["n"] == n
+
+    for _ in range(args.rounds):  # alternated, so the machine's load weighs on both alike
+        timed("Spark read (local[2]):", n, args.repeat, read, broker_pid)
+        timed("Spark write (cached rows):", n, args.repeat, lambda: write(cached), broker_pid)
+        timed(
+            "Spark read + write:",
+            n,
+            args.repeat,
+            lambda: write(df.select("key", "value")),
+            broker_pid,
+        )
+    print(f"load average after: {os.getloadavg()[0]:.2f}", flush=True)
     spark.stop()
 
 

@@ -59,3 +59,24 @@ def kafkajs_group_consume(
     records from its committed position (or the beginning), committed as it goes."""
     command = {"brokers": bootstrap.split(","), "group": group, "topic": topic, "count": count}
     return list(_node("group.js", command, timeout_s)["values"])
+
+
+def kafkajs_transactions(
+    bootstrap: str,
+    transactional_id: str,
+    topic: str,
+    commit: list[str],
+    abort: list[str],
+    timeout_s: float = 60,
+) -> None:
+    """A kafkajs transactional producer (``tests/js/transaction.js``): one transaction
+    sending ``commit`` to partition 0 and committed, then one sending ``abort`` to
+    partition 1 and aborted."""
+    command = {
+        "brokers": bootstrap.split(","),
+        "transactionalId": transactional_id,
+        "topic": topic,
+        "commit": commit,
+        "abort": abort,
+    }
+    _node("transaction.js", command, timeout_s)

@@ -180,6 +180,7 @@ USERS = {
     "alice": "alice-secret",
     "bob": "bob-secret",
     "carol": "carol-secret",
+    "dave": "dave-secret",
 }
 
 
@@ -202,6 +203,8 @@ def cluster(zookeeper, tmp_path_factory) -> Iterator[LocalCluster]:
                 "super.users": "User:ANONYMOUS;User:admin",
                 "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas,
                 "offsets.topic.replication.factor": "1",
+                "transaction.state.log.num.partitions": "1",
+                "transaction.state.log.min.isr": "1",  # one broker (Kafka's advice too)
             },
         )
         yield c
@@ -450,11 +453,13 @@ def test_group_offset_and_producer_id_acls(cluster: LocalCluster) -> None:
     wait_for(refused, 30, "the producer id refusal (IdempotentWrite)")
 
 
-def _find_coordinator_error(cluster: LocalCluster, user: str, group: str) -> ErrorCode:
+def _find_coordinator_error(
+    cluster: LocalCluster, user: str, group: str, key_type: int = 0
+) -> ErrorCode:
     port = int(cluster.bootstrap_servers(listener="SASL_PLAINTEXT").split(":")[1])
     sock = _plain_connection(port, user)
     try:
-        body = apis.request_schema(ApiKey.FIND_COORDINATOR, 3)(key=group, key_type=0)
+        body = apis.request_schema(ApiKey.FIND_COORDINATOR, 3)(key=group, key_type=key_type)
         sock.sendall(frames.encode_request(ApiKey.FIND_COORDINATOR, 3, 5, "raw", body))
         _, answer = frames.decode_response(ApiKey.FIND_COORDINATOR, 3, _read_frame(sock))
         return answer.error_code
@@ -636,3 +641,86 @@ def test_describe_and_epoch_apis_need_their_acls(cluster: LocalCluster) -> None:
 def _described_or_none(cluster: LocalCluster, user: str, body):
     answer = _ask(cluster, user, ApiKey.DESCRIBE_CLUSTER, 1, body)
     return answer if answer.error_code == ErrorCode.none else None
+
+
+def _grant(admin: AdminClient, resource, name: str, pattern, user: str, operation) -> None:
+    binding = CkAclBinding(
+        resource, name, pattern, f"User:{user}", "*", operation, CkPermission.ALLOW
+    )
+    for f in admin.create_acls([binding]).values():
+        f.result(timeout=20)
+
+
+def test_transactional_id_and_kip679_acls(cluster: LocalCluster) -> None:
+    """An idempotent producer with Write on a topic needs no IdempotentWrite (KIP-679); a
+    transactional one needs Write on its TransactionalId (Describe alone finds the
+    coordinator but may not initialise)."""
+    admin = AdminClient(client(cluster, "admin"))
+    for f in admin.create_topics([NewTopic("acl-txn", 1, 1)]).values():
+        f.result(timeout=30)
+    wait_for_leaders(cluster.bootstrap_servers(), {"acl-txn": 1})
+    _grant(
+        admin,
+        CkResourceType.TOPIC,
+        "acl-txn",
+        ResourcePatternType.LITERAL,
+        "dave",
+        CkOperation.WRITE,
+    )
+    dave = client(cluster, "dave")
+    wait_for(
+        lambda: produce_error({**dave, "enable.idempotence": True}, "acl-txn") is None,
+        30,
+        "dave's idempotent producer with Write on the topic only",
+    )
+
+    def init_error(transactional_id: str) -> KafkaError | None:
+        producer = Producer({**dave, "transactional.id": transactional_id})
+        try:
+            producer.init_transactions(30)
+        except KafkaException as exc:
+            return exc.args[0]
+        return None
+
+    refused = init_error("dave-tx")
+    assert refused is not None
+    assert refused.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    _grant(
+        admin,
+        CkResourceType.TRANSACTIONAL_ID,
+        "dave-tx",
+        ResourcePatternType.LITERAL,
+        "dave",
+        CkOperation.DESCRIBE,
+    )
+    wait_for(
+        lambda: _find_coordinator_error(cluster, "dave", "dave-tx", key_type=1) == ErrorCode.none,
+        30,
+        "dave's transaction coordinator once he may describe the id",
+    )
+    refused = init_error("dave-tx")
+    assert refused is not None
+    assert refused.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    _grant(
+        admin,
+        CkResourceType.TRANSACTIONAL_ID,
+        "dave-",
+        ResourcePatternType.PREFIXED,
+        "dave",
+        CkOperation.WRITE,
+    )
+    producer = Producer({**dave, "transactional.id": "dave-tx"})
+    wait_for(lambda: _try_init(producer), 30, "dave's init_transactions with Write on the id")
+    producer.begin_transaction()
+    producer.produce("acl-txn", b"in a transaction")
+    producer.commit_transaction(30)
+
+
+def _try_init(producer: Producer) -> bool:
+    try:
+        producer.init_transactions(10)
+    except KafkaException as exc:
+        if exc.args[0].fatal():
+            raise
+        return False
+    return True

@@ -388,7 +388,9 @@ def test_init_producer_id_v4(broker) -> None:
             -1,
             -1,
         )
-    assert txn.error_code is ErrorCode.transactional_id_authorization_failed
+    # A transactional id goes to its transaction coordinator; with no __transaction_state
+    # yet (no FindCoordinator asked for it), no broker is that coordinator
+    assert txn.error_code is ErrorCode.not_coordinator
 
 
 # -- DeleteRecords on one broker: bad input -------------------------------------------------------

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from replog.replication.actions import AdvanceLogStart
 from replog.replication.delete_records import (
     DeleteRecordsStatus,
     delete_records_progress,
     delete_records_target,
     low_watermark,
 )
-from replog.replication.machine import AdvanceLogStart, PartitionLeadership, PartitionMachine
+from replog.replication.machine import PartitionLeadership, PartitionMachine
 from replog.replication.truncation import TruncationDecision
 from test_replication_machine import MemLog, lai
 

@@ -99,6 +99,9 @@ def test_records_in_and_log_offsets(cluster: LocalCluster) -> None:
     assert value(
         on_leader, "kafka_network_requestmetrics_totaltimems_count", request="FetchFollower"
     )
+    # The event loop's lag is measured (a timer every 20 ms) and exported.
+    assert value(on_leader, "kafka_server_eventloop_lagms_count") > 0
+    assert value(on_leader, "kafka_server_eventloop_maxlagms") is not None
     # Every replica's log reaches 40; only the leader counts messages in.
     for broker in replicas:
         wait_for(

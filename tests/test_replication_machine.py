@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import pytest
 from kio.schema.errors import ErrorCode
 
+from replog.replication.actions import AdvanceLogStart
 from replog.replication.core import (
     AcksAllStatus,
     HwChange,
@@ -31,7 +32,6 @@ from replog.replication.follower import EpochRequest, FollowerState, RestartAt
 from replog.replication.isr import IsrChangeProposal, IsrState, isr_expiration_interval_ms
 from replog.replication.machine import (
     NO_LEADER,
-    AdvanceLogStart,
     AssignLeaderEpoch,
     IsrCommitted,
     PartitionLeadership,

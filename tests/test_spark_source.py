@@ -389,6 +389,141 @@ def test_bad_read_options_fail_naming_the_option(
     assert f"'{option_named}'" in lines[0]
 
 
+# -------------------------------------------------- the sink's task side, no Spark
+
+
+def java_murmur2(data: bytes) -> int:
+    """Kafka's ``Utils.murmur2`` (the Java producer's default partitioner), as unsigned 32 bits."""
+    m, length = 0x5BD1E995, len(data)
+    h = (0x9747B28C ^ length) & 0xFFFFFFFF
+    whole = length - length % 4
+    for i in range(0, whole, 4):
+        k = (int.from_bytes(data[i : i + 4], "little") * m) & 0xFFFFFFFF
+        k = ((k ^ (k >> 24)) * m) & 0xFFFFFFFF
+        h = ((h * m) & 0xFFFFFFFF) ^ k
+    tail = data[whole:]
+    if len(tail) == 3:
+        h ^= tail[2] << 16
+    if len(tail) >= 2:
+        h ^= tail[1] << 8
+    if tail:
+        h = ((h ^ tail[0]) * m) & 0xFFFFFFFF
+    h = ((h ^ (h >> 13)) * m) & 0xFFFFFFFF
+    return h ^ (h >> 15)
+
+
+def test_java_murmur2_matches_kafkas_test_vectors() -> None:
+    # Kafka's UtilsTest.testMurmur2, signed as Java prints them.
+    for text, want in (("21", -973932308), ("foobar", -790332482), ("abc", 479470107)):
+        got = java_murmur2(text.encode())
+        assert got - (1 << 32) * (got >> 31) == want
+
+
+def _read_topic(
+    bootstrap: str, topic: str, partitions: int
+) -> list[tuple[int, bytes | None, bytes]]:
+    """Every record of the topic as (partition, key, value), in offset order per partition."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from replog.spark.consumer import ReadSettings, read_range
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
+    try:
+        ends = [
+            consumer.get_watermark_offsets(TopicPartition(topic, p), 30)[1]
+            for p in range(partitions)
+        ]
+    finally:
+        consumer.close()
+    settings = ReadSettings(bootstrap, {}, True, False, 30_000)
+    out = []
+    for p, end in enumerate(ends):
+        for batch in read_range(OffsetRange(topic, p, 0, end), settings):
+            out.extend(
+                (p, row["key"], row["value"]) for row in batch.select(["key", "value"]).to_pylist()
+            )
+    return out
+
+
+def test_sink_places_keys_as_kafkas_partitioner_in_row_order(bootstrap_servers: str) -> None:
+    import pyarrow as pa
+
+    from replog.spark.producer import WriteSettings, write_batches
+
+    topic = _topic("murmur2")
+    create_topic(bootstrap_servers, topic, 3)
+    keys = [
+        None if i % 10 == 0 else f"key-{i}" for i in range(300)
+    ]  # string keys, as Spark may pass
+    values = [f"v{i}".encode() for i in range(300)]
+    batches = [
+        pa.record_batch(
+            {"key": pa.array(keys[a : a + 100]), "value": pa.array(values[a : a + 100])}
+        )
+        for a in range(0, 300, 100)
+    ]
+    # A queue of 64 messages: runs of 100 rows go in chunks, each waiting for room.
+    settings = WriteSettings(bootstrap_servers, topic, {"queue.buffering.max.messages": "64"})
+    assert write_batches(batches, settings) == 300
+    got = _read_topic(bootstrap_servers, topic, 3)
+    assert sorted(v for _, _, v in got) == sorted(values)  # each row once
+    for p, key, _ in got:
+        if key is not None:
+            assert p == (java_murmur2(key) & 0x7FFFFFFF) % 3, key
+    for p in range(3):  # row order within each partition
+        ids = [int(v[1:]) for q, _, v in got if q == p]
+        assert ids == sorted(ids)
+
+
+def test_sink_task_fails_when_a_record_is_not_delivered(bootstrap_servers: str) -> None:
+    import pyarrow as pa
+
+    from replog.spark.producer import DeliveryError, WriteSettings, write_batches
+
+    topic = _topic("undeliverable")
+    create_topic(bootstrap_servers, topic, 1)
+    batch = pa.record_batch(
+        {"value": pa.array([b"a", b"b", b"c"]), "partition": pa.array([0, 7, 0], pa.int32())}
+    )
+    with pytest.raises(DeliveryError, match="1 of 3 records failed delivery"):
+        write_batches([batch], WriteSettings(bootstrap_servers, topic, {}))
+
+
+sink_rows = st.lists(
+    st.tuples(st.sampled_from(["a", "b"]), st.sampled_from([None, 0, 1])), max_size=40
+)
+
+
+@given(sink_rows, st.booleans())
+def test_plan_runs_keep_every_partitions_row_order(
+    rows: list[tuple[str, int | None]], with_partition_column: bool
+) -> None:
+    import pyarrow as pa
+
+    from replog.spark.producer import UNASSIGNED, plan_runs
+
+    columns = {
+        "topic": pa.array([t for t, _ in rows], pa.string()),
+        "value": pa.array(list(range(len(rows))), pa.int64()),  # the row's index
+    }
+    if with_partition_column:
+        columns["partition"] = pa.array([p for _, p in rows], pa.int32())
+    runs = list(plan_runs(pa.record_batch(columns), None))
+    sent = [
+        (run.topic, run.partition, i) for run in runs for i in run.rows.column("value").to_pylist()
+    ]
+    assert sorted(i for _, _, i in sent) == list(range(len(rows)))  # every row exactly once
+    for topic, partition, i in sent:
+        want = rows[i][1] if with_partition_column else None
+        assert (topic, partition) == (rows[i][0], UNASSIGNED if want is None else want)
+    # Rows that may land in one partition (named it, or left it to the partitioner) are
+    # sent in row order.
+    for topic in ("a", "b"):
+        for p in (0, 1):
+            order = [i for t, q, i in sent if t == topic and q in (p, UNASSIGNED)]
+            assert order == sorted(order)
+
+
 def test_write_without_topic_fails_naming_the_option(spark: Any, bootstrap_servers: str) -> None:
     df = spark.createDataFrame([(b"v",)], "value binary")
     with pytest.raises(Exception, match="option 'topic'"):

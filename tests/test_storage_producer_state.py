@@ -321,3 +321,26 @@ def test_corrupt_snapshot_is_ignored_and_state_rebuilt_from_the_log(tmp_path: Pa
     log = open_log(dir, 1 << 30, clean=True)
     for age, batch in enumerate(reversed(sent), start=1):
         assert_retry(log, batch, duplicate=age <= NUM_BATCHES_TO_RETAIN)
+
+
+def test_coordinator_batch_without_sequence_checks_the_epoch_only(tmp_path: Path) -> None:
+    """Kafka's AppendOrigin.COORDINATOR: the group coordinator writes a TxnOffsetCommit's
+    records as the producer's batch with no sequence; the epoch is still checked, and a
+    client's batch without a sequence is still refused."""
+    from replog.protocol.errors import InvalidProducerEpoch, InvalidRecordBatch
+
+    log = open_log(tmp_path / "t-0", 1 << 30)
+    send(log, [2], epoch=3)
+    info = log.append_as_leader(
+        idem(1, -1, epoch=3), leader_epoch=0, now_ms=NOW, from_coordinator=True
+    )
+    assert (info.first_offset, info.duplicate) == (2, False)
+    with pytest.raises(InvalidProducerEpoch):
+        log.append_as_leader(
+            idem(1, -1, epoch=2), leader_epoch=0, now_ms=NOW, from_coordinator=True
+        )
+    with pytest.raises(InvalidRecordBatch):
+        log.append_as_leader(idem(1, -1, epoch=3), leader_epoch=0, now_ms=NOW)
+    assert log.log_end_offset == 3
+    # the producer's own sequence goes on from where its last batch left it
+    send(log, [1], epoch=3, seq=2)

@@ -270,8 +270,10 @@ class ListReplicaManager:
         assert topic == GROUP_METADATA_TOPIC_NAME
         return self.partition if partition == 0 else None
 
-    def append_to_leader(self, topic: str, partition: int, batch: bytes, acks: int, now: int):
-        assert acks == -1
+    def append_to_leader(
+        self, topic: str, partition: int, batch: bytes, acks: int, now: int, *, from_coordinator
+    ):
+        assert acks == -1 and from_coordinator  # no sequence check: the coordinator's batch
         return ProduceResult(ErrorCode.none, base_offset=self.partition.append(batch))
 
     async def wait_for_acks_all(self, results: dict, timeout_ms: int) -> None:

@@ -53,7 +53,6 @@ PRODUCER_ID = 4242
 # batch with a producer id and no sequence (CORRUPT_MESSAGE); with KIP-890's
 # verification, a producer the transaction coordinator does not know
 # (INVALID_TXN_STATE).
-REFUSED_BY_THE_PARTITION = {ErrorCode.corrupt_message, ErrorCode.invalid_txn_state}
 
 
 def _ms(ms: int) -> i32Timedelta:
@@ -276,17 +275,10 @@ def test_transactional_commit_is_pending_until_decided(broker) -> None:
     # Never visible before its marker, whatever the write's outcome.
     assert _fetch(port, group, [0], require_stable=False) == {0: (3, ErrorCode.none)}
     stable = _fetch(port, group, [0, 1], require_stable=True)
-    if error == ErrorCode.none:
-        # The partition side accepts transactional batches: the commit waits for the
-        # transaction's marker, and a read_committed consumer is told to retry.
-        assert stable == {
-            0: (-1, ErrorCode.unstable_offset_commit),
-            1: (-1, ErrorCode.none),
-        }
-    else:
-        # Before it does: the write is refused and nothing is left pending.
-        assert error in REFUSED_BY_THE_PARTITION, error
-        assert stable == {0: (3, ErrorCode.none), 1: (-1, ErrorCode.none)}
+    # The commit waits for the transaction's marker, and a read_committed consumer is
+    # told to retry.
+    assert error == ErrorCode.none, error
+    assert stable == {0: (-1, ErrorCode.unstable_offset_commit), 1: (-1, ErrorCode.none)}
 
 
 def test_read_committed_consumer_reads_committed_offsets(broker) -> None:

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from kazoo.client import KazooClient
 
 from replog.zk import data as zd
+from replog.zk import notification_data as nd
 from replog.zk.client import (
     BrokerAlreadyRegisteredError,
     KafkaZkClient,
@@ -40,21 +41,6 @@ from replog.zk.fencing import (
 WAIT_S = 20  # upper bound when waiting for a callback; never reached when things work
 
 # --- helpers ---------------------------------------------------------------------------
-
-
-@pytest.fixture
-def make_client(zk_chroot: str) -> Iterator[Callable[[], KafkaZkClient]]:
-    clients: list[KafkaZkClient] = []
-
-    def make() -> KafkaZkClient:
-        client = KafkaZkClient(zk_chroot, session_timeout_ms=10000)
-        client.start()
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        client.close()
 
 
 @pytest.fixture
@@ -165,7 +151,7 @@ def test_topic_config_and_isr_change_round_trip(
 ) -> None:
     assert zd.decode_topic_assignment("t", zd.encode_topic_assignment(assignment)) == assignment
     assert zd.decode_config(zd.encode_config(config)) == config
-    assert zd.decode_isr_change(zd.encode_isr_change(partitions)) == partitions
+    assert nd.decode_isr_change(nd.encode_isr_change(partitions)) == partitions
 
 
 def test_decoders_read_what_kafka_writes() -> None:

@@ -47,6 +47,33 @@ async function main () {
         await producer.disconnect()
         break
       }
+      case 'readCommitted': {
+        // The first args.count records of args.topic that a read_committed consumer
+        // (a member of args.groupId) is given.
+        const consumer = kafka.consumer({
+          groupId: args.groupId,
+          readUncommitted: false,
+          maxWaitTimeInMs: 100
+        })
+        await consumer.connect()
+        const seen = []
+        try {
+          await consumer.subscribe({ topic: args.topic, fromBeginning: true })
+          await new Promise((resolve, reject) => {
+            const timer = setTimeout(() => reject(new Error(`readCommitted: ${seen.length} of ${args.count} records`)), 50000)
+            consumer.run({
+              eachMessage: async ({ partition, message }) => {
+                seen.push({ partition, offset: Number(message.offset), value: message.value.toString() })
+                if (seen.length >= args.count) { clearTimeout(timer); resolve() }
+              }
+            }).catch(reject)
+          })
+        } finally {
+          await consumer.disconnect()
+        }
+        result = seen
+        break
+      }
       default:
         throw new Error(`unknown action ${action}`)
     }

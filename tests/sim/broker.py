@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from replog.protocol.fetch_metadata import FetchMetadata
+from replog.replication.actions import AdvanceLogStart
 from replog.replication.core import AcksAllStatus, HwChange, LeaderState, StopLeading
 from replog.replication.fetch_rules import FetchPartitionRequest
 from replog.replication.fetch_session_handler import FetchSessionHandler
@@ -35,7 +36,6 @@ from replog.replication.isr import (
 from replog.replication.machine import (
     NO_LEADER,
     Action,
-    AdvanceLogStart,
     AssignLeaderEpoch,
     IsrCommitted,
     PartitionLeadership,

@@ -58,8 +58,8 @@ from replog.controller.core_requests import (
 from replog.controller.effects import ControllerDecision
 from replog.protocol.controller_schemas import LeaderAndIsrRequest
 from replog.replication.isr import IsrChangeProposal
+from replog.replication.isr_write import write_isr_change
 from replog.zk import data as zd
-from replog.zk.data import LeaderAndIsr, LeaderIsrAndControllerEpoch
 from replog.zk.fencing import ControllerMovedError
 from sim.network import ControllerWork, ZkPartitionState
 from sim.network import LeaderAndIsr as LeaderAndIsrMessage
@@ -538,7 +538,7 @@ class SimController:
 
         Returns the new version, None on a version conflict, or ``INELIGIBLE``
         when a replica being added is not registered at the broker epoch it
-        fetched with (KIP-903; the IO layer checks the registration znode).
+        fetched with (KIP-903: the shipped ``write_isr_change`` checks it).
         A leader cut from ZooKeeper keeps retrying: the write is held (the answer
         the broker sends itself is held with it, see ``World``) and made when the
         connection comes back.
@@ -564,25 +564,15 @@ class SimController:
                 f"znode epoch {lai.leader_epoch} v{lai.zk_version})"
             )
             return None
-        for replica, broker_epoch in proposal.added_broker_epochs:
-            if self.zk.registrations.get(replica) != broker_epoch:
-                self.trace(
-                    f"zk: reject adding {replica} at broker epoch {broker_epoch} "
-                    f"(registered: {self.zk.registrations.get(replica)})"
-                )
-                return INELIGIBLE
-        state = LeaderIsrAndControllerEpoch(
-            LeaderAndIsr(
-                proposal.leader_id,
-                proposal.leader_epoch,
-                tuple(proposal.new_isr),
-                proposal.partition_zk_version,
-            ),
-            current.controller_epoch,
-        )
-        version = self.zk.update_leader_and_isr_conditional(
-            TOPIC, 0, state, proposal.partition_zk_version
-        )
+        # The broker's own write (KIP-903's check included), on the simulated ZooKeeper.
+        result = write_isr_change(self.zk, TOPIC, 0, proposal, current.controller_epoch)
+        if result.ineligible:
+            self.trace(
+                f"zk: reject adding {list(result.ineligible)} at broker epochs "
+                f"{dict(proposal.added_broker_epochs)} (registered: {self.zk.registrations})"
+            )
+            return INELIGIBLE
+        version = result.new_zk_version
         assert version is not None
         self.trace(
             f"zk: leader {proposal.leader_id} {proposal.kind.name}: isr={list(proposal.new_isr)} "

@@ -25,6 +25,7 @@ from kazoo.exceptions import NoNodeError
 
 from replog.controller.context import TopicPartition
 from replog.zk import data as zd
+from replog.zk import notification_data as nd
 from replog.zk.data import BrokerInfo, LeaderIsrAndControllerEpoch, ReplicaAssignment
 from replog.zk.fencing import ControllerEpoch, ControllerMovedError
 from replog.zk.ops import ZkWriteError, ZkWriteResult
@@ -103,6 +104,9 @@ class SimZooKeeper:
 
     def get_broker_ids(self) -> set[int]:
         return set(self.registrations)
+
+    def get_broker_epoch(self, broker_id: int) -> int | None:
+        return self.registrations.get(broker_id)
 
     def get_all_brokers(self) -> dict[int, BrokerInfo]:
         return {
@@ -205,7 +209,7 @@ class SimZooKeeper:
         """An operator's request (kafka-reassign-partitions); False if one is pending."""
         if self._reassign is not None:
             return False
-        self._reassign = (zd.encode_reassign_partitions(reassignments), 0)
+        self._reassign = (nd.encode_reassign_partitions(reassignments), 0)
         self._on_change("reassign_partitions")
         return True
 
@@ -213,7 +217,7 @@ class SimZooKeeper:
         if self._reassign is None:
             return None
         data, version = self._reassign
-        return zd.decode_reassign_partitions(data), version
+        return nd.decode_reassign_partitions(data), version
 
     def update_reassign_partitions(
         self, remaining, expected_version: int, expected_controller_epoch_zk_version: int
@@ -223,7 +227,7 @@ class SimZooKeeper:
         if self._reassign is None or self._reassign[1] != expected_version:
             return False
         if remaining:
-            self._reassign = (zd.encode_reassign_partitions(remaining), expected_version + 1)
+            self._reassign = (nd.encode_reassign_partitions(remaining), expected_version + 1)
         else:
             self._reassign = None
         return True
@@ -350,7 +354,7 @@ class SimZooKeeper:
     def propagate_isr_changes(self, partitions) -> str:
         name = f"{zd.ISR_CHANGE_PREFIX}{self._next_isr_change:010d}"
         self._next_isr_change += 1
-        self._isr_changes[name] = zd.encode_isr_change(partitions)
+        self._isr_changes[name] = nd.encode_isr_change(partitions)
         self._on_change("isr_change")
         return name
 
@@ -361,7 +365,7 @@ class SimZooKeeper:
         changed: set[tuple[str, int]] = set()
         for name in names:
             if name in self._isr_changes:
-                changed |= zd.decode_isr_change(self._isr_changes[name])
+                changed |= nd.decode_isr_change(self._isr_changes[name])
         return changed
 
     def delete_isr_change_notifications(

@@ -120,6 +120,17 @@ class KafkaConfig:
     group_consumer_max_size: int
     group_consumer_assignors: str
     group_consumer_migration_policy: str = "bidirectional"
+    # The transaction coordinator's keys (replog.config.keys; Kafka's defaults).
+    transactional_id_expiration_ms: int = 604800000
+    transaction_max_timeout_ms: int = 900000
+    transaction_state_log_num_partitions: int = 50
+    transaction_state_log_replication_factor: int = 3
+    transaction_state_log_segment_bytes: int = 104857600
+    transaction_state_log_load_buffer_size: int = 5242880
+    transaction_state_log_min_isr: int = 2
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10000
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = 3600000
+    transaction_partition_verification_enable: bool = True
     listeners: list[Listener] = field(default_factory=list)
     advertised_listeners: list[Listener] = field(default_factory=list)
     log_dirs: list[Path] = field(default_factory=list)
@@ -317,6 +328,14 @@ class KafkaConfig:
             "group.coordinator.rebalance.protocols",
             "must include classic; the others known are consumer",
         )
+        # The transaction coordinator (Kafka TransactionStateManagerConfig's checks).
+        for name in (
+            "transaction.state.log.num.partitions",
+            "transaction.state.log.replication.factor",
+            "transaction.state.log.min.isr",
+            "transaction.max.timeout.ms",
+        ):
+            need(getattr(self, BROKER_KEYS[name][0]) >= 1, name, "must be >= 1")
         names = [listener.name for listener in self.listeners]
         need(len(set(names)) == len(names), "listeners", "listener names must be unique")
 

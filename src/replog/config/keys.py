@@ -213,6 +213,44 @@ BROKER_KEYS: dict[str, tuple[str, Callable[[str], Any], str | None]] = {
         _str,
         "bidirectional",
     ),
+    # The transaction coordinator (Kafka TransactionStateManagerConfig, TransactionLogConfig),
+    # with Kafka's defaults; replog.coordinator.transaction.TransactionConfig reads them.
+    "transactional.id.expiration.ms": ("transactional_id_expiration_ms", _int, "604800000"),
+    "transaction.max.timeout.ms": ("transaction_max_timeout_ms", _int, "900000"),
+    "transaction.state.log.num.partitions": ("transaction_state_log_num_partitions", _int, "50"),
+    "transaction.state.log.replication.factor": (
+        "transaction_state_log_replication_factor",
+        _int,
+        "3",
+    ),
+    "transaction.state.log.segment.bytes": (
+        "transaction_state_log_segment_bytes",
+        _int,
+        "104857600",
+    ),
+    "transaction.state.log.load.buffer.size": (
+        "transaction_state_log_load_buffer_size",
+        _int,
+        "5242880",
+    ),
+    "transaction.state.log.min.isr": ("transaction_state_log_min_isr", _int, "2"),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
+        "transaction_abort_timed_out_transaction_cleanup_interval_ms",
+        _int,
+        "10000",
+    ),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": (
+        "transaction_remove_expired_transaction_cleanup_interval_ms",
+        _int,
+        "3600000",
+    ),
+    # KIP-890 part 1: partition leaders verify a transaction's first batch with its
+    # coordinator (AddPartitionsToTxn verify_only) before appending it.
+    "transaction.partition.verification.enable": (
+        "transaction_partition_verification_enable",
+        _bool,
+        "true",
+    ),
     **{
         name: (name.replace(".", "_"), key.parse, key.default)
         for name, key in BROKER_LOG_KEYS.items()

@@ -27,7 +27,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -61,6 +60,7 @@ from replog.controller.core_requests import (
     WatchTopics,
     ZkCall,
 )
+from replog.controller.decision_timing import DecisionTiming
 from replog.controller.effects import ControllerDecision
 from replog.controller.event_manager import ControllerEventManager, QueuedEvent
 from replog.controller.reassignment import ReassignmentOutcome
@@ -72,36 +72,11 @@ from replog.zk.ops import WatchHandle, ZkSessionState
 
 log = logging.getLogger("replog.controller")
 
-__all__ = ["ControllerStats", "DecisionTiming", "KafkaController"]
+__all__ = ["ControllerStats", "KafkaController"]
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-@dataclass
-class DecisionTiming:
-    """How long one event took to carry out (for logs and ``bench/``).
-
-    Times are seconds from the moment the event was enqueued (the watch fired).
-    """
-
-    what: str
-    partitions_reelected: int = 0
-    partitions_offline: int = 0
-    zk_writes: int = 0
-    zk_writes_s: float = 0.0
-    leader_and_isr_requests: int = 0
-    leader_and_isr_acked_s: float | None = None
-    """Until the last LeaderAndIsr response; None while some are outstanding."""
-    new_leaders_zk_writes_s: float = 0.0
-    """Of a broker change applied in two decisions: until the first one's writes."""
-    new_leaders_acked_s: float | None = None
-    """Of a broker change applied in two decisions: until the last LeaderAndIsr response
-    of the first (the new leaders'); None while some are outstanding or if not split."""
-    leader_and_isr_failed: int = 0
-    """LeaderAndIsr requests dropped (broker died) or answered with an error."""
-    done: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
 
 class KafkaController:
@@ -531,54 +506,9 @@ class KafkaController:
 
     def _report(self, what: str, record: ApplyRecord) -> None:
         """Log the timing once every LeaderAndIsr is answered (in a background task)."""
-        timing = DecisionTiming(
-            what=what,
-            partitions_reelected=record.partitions_reelected,
-            partitions_offline=record.partitions_offline,
-            zk_writes=record.zk_writes,
-            zk_writes_s=record.zk_writes_s,
-            leader_and_isr_requests=len(record.leader_and_isr),
-            new_leaders_zk_writes_s=record.new_leaders_zk_writes_s,
-        )
+        timing = DecisionTiming.of(what, record)
         self.timings.append(timing)
-        started = record.started
-        stats = self.core.stats
-
-        async def wait_for_acks() -> None:
-            if record.new_leaders is not None:
-                await asyncio.gather(*record.new_leaders, return_exceptions=True)
-                timing.new_leaders_acked_s = time.monotonic() - started
-            results = await asyncio.gather(*record.leader_and_isr, return_exceptions=True)
-            timing.leader_and_isr_acked_s = time.monotonic() - started
-            if timing.partitions_reelected:
-                stats.leader_elections += timing.partitions_reelected
-                stats.election_events += 1
-                stats.election_time_s += timing.leader_and_isr_acked_s
-            timing.leader_and_isr_failed = sum(
-                1 for r in results if isinstance(r, BaseException) or int(r.error_code) != 0
-            )
-            timing.done.set()
-            new_leaders = (
-                ""
-                if timing.new_leaders_acked_s is None
-                else f"; new leaders' writes {timing.new_leaders_zk_writes_s:.2f} s, "
-                f"acked {timing.new_leaders_acked_s:.2f} s"
-            )
-            log.info(
-                "controller: %s: %d partitions re-elected, %d offline, %d partition states "
-                "written, zk writes %.2f s, LeaderAndIsr acked %.2f s (%d requests, %d failed)%s",
-                what,
-                timing.partitions_reelected,
-                timing.partitions_offline,
-                timing.zk_writes,
-                timing.zk_writes_s,
-                timing.leader_and_isr_acked_s,
-                timing.leader_and_isr_requests,
-                timing.leader_and_isr_failed,
-                new_leaders,
-            )
-
-        self._in_background(wait_for_acks())
+        self._in_background(timing.complete(record, self.core.stats))
 
 
 class ReassignmentRequests:

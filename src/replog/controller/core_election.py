@@ -16,6 +16,7 @@ from replog.controller import events as ev
 from replog.controller.core_apply import rerun_failure
 from replog.controller.core_requests import (
     EndTerm,
+    Enqueue,
     ReadClock,
     ReadWallClockMs,
     RegisterBroker,
@@ -26,6 +27,7 @@ from replog.controller.core_requests import (
     zk_call,
 )
 from replog.zk.fencing import ControllerEpoch, ControllerMovedError
+from replog.zk.ops import UNREACHABLE
 
 if TYPE_CHECKING:
     from replog.controller.core import ControllerCore
@@ -33,15 +35,24 @@ if TYPE_CHECKING:
 log = logging.getLogger("replog.controller")
 
 
-def process_startup(core: ControllerCore, _e: ev.Startup, _started: float) -> Step[None]:
+def process_startup(core: ControllerCore, _e: ev.Startup, started: float) -> Step[None]:
     yield WatchController()
-    yield from elect(core)
+    yield from process_reelect(core, None, started)
 
 
 def elect(core: ControllerCore) -> Step[None]:
     """Kafka ``elect``: create ``/controller`` (bumping the controller epoch) unless
-    another broker holds it; fail over if this broker won."""
+    another broker holds it; fail over if this broker won.
+
+    ``/controller`` naming this broker while it does not act as controller is a claim
+    a resignation could not remove (``trigger_controller_move``): it is given up, and
+    its deletion runs the election again (the ``/controller`` watch's ``Reelect``)."""
     current = yield zk_call("get_controller_id")
+    if current == core.broker_id and not core.is_active:
+        log.info("broker %d: /controller names this broker, not controller", core.broker_id)
+        core.active_controller_id = -1
+        yield from give_up_controller(core)
+        return
     if current is not None:
         core.active_controller_id = current
         log.debug("broker %d: broker %d is controller", core.broker_id, current)
@@ -60,8 +71,36 @@ def elect(core: ControllerCore) -> Step[None]:
         yield from on_controller_failover(core, epoch)
     except Exception:
         log.exception("broker %d: controller failover failed: resigning", core.broker_id)
-        yield from on_controller_resignation(core)
+        yield from trigger_controller_move(core)
+
+
+def trigger_controller_move(core: ControllerCore) -> Step[None]:
+    """Kafka ``triggerControllerMove``: resign and give ``/controller`` up, so that the
+    brokers (this one included) elect a controller afresh."""
+    core.active_controller_id = -1
+    yield from on_controller_resignation(core)
+    yield from give_up_controller(core)
+
+
+def give_up_controller(core: ControllerCore) -> Step[None]:
+    """Delete ``/controller`` if this broker's session holds it (Kafka
+    ``deleteController``); its deletion wakes every broker's watch.
+
+    Kafka's ZooKeeper client waits for the connection; replog's calls give up after
+    ``zookeeper.connection.timeout.ms``, and the session may outlive that. The claim
+    then stays, held by a live session: no watch would ever fire and no broker would
+    run again. So a failed delete runs the election again (``Reelect``, behind the
+    events queued meanwhile), which gives the claim up once ZooKeeper answers; a lost
+    session takes the claim with it, and its ``Expire`` empties the queue."""
+    try:
         yield zk_call("delete_controller", core.broker_id)
+    except UNREACHABLE as exc:
+        log.warning(
+            "broker %d: could not delete /controller (%s): running for election again",
+            core.broker_id,
+            exc,
+        )
+        yield Enqueue(ev.Reelect())
 
 
 def on_controller_failover(core: ControllerCore, epoch: ControllerEpoch) -> Step[None]:
@@ -129,8 +168,7 @@ def maybe_resign(core: ControllerCore) -> Step[None]:
         yield from on_controller_resignation(core)
     elif was_active and current == core.broker_id:
         # Fenced by a newer epoch while still holding /controller: give it up.
-        yield from on_controller_resignation(core)
-        yield zk_call("delete_controller", core.broker_id)
+        yield from trigger_controller_move(core)
 
 
 def process_controller_change(
@@ -143,8 +181,24 @@ def process_controller_change(
 
 
 def process_reelect(core: ControllerCore, _e: ev.Reelect | None, started: float) -> Step[None]:
-    yield from process_controller_change(core, None, started)
-    yield from elect(core)
+    """Kafka ``Reelect``. An election that could not reach ZooKeeper is run again
+    (behind the events queued meanwhile): ``/controller`` may be gone with nobody
+    elected, or still be this broker's unremoved claim (``give_up_controller``), and
+    no watch would fire again in either case. Each attempt waits for ZooKeeper for
+    ``zookeeper.connection.timeout.ms`` before it fails."""
+    try:
+        yield from process_controller_change(core, None, started)
+        yield from elect(core)
+    except UNREACHABLE as exc:
+        if core.is_active:
+            raise
+        core.active_controller_id = -1
+        log.warning(
+            "broker %d: election could not reach ZooKeeper (%s): running again",
+            core.broker_id,
+            exc,
+        )
+        yield Enqueue(ev.Reelect())
 
 
 def process_expire(core: ControllerCore, _e: ev.Expire, _started: float) -> Step[None]:

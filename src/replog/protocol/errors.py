@@ -16,9 +16,11 @@ from replog.protocol.records import CorruptRecordBatch, InvalidRecord, InvalidRe
 __all__ = [
     "InconsistentTopicId",
     "InvalidProducerEpoch",
+    "InvalidTxnState",
     "OffsetOutOfRange",
     "OutOfOrderSequence",
     "RecordTooLarge",
+    "TransactionCoordinatorFenced",
     "error_code_for",
 ]
 
@@ -39,6 +41,16 @@ class InvalidProducerEpoch(Exception):
     """A batch from a fenced (older) producer epoch (Kafka INVALID_PRODUCER_EPOCH)."""
 
 
+class InvalidTxnState(Exception):
+    """A plain batch from a producer whose transaction on the partition is open (Kafka
+    INVALID_TXN_STATE)."""
+
+
+class TransactionCoordinatorFenced(Exception):
+    """A transaction marker from an older coordinator epoch than the producer's last one
+    (Kafka TRANSACTION_COORDINATOR_FENCED)."""
+
+
 class InconsistentTopicId(Exception):
     """A partition's log belongs to another topic id than the one it is asked to serve
     (Kafka ``InconsistentTopicIdException``, error INCONSISTENT_TOPIC_ID)."""
@@ -51,6 +63,8 @@ _CODES: list[tuple[type[BaseException], ErrorCode]] = [
     (RecordTooLarge, ErrorCode.message_too_large),
     (OutOfOrderSequence, ErrorCode.out_of_order_sequence_number),
     (InvalidProducerEpoch, ErrorCode.invalid_producer_epoch),
+    (InvalidTxnState, ErrorCode.invalid_txn_state),
+    (TransactionCoordinatorFenced, ErrorCode.transaction_coordinator_fenced),
     (OffsetOutOfRange, ErrorCode.offset_out_of_range),
     (InconsistentTopicId, ErrorCode.inconsistent_topic_id),
     # A log directory that cannot be written (full, read-only, failing): Kafka's answer

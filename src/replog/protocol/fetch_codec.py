@@ -144,6 +144,9 @@ class FetchResponsePartitionData:
     diverging_epoch: EpochEndOffset | None = None  # the leader's answer for last_fetched_epoch
     current_leader: LeaderIdAndEpoch | None = None
     snapshot_id: SnapshotId | None = None
+    # read_committed answers: (producer id, first offset) of each aborted transaction in
+    # the records' range; None (null) for others. The decoders skip them.
+    aborted_transactions: Sequence[tuple[int, int]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,7 +357,11 @@ def encode_fetch_response(
             )
             if version >= 5:
                 out.append(_I64.pack(p.log_start_offset))
-            out.append(_I32.pack(-1))  # aborted_transactions: null (no transactions)
+            if p.aborted_transactions is None:
+                out.append(_I32.pack(-1))  # aborted_transactions: null
+            else:
+                out.append(_I32.pack(len(p.aborted_transactions)))
+                out.extend(_ABORTED.pack(*t) for t in p.aborted_transactions)
             if version >= 11:
                 out.append(_I32.pack(p.preferred_read_replica))
             if p.records is None:
@@ -382,17 +389,31 @@ def _encode_response_flexible(
         out.append(topic.bytes if by_id else wire.compact_string(topic))
         out.append(uvarint(len(parts) + 1))
         for p in parts:
-            out.append(
-                _RESPONSE_PARTITION_HEAD_V12.pack(
-                    p.partition,
-                    p.error_code,
-                    p.high_watermark,
-                    p.last_stable_offset,
-                    p.log_start_offset,
-                    0,
-                    p.preferred_read_replica,
+            if p.aborted_transactions is None:
+                out.append(
+                    _RESPONSE_PARTITION_HEAD_V12.pack(
+                        p.partition,
+                        p.error_code,
+                        p.high_watermark,
+                        p.last_stable_offset,
+                        p.log_start_offset,
+                        0,
+                        p.preferred_read_replica,
+                    )
                 )
-            )
+            else:
+                out.append(
+                    _RESPONSE_PARTITION_FIXED_V12.pack(
+                        p.partition,
+                        p.error_code,
+                        p.high_watermark,
+                        p.last_stable_offset,
+                        p.log_start_offset,
+                    )
+                )
+                out.append(uvarint(len(p.aborted_transactions) + 1))
+                out.extend(_ABORTED.pack(*t) + _EMPTY_TAGS for t in p.aborted_transactions)
+                out.append(_I32.pack(p.preferred_read_replica))
             if p.records is None:
                 out.append(b"\x00")
             else:

@@ -396,3 +396,93 @@ def with_timestamp_delta(
     new_body = bytes(records[body : body + 1]) + encode_varint(timestamp_delta)
     new_body += bytes(records[rest:end])
     return encode_varint(len(new_body)) + new_body
+
+
+# -- transaction markers (control batches) ---------------------------------------------
+#
+# A COMMIT or ABORT marker (Kafka ``EndTransactionMarker``) is a control batch (the
+# control and transactional attribute bits set, no sequence) of one record:
+#
+#     key:   version int16 (0) | type int16 (0 ABORT, 1 COMMIT)
+#     value: version int16 (0) | coordinatorEpoch int32
+#
+# Other control types (KRaft's leader change, snapshots) are never written by replog.
+
+CONTROL_TYPE_ABORT = 0
+CONTROL_TYPE_COMMIT = 1
+_CONTROL_KEY = struct.Struct(">hh")
+_MARKER_VALUE = struct.Struct(">hi")
+
+
+@dataclass(frozen=True, slots=True)
+class EndTxnMarker:
+    """A COMMIT (``commit``) or ABORT marker, with the writing coordinator's epoch."""
+
+    commit: bool
+    coordinator_epoch: int
+
+
+def end_txn_marker_batch(
+    *,
+    producer_id: int,
+    producer_epoch: int,
+    commit: bool,
+    coordinator_epoch: int,
+    timestamp: int,
+    base_offset: int = 0,
+    partition_leader_epoch: int = -1,
+) -> bytes:
+    """The control batch of a COMMIT or ABORT marker (Kafka ``MemoryRecords.withEndTransactionMarker``)."""
+    key = _CONTROL_KEY.pack(0, CONTROL_TYPE_COMMIT if commit else CONTROL_TYPE_ABORT)
+    value = _MARKER_VALUE.pack(0, coordinator_epoch)
+    return build_batch(
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        attributes=ATTR_CONTROL | ATTR_TRANSACTIONAL,
+        last_offset_delta=0,
+        base_timestamp=timestamp,
+        max_timestamp=timestamp,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=NO_SEQUENCE,
+        record_count=1,
+        records=encode_record(0, 0, key, value),
+    )
+
+
+def read_end_txn_marker(
+    batch: bytes | bytearray | memoryview, header: BatchHeader
+) -> EndTxnMarker | None:
+    """The marker of control batch ``batch`` (whole, header included); None for another
+    control type, or a batch the log cleaner emptied. Raises InvalidRecordBatch if the
+    record is malformed."""
+    if header.record_count == 0:
+        return None
+    if header.compression != COMPRESSION_NONE:
+        raise InvalidRecordBatch("a control batch holds uncompressed records")
+    section = bytes(batch[HEADER_SIZE : header.size])
+    for _, end, _, _, key, has_value, rest in iter_record_spans(section, header.record_count):
+        if key is None or len(key) < _CONTROL_KEY.size:
+            raise InvalidRecordBatch("control record without a key")
+        _, control_type = _CONTROL_KEY.unpack_from(key, 0)
+        if control_type not in (CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT):
+            return None
+        if not has_value:
+            raise InvalidRecordBatch("transaction marker without a value")
+        _, pos = read_varint(section, rest)  # offsetDelta
+        key_length, pos = read_varint(section, pos)
+        value_length, pos = read_varint(section, pos + key_length)
+        if value_length < _MARKER_VALUE.size or pos + value_length > end:
+            raise InvalidRecordBatch("transaction marker value too short")
+        _, coordinator_epoch = _MARKER_VALUE.unpack_from(section, pos)
+        return EndTxnMarker(control_type == CONTROL_TYPE_COMMIT, coordinator_epoch)
+    return None
+
+
+def first_batch_is_transactional(records: bytes | bytearray | memoryview) -> bool:
+    """Whether a produce request's records start with a transactional batch (Kafka
+    ``ProduceRequest.hasTransactionalRecords`` looks at each partition's first batch)."""
+    if len(records) < CRC_START + _ATTRIBUTES.size:
+        return False
+    (attributes,) = _ATTRIBUTES.unpack_from(records, CRC_START)
+    return bool(attributes & ATTR_TRANSACTIONAL)

@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from replog.replication.core import AcksAllStatus
 from replog.replication.delayed import DelayedOperation
+from replog.replication.fetch_rules import READ_UNCOMMITTED
 from replog.replication.partition import Partition
 
 TopicPartition = tuple[str, int]
@@ -140,12 +141,18 @@ class DelayedFetch(DelayedOperation):
     replica manager then reads them all once more. Partitions the leader throttles
     are not watched (Kafka counts no throttled bytes)."""
 
-    __slots__ = ("_replica_id", "_watched")
+    __slots__ = ("_isolation_level", "_replica_id", "_watched")
 
-    def __init__(self, replica_id: int, watched: list[tuple[Partition, int]]) -> None:
+    def __init__(
+        self,
+        replica_id: int,
+        watched: list[tuple[Partition, int]],
+        isolation_level: int = READ_UNCOMMITTED,
+    ) -> None:
         super().__init__()
         self._replica_id = replica_id
         self._watched = dict(watched)  # partition -> the fetch offset it waits beyond
+        self._isolation_level = isolation_level  # read_committed waits for the LSO
 
     def partitions(self) -> list[Partition]:
         return list(self._watched)
@@ -154,8 +161,13 @@ class DelayedFetch(DelayedOperation):
         replica_id = self._replica_id
         if changed is not None:
             offset = self._watched.get(changed)
-            return offset is not None and changed.fetch_ready(replica_id, offset)
-        return any(p.fetch_ready(replica_id, offset) for p, offset in self._watched.items())
+            return offset is not None and changed.fetch_ready(
+                replica_id, offset, self._isolation_level
+            )
+        return any(
+            p.fetch_ready(replica_id, offset, self._isolation_level)
+            for p, offset in self._watched.items()
+        )
 
 
 class DelayedHighWatermark(DelayedOperation):

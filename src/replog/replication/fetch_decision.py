@@ -19,6 +19,7 @@ from replog.replication.fetch_rules import (
     fetch_isolation,
 )
 from replog.replication.truncation import end_offset_for_epoch
+from replog.storage.producer_state import last_stable_offset
 
 
 def decide_fetch(
@@ -34,6 +35,7 @@ def decide_fetch(
     follower_log_start_offset: int,
     last_fetched_epoch: int,
     replication_throttled: bool,
+    first_unstable_offset: int | None = None,
 ) -> FetchDecision:
     """A fetch at leader ``ls``, after fencing and leadership passed, in Kafka's order:
 
@@ -49,8 +51,13 @@ def decide_fetch(
        from a crashed follower must not bring it back into the ISR (KIP-903).
        ``follower_log_start_offset`` is the one the follower's fetch carries (the low
        watermark is the least of them).
+
+    ``first_unstable_offset`` is the first offset of the log's oldest open transaction
+    (None: none is open): the last stable offset answered, and read_committed's bound,
+    is it, never past the HW nor below the log start (Kafka ``lastStableOffset``).
     """
     log_start = log.log_start_offset
+    lso = last_stable_offset(ls.high_watermark, log_start, first_unstable_offset)
     if last_fetched_epoch >= 0:
         check = check_last_fetched_epoch(
             last_fetched_epoch=last_fetched_epoch,
@@ -65,7 +72,7 @@ def decide_fetch(
                 check.error,
                 high_watermark=ls.high_watermark,
                 log_start_offset=log_start,
-                last_stable_offset=ls.high_watermark,
+                last_stable_offset=lso,
                 diverging_epoch=check.diverging_epoch,
             )
     if replication_throttled and replica_id >= 0 and replica_id not in ls.in_sync_replicas:
@@ -74,7 +81,7 @@ def decide_fetch(
             FetchBounds(ErrorCode.none, fetch_offset, fetch_offset),
             ls.high_watermark,
             log_start_offset=log_start,
-            last_stable_offset=ls.high_watermark,
+            last_stable_offset=lso,
             throttled=True,
         )
     bounds = fetch_bounds(
@@ -83,6 +90,7 @@ def decide_fetch(
         high_watermark=ls.high_watermark,
         log_end_offset=log.log_end_offset,
         isolation=fetch_isolation(replica_id, isolation_level),
+        last_stable_offset=lso,
     )
     if bounds.error is not ErrorCode.none:
         return FetchDecision(
@@ -115,5 +123,5 @@ def decide_fetch(
         follower_lost_records=lost,
         follower_log_start_advanced=log_start_advanced,
         log_start_offset=log.log_start_offset,
-        last_stable_offset=ls.high_watermark,
+        last_stable_offset=lso,
     )

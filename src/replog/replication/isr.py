@@ -140,7 +140,8 @@ class IsrChangeProposal:
     that each added replica is still registered at the broker epoch in
     ``added_broker_epochs`` (KIP-903: a fetch from a previous incarnation of a
     broker must not put the restarted broker in the ISR) and report a mismatch
-    with ``LeaderState.on_isr_update_ineligible``.
+    with ``LeaderState.on_isr_update_ineligible``: ``isr_write.write_isr_change``
+    does both.
     """
 
     leader_id: int

@@ -33,7 +33,6 @@ from kio.schema.errors import ErrorCode
 from replog.replication.actions import (
     NO_LEADER,
     Action,
-    AdvanceLogStart,
     AssignLeaderEpoch,
     FetchDecision,
     IsrCommitted,
@@ -60,19 +59,19 @@ from replog.replication.delete_records import (
 )
 from replog.replication.fetch_decision import decide_fetch
 from replog.replication.fetch_rules import READ_UNCOMMITTED, validate_current_leader_epoch
-from replog.replication.follower import EpochRequest, FollowerPhase, FollowerState, RestartAt
+from replog.replication.follower import FollowerPhase, FollowerState
 from replog.replication.isr import IsrChangeProposal
+from replog.replication.machine_follower import FollowerEvents
 from replog.replication.truncation import (
     UNDEFINED_EPOCH_END_OFFSET,
     EpochEndOffset,
-    TruncationDecision,
     end_offset_for_epoch,
-    high_watermark_truncation,
 )
 
 
-class PartitionMachine:
-    """Replication state of one partition on one broker. See the module docstring.
+class PartitionMachine(FollowerEvents):
+    """Replication state of one partition on one broker. See the module docstring; its
+    events as a follower are ``FollowerEvents``' (``machine_follower``).
 
     Concurrency: owned by one task (the broker's event loop or the simulator);
     not safe across awaits. Invariants are checked after every event and raise
@@ -362,6 +361,7 @@ class PartitionMachine:
         follower_log_start_offset: int = -1,
         last_fetched_epoch: int = -1,
         replication_throttled: bool = False,
+        first_unstable_offset: int | None = None,
     ) -> FetchDecision:
         """A fetch from a follower (``replica_id >= 0``) or a consumer arrived (Kafka
         ``Partition.fetchRecords``): KIP-320 fencing and leadership here, then the
@@ -385,16 +385,22 @@ class PartitionMachine:
             follower_log_start_offset=follower_log_start_offset,
             last_fetched_epoch=last_fetched_epoch,
             replication_throttled=replication_throttled,
+            first_unstable_offset=first_unstable_offset,
         )
 
-    def fetch_ready(self, replica_id: int, fetch_offset: int) -> bool:
+    def fetch_ready(
+        self, replica_id: int, fetch_offset: int, last_stable_offset: int | None = None
+    ) -> bool:
         """Whether a fetch waiting at ``fetch_offset`` (Kafka ``DelayedFetch``) has
         something to read now (a follower up to the log end, a consumer up to the high
-        watermark), or must be answered because this replica stopped leading."""
+        watermark, a read_committed one up to ``last_stable_offset``), or must be
+        answered because this replica stopped leading."""
         ls = self.leader_state
         if ls is None or not ls.is_leading:
             return True
         end = self.log.log_end_offset if replica_id >= 0 else ls.high_watermark
+        if replica_id < 0 and last_stable_offset is not None:
+            end = min(end, last_stable_offset)
         return end > fetch_offset
 
     def answer_offsets_for_leader_epoch(
@@ -545,71 +551,6 @@ class PartitionMachine:
             actions.append(outcome.high_watermark_change)
         self.check_invariants()
         return actions
-
-    # -- following ----------------------------------------------------------------------------------
-
-    def _follower(self) -> FollowerState:
-        fs = self.follower_state
-        if fs is None:
-            raise ReplicationInvariantError(f"broker {self.broker_id} is not following")
-        return fs
-
-    @property
-    def fetch_offset(self) -> int:
-        return self._follower().fetch_offset
-
-    def next_truncation_step(self) -> EpochRequest | TruncationDecision:
-        """Ask the leader where our latest epoch ends, or truncate now (no epochs known)."""
-        fs = self._follower()
-        if self.truncation_rule is TruncationRule.HIGH_WATERMARK:
-            return high_watermark_truncation(self.log.log_end_offset, fs.high_watermark)
-        return fs.next_truncation_step(self.log.epoch_entries())
-
-    def on_epoch_response(
-        self, error: ErrorCode, answer: EpochEndOffset
-    ) -> TruncationDecision | None:
-        """The leader's OffsetsForLeaderEpoch answer; None: ask again after a back-off."""
-        fs = self._follower()
-        if error is not ErrorCode.none or fs.phase is not FollowerPhase.TRUNCATING:
-            return None
-        return fs.on_epoch_response(self.log.epoch_entries(), answer)
-
-    def on_truncated(self, decision: TruncationDecision) -> None:
-        """The driver truncated the log as ``decision`` said; fetch next, or ask again."""
-        self._follower().on_truncated(decision, self.log.log_end_offset)
-
-    def on_append_mismatch(self) -> None:
-        """Fetched records did not start at our log end: find the divergence point again."""
-        fs = self._follower()
-        self.follower_state = FollowerState(
-            broker_id=self.broker_id,
-            leader_id=fs.leader_id,
-            leader_epoch=fs.leader_epoch,
-            log_end_offset=self.log.log_end_offset,
-            high_watermark=fs.high_watermark,
-        )
-
-    def on_fetch_response(
-        self, *, leader_high_watermark: int, leader_log_start_offset: int
-    ) -> list[Action]:
-        """Fetched records were appended by the driver (the log grew to the view's end)."""
-        fs = self._follower()
-        actions: list[Action] = []
-        change = fs.on_fetch_response(self.log.log_end_offset, leader_high_watermark)
-        if change is not None:
-            actions.append(change)
-        start = min(leader_log_start_offset, fs.high_watermark)
-        if start > self.log.log_start_offset:
-            actions.append(AdvanceLogStart(start))
-        return actions
-
-    def on_fetch_offset_out_of_range(
-        self, leader_log_start_offset: int, leader_log_end_offset: int
-    ) -> TruncationDecision | RestartAt | None:
-        """The leader answered OFFSET_OUT_OF_RANGE (Kafka ``fetchOffsetAndTruncate``)."""
-        return self._follower().on_offset_out_of_range(
-            leader_log_start_offset, leader_log_end_offset
-        )
 
     # -- invariants ------------------------------------------------------------------------------------
 

@@ -20,15 +20,16 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
+from replog.protocol.records import EndTxnMarker, iter_batches
+from replog.replication.actions import AdvanceLogStart
 from replog.replication.core import AcksAllStatus, HwChange
 from replog.replication.delayed import DelayedOperation, WatchList
 from replog.replication.delete_records import DeleteRecordsStatus
-from replog.replication.fetch_rules import READ_UNCOMMITTED, FetchPartitionRequest
+from replog.replication.fetch_rules import READ_COMMITTED, READ_UNCOMMITTED, FetchPartitionRequest
 from replog.replication.follower import EpochRequest, RestartAt
 from replog.replication.isr import IsrChangeProposal
 from replog.replication.machine import (
     Action,
-    AdvanceLogStart,
     AssignLeaderEpoch,
     DeleteRecordsDecision,
     FetchDecision,
@@ -41,8 +42,14 @@ from replog.replication.quota import is_throttled
 from replog.replication.truncation import EpochEndOffset, TruncationDecision
 from replog.storage.log import AppendInfo, Log, UnexpectedAppendOffset
 from replog.storage.log_config import LogConfig
-from replog.storage.producer_state import ProducerStateEntry
+from replog.storage.producer_state import (
+    ProducerStateEntry,
+    VerificationGuard,
+    last_stable_offset,
+)
 from replog.storage.segment import TimestampAndOffset
+from replog.storage.txn_index import AbortedTxn
+from replog.zk.fencing import UNKNOWN_BROKER_EPOCH
 
 
 class LogFacts:
@@ -164,8 +171,26 @@ class Partition:
     ) -> DeleteRecordsStatus:
         return self._machine.delete_records_status(requested_offset, leader_epoch, is_live)
 
-    def fetch_ready(self, replica_id: int, fetch_offset: int) -> bool:
+    def fetch_ready(
+        self, replica_id: int, fetch_offset: int, isolation_level: int = READ_UNCOMMITTED
+    ) -> bool:
+        if replica_id < 0 and isolation_level == READ_COMMITTED:
+            return self._machine.fetch_ready(replica_id, fetch_offset, self.last_stable_offset)
         return self._machine.fetch_ready(replica_id, fetch_offset)
+
+    @property
+    def last_stable_offset_lag(self) -> int:
+        """Kafka's ``LastStableOffsetLag`` gauge: HW - LSO as leader, 0 otherwise."""
+        if not self.is_leader:
+            return 0
+        return self.high_watermark - self.last_stable_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO: read_committed consumers read below it (``Log.last_stable_offset``)."""
+        return last_stable_offset(
+            self.high_watermark, self._log.log_start_offset, self._log.first_unstable_offset()
+        )
 
     # -- queries (the log's) ---------------------------------------------------------
 
@@ -281,9 +306,11 @@ class Partition:
         return self._machine.maybe_shrink_isr(now_ms)
 
     def on_isr_update_result(
-        self, proposal: IsrChangeProposal, new_zk_version: int | None
+        self, proposal: IsrChangeProposal, new_zk_version: int | None, *, ineligible: bool = False
     ) -> list[Action]:
-        return self._carry_out(self._machine.on_isr_update_result(proposal, new_zk_version))
+        return self._carry_out(
+            self._machine.on_isr_update_result(proposal, new_zk_version, ineligible=ineligible)
+        )
 
     # -- reads ----------------------------------------------------------------------
 
@@ -294,6 +321,7 @@ class Partition:
         now_ms: int,
         *,
         isolation_level: int = READ_UNCOMMITTED,
+        broker_epoch: int = UNKNOWN_BROKER_EPOCH,
         isr_eligible: bool,
         replication_throttled: bool,
     ) -> tuple[FetchDecision, list[Action]]:
@@ -305,10 +333,12 @@ class Partition:
             request.current_leader_epoch,
             now_ms,
             isolation_level=isolation_level,
+            broker_epoch=broker_epoch,
             isr_eligible=isr_eligible,
             follower_log_start_offset=request.log_start_offset,
             last_fetched_epoch=request.last_fetched_epoch,
             replication_throttled=replication_throttled,
+            first_unstable_offset=self._log.first_unstable_offset(),
         )
         rest = self._carry_out(decision.actions) if decision.actions else []
         if decision.follower_log_start_advanced:
@@ -323,6 +353,17 @@ class Partition:
         data = self._log.read(bounds.start_offset, max_bytes, max_offset=bounds.end_offset)
         return data.records
 
+    def aborted_transactions(self, fetch_offset: int, records: bytes) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed consumer needs with ``records`` (read
+        from ``fetch_offset``), Kafka ``addAbortedTransactions``: those overlapping
+        ``[fetch_offset, the offset after the last batch read)``."""
+        last = None
+        for _, header in iter_batches(records, verify=False):
+            last = header
+        if last is None:
+            return []
+        return self._log.collect_aborted_transactions(fetch_offset, last.next_offset)
+
     # -- DeleteRecords ------------------------------------------------------------------
 
     def delete_records(self, offset: int, is_live: Callable[[int], bool]) -> DeleteRecordsDecision:
@@ -336,20 +377,58 @@ class Partition:
 
     # -- writes as leader ---------------------------------------------------------------
 
+    def maybe_start_transaction_verification(self, producer_id: int) -> VerificationGuard | None:
+        """KIP-890: the guard a verification of the producer's transaction carries, or None
+        when its transaction is open here (nothing to verify)."""
+        return self._log.producer_state.maybe_start_verification(producer_id)
+
     def append_as_leader(
-        self, records: bytearray, *, acks: int, now_ms: int
+        self,
+        records: bytearray,
+        *,
+        acks: int,
+        now_ms: int,
+        verification_required: bool = False,
+        verification_guard: VerificationGuard | None = None,
+        from_coordinator: bool = False,
     ) -> tuple[ErrorCode, AppendInfo | None]:
-        """Append a produce request's batch; NOT_LEADER_OR_FOLLOWER / NOT_ENOUGH_REPLICAS first."""
+        """Append a produce request's batch; NOT_LEADER_OR_FOLLOWER / NOT_ENOUGH_REPLICAS
+        first. ``verification_*``, ``from_coordinator``: see ``Log.append_as_leader``."""
         error = self._machine.check_append(acks)
         if error is not ErrorCode.none:
             return error, None
-        info = self._log.append_as_leader(records, leader_epoch=self.leader_epoch, now_ms=now_ms)
+        info = self._log.append_as_leader(
+            records,
+            leader_epoch=self.leader_epoch,
+            now_ms=now_ms,
+            verification_required=verification_required,
+            verification_guard=verification_guard,
+            from_coordinator=from_coordinator,
+        )
         if not info.duplicate:
-            change = self._machine.on_local_append()
-            if change is not None:
-                self._log.update_high_watermark(change.new)
-            self._complete_delayed()  # follower fetches wait for the log end to move
+            self._appended_as_leader()
         return ErrorCode.none, info
+
+    def append_marker_as_leader(
+        self, producer_id: int, producer_epoch: int, marker: EndTxnMarker, *, now_ms: int
+    ) -> tuple[ErrorCode, AppendInfo | None]:
+        """Append a transaction's COMMIT or ABORT marker from its coordinator (always
+        acks=all, as Kafka: NOT_ENOUGH_REPLICAS below ``min.insync.replicas``)."""
+        error = self._machine.check_append(-1)
+        if error is not ErrorCode.none:
+            return error, None
+        info = self._log.append_marker_as_leader(
+            producer_id, producer_epoch, marker, leader_epoch=self.leader_epoch, now_ms=now_ms
+        )
+        self._appended_as_leader()
+        return ErrorCode.none, info
+
+    def _appended_as_leader(self) -> None:
+        change = self._machine.on_local_append()
+        if change is not None:
+            self._log.update_high_watermark(change.new)
+        # follower fetches wait for the log end to move, read_committed ones for the LSO
+        self._complete_delayed()
 
     # -- following: truncation and appends (the fetcher's IO, the machine's rules) ----------
 

@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode
 from replog.common.clock import now_ms
 from replog.config import KafkaConfig
 from replog.protocol.errors import error_code_for
+from replog.protocol.records import EndTxnMarker
 from replog.replication.core import StopLeading
 from replog.replication.delayed_operations import (
     DelayedDeleteRecords,
@@ -26,7 +27,7 @@ from replog.replication.delayed_operations import (
     DeleteRecordsResult,
     ProduceResult,
 )
-from replog.replication.fetch_rules import READ_UNCOMMITTED, FetchPartitionRequest
+from replog.replication.fetch_rules import READ_COMMITTED, READ_UNCOMMITTED, FetchPartitionRequest
 from replog.replication.fetcher import ReplicaFetcherManager
 from replog.replication.hw_checkpoint import HighWatermarkCheckpoints
 from replog.replication.isr import IsrChangeProposal
@@ -41,9 +42,13 @@ from replog.replication.machine import (
 from replog.replication.partition import Partition
 from replog.replication.quota import ReplicationQuota
 from replog.replication.truncation import EpochEndOffset
+from replog.storage.log import AppendInfo
 from replog.storage.log_config import LogConfig
 from replog.storage.log_manager import LogManager
+from replog.storage.producer_state import VerificationGuard
+from replog.storage.txn_index import AbortedTxn
 from replog.zk.client import KafkaZkClient
+from replog.zk.fencing import UNKNOWN_BROKER_EPOCH
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +71,7 @@ class FetchResult:
     last_stable_offset: int = -1
     diverging_epoch: EpochEndOffset | None = None
     throttled: bool = False  # a follower's fetch the leader answered empty (its quota)
+    aborted_transactions: list[AbortedTxn] | None = None  # read_committed consumers only
 
 
 class ReplicaManager:
@@ -167,13 +173,74 @@ class ReplicaManager:
     # -- produce --------------------------------------------------------------
 
     def append_to_leader(
-        self, topic: str, partition: int, records: bytes, acks: int, now: int
+        self,
+        topic: str,
+        partition: int,
+        records: bytes,
+        acks: int,
+        now: int,
+        *,
+        verification_required: bool = False,
+        verification_guard: VerificationGuard | None = None,
+        from_coordinator: bool = False,
     ) -> ProduceResult:
+        """A produce request's records for one partition. ``verification_required``
+        (KIP-890, ``transaction.partition.verification.enable``): a transactional batch
+        that opens a transaction needs the ``verification_guard`` its verification with
+        the transaction coordinator carried (``maybe_start_transaction_verification``)."""
         part = self.partitions.get((topic, partition))
         if part is None:
             return ProduceResult(self._missing(topic, partition))
+        return self._append(
+            part,
+            lambda: part.append_as_leader(
+                bytearray(records),
+                acks=acks,
+                now_ms=now,
+                verification_required=verification_required,
+                verification_guard=verification_guard,
+                from_coordinator=from_coordinator,
+            ),
+        )
+
+    def maybe_start_transaction_verification(
+        self, topic: str, partition: int, producer_id: int
+    ) -> tuple[ErrorCode, VerificationGuard | None]:
+        """KIP-890: whether the producer's transaction must be verified with its
+        coordinator before an append here: (NONE, guard) to verify, (NONE, None) when
+        its transaction is open here, or the error the append would get (not led here)."""
+        part = self.partitions.get((topic, partition))
+        if part is None:
+            return self._missing(topic, partition), None
+        if not part.is_leader:
+            return ErrorCode.not_leader_or_follower, None
+        return ErrorCode.none, part.maybe_start_transaction_verification(producer_id)
+
+    def append_txn_marker(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        marker: EndTxnMarker,
+        now: int,
+    ) -> ProduceResult:
+        """A WriteTxnMarkers entry's COMMIT or ABORT for one partition led here; wait for
+        it with ``wait_for_acks_all`` (markers are written with acks=all)."""
+        part = self.partitions.get((topic, partition))
+        if part is None:
+            return ProduceResult(self._missing(topic, partition))
+        return self._append(
+            part,
+            lambda: part.append_marker_as_leader(producer_id, producer_epoch, marker, now_ms=now),
+        )
+
+    def _append(
+        self, part: Partition, append: Callable[[], tuple[ErrorCode, AppendInfo | None]]
+    ) -> ProduceResult:
+        topic, partition = part.topic, part.partition
         try:
-            error, info = part.append_as_leader(bytearray(records), acks=acks, now_ms=now)
+            error, info = append()
         except Exception as exc:
             code = error_code_for(exc)
             if code == ErrorCode.unknown_server_error:
@@ -253,6 +320,7 @@ class ReplicaManager:
         now: int,
         isolation_level: int = READ_UNCOMMITTED,
         leader_quota: ReplicationQuota | None = None,
+        broker_epoch: int = UNKNOWN_BROKER_EPOCH,
     ) -> FetchResult:
         """One partition of a fetch: the partition's machine decides (fencing, KIP-595,
         the leader's throttle, the bounds), the partition reads."""
@@ -265,6 +333,7 @@ class ReplicaManager:
             request,
             now,
             isolation_level=isolation_level,
+            broker_epoch=broker_epoch,
             isr_eligible=is_follower and self.is_live_broker(replica_id),
             # No replica can be over the leader's quota while it is unlimited (the usual
             # case): then the per-partition check is skipped.
@@ -292,6 +361,9 @@ class ReplicaManager:
         except OSError as exc:
             self.storage_failed(part, f"read of {part.topic}-{part.partition}", exc)
             return FetchResult(ErrorCode.kafka_storage_error)
+        aborted = None
+        if replica_id < 0 and isolation_level == READ_COMMITTED:
+            aborted = part.aborted_transactions(request.fetch_offset, records)
         return FetchResult(
             ErrorCode.none,
             high_watermark=decision.high_watermark,
@@ -300,6 +372,7 @@ class ReplicaManager:
             last_stable_offset=decision.last_stable_offset,
             diverging_epoch=decision.diverging_epoch,
             throttled=decision.throttled,
+            aborted_transactions=aborted,
         )
 
     def _read_all(
@@ -309,6 +382,7 @@ class ReplicaManager:
         max_bytes: int,
         isolation_level: int,
         leader_quota: ReplicationQuota | None,
+        broker_epoch: int,
     ) -> tuple[list[FetchResult], int]:
         now = now_ms()
         budget = max_bytes
@@ -316,7 +390,13 @@ class ReplicaManager:
         total = 0
         for req in requests:
             result = self.read_partition(
-                replica_id, req, budget if budget > 0 else 0, now, isolation_level, leader_quota
+                replica_id,
+                req,
+                budget if budget > 0 else 0,
+                now,
+                isolation_level,
+                leader_quota,
+                broker_epoch,
             )
             # KIP-74: the first partition with data may exceed the budget.
             budget -= len(result.records)
@@ -334,14 +414,16 @@ class ReplicaManager:
         isolation_level: int = READ_UNCOMMITTED,
         wait: FetchWait | None = None,
         leader_quota: ReplicationQuota | None = None,
+        broker_epoch: int = UNKNOWN_BROKER_EPOCH,
     ) -> list[FetchResult]:
         """Read ``requests``; short of ``min_bytes``, wait up to ``max_wait_ms`` for one of
         them to have data (``DelayedFetch``) and read them all again. An error or a
         diverging epoch is answered at once. The time spent waiting is added to
         ``wait``; bytes sent to a follower for a throttled replica count against
-        ``leader_quota``."""
+        ``leader_quota``. ``broker_epoch`` is the follower's, from its fetch (Fetch v15+
+        ``ReplicaState.ReplicaEpoch``, KIP-903; unknown before)."""
         results, total = self._read_all(
-            replica_id, requests, max_bytes, isolation_level, leader_quota
+            replica_id, requests, max_bytes, isolation_level, leader_quota, broker_epoch
         )
         if (
             total < min_bytes
@@ -353,14 +435,14 @@ class ReplicaManager:
                 part = self.partitions.get((req.topic, req.partition))
                 if part is not None and not result.throttled:
                     watched.append((part, req.fetch_offset))
-            operation = DelayedFetch(replica_id, watched)
+            operation = DelayedFetch(replica_id, watched, isolation_level)
             waiting_from = time.monotonic()
             await operation.wait(operation.partitions(), max_wait_ms / 1000)
             if wait is not None:
                 wait.waited_s += time.monotonic() - waiting_from
             # Answered or timed out: one more read, so the answer carries the latest HW.
             results, total = self._read_all(
-                replica_id, requests, max_bytes, isolation_level, leader_quota
+                replica_id, requests, max_bytes, isolation_level, leader_quota, broker_epoch
             )
         if replica_id >= 0 and leader_quota is not None and total:
             self._record_leader_bytes(requests, results, leader_quota)
@@ -448,6 +530,10 @@ class ReplicaManager:
 
     def checkpoint_high_watermarks(self) -> None:
         self.hw_checkpoints.write(self.partitions.values())
+
+    async def checkpoint_high_watermarks_off_loop(self) -> None:
+        """The periodic checkpoint: the files written in a worker thread (fsyncs)."""
+        await self.hw_checkpoints.write_off_loop(list(self.partitions.values()))
 
     # -- role changes (driven by the controller) ------------------------------
 

@@ -202,3 +202,50 @@ def authorize(
         return False
     allowing = {operation, AclOperation.ALL} | IMPLIED.get(operation, set())
     return any(b.permission == AclPermissionType.ALLOW and applies(b, allowing) for b in matching)
+
+
+def authorize_by_resource_type(
+    principal: str,
+    host: str,
+    operation: AclOperation,
+    resource_type: ResourceType,
+    acls: Iterable[AclBinding],
+    *,
+    super_users: frozenset[str] = frozenset(),
+    allow_if_no_acl: bool = False,
+) -> bool:
+    """Whether ``operation`` is allowed on at least one resource of ``resource_type``
+    (Kafka ``AclAuthorizer.authorizeByResourceType``, KIP-679: an idempotent producer
+    with Write on some topic). A literal wildcard DENY denies; else, with
+    ``allow.everyone.if.no.acl.found``, allowed; else an ALLOW literal or prefixed
+    pattern that no DENY covers (a literal of the same name, or a prefix of it)."""
+    if principal in super_users:
+        return True
+    applying = [
+        b
+        for b in acls
+        if b.resource_type == resource_type
+        and b.principal in (principal, WILDCARD_PRINCIPAL)
+        and b.host in (host, WILDCARD)
+        and b.operation in (operation, AclOperation.ALL)
+    ]
+    denied = [b for b in applying if b.permission == AclPermissionType.DENY]
+    if any(b.pattern_type == PatternType.LITERAL and b.resource_name == WILDCARD for b in denied):
+        return False
+    if allow_if_no_acl:
+        return True
+    deny_literals = {b.resource_name for b in denied if b.pattern_type == PatternType.LITERAL}
+    deny_prefixes = [b.resource_name for b in denied if b.pattern_type == PatternType.PREFIXED]
+    for b in applying:
+        if b.permission != AclPermissionType.ALLOW:
+            continue
+        name = b.resource_name
+        if b.pattern_type == PatternType.LITERAL:
+            if name == WILDCARD or (
+                name not in deny_literals and not any(name.startswith(p) for p in deny_prefixes)
+            ):
+                return True
+        elif b.pattern_type == PatternType.PREFIXED:
+            if not any(name.startswith(p) for p in deny_prefixes):
+                return True
+    return False

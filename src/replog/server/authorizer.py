@@ -160,6 +160,20 @@ class Authorizer:
                 )
         return ok
 
+    def allowed_on_some(
+        self, ctx: RequestContext, operation: AclOperation, resource_type: ResourceType
+    ) -> bool:
+        """Whether ``operation`` is allowed on some resource of the type (KIP-679)."""
+        return acl.authorize_by_resource_type(
+            str(ctx.principal),
+            peer_host(ctx.peer),
+            operation,
+            resource_type,
+            self._acls,
+            super_users=self.super_users,
+            allow_if_no_acl=self.allow_if_no_acl,
+        )
+
     def filter_allowed(
         self,
         ctx: RequestContext,

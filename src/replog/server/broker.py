@@ -25,11 +25,10 @@ import random
 import signal
 import time
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from replog.common.clock import now_ms
-from replog.common.topics import GROUP_METADATA_TOPIC_NAME
+from replog.common.topics import GROUP_METADATA_TOPIC_NAME, TRANSACTION_STATE_TOPIC_NAME
 from replog.config import KafkaConfig
 from replog.controller.controller import KafkaController
 from replog.coordinator.group import consumer_records
@@ -39,6 +38,11 @@ from replog.coordinator.group.classic_group_service import (
     replay_group_metadata_record,
 )
 from replog.coordinator.group.coordinator import GroupCoordinator
+from replog.coordinator.transaction.marker_channel import TransactionMarkerChannel
+from replog.coordinator.transaction.runtime import (
+    TransactionCoordinatorRuntime,
+    transaction_config,
+)
 from replog.protocol.apis import ApiKey
 from replog.replication.fetcher import FetcherConfig, ReplicaFetcherManager
 from replog.replication.replica_manager import ReplicaManager
@@ -60,13 +64,22 @@ from replog.server.broker_startup import (
 from replog.server.broker_tasks import periodic_tasks
 from replog.server.config_manager import ConfigManager
 from replog.server.controlled_shutdown import (
-    ControllerEndpoint,
     controlled_shutdown,
+    find_controller,
     send_controlled_shutdown,
 )
 from replog.server.fetch_session import FetchManager, FetchSessionCache
 from replog.server.handlers import admin as admin_handlers
-from replog.server.handlers import cluster, fetch, metadata, offsets, produce, producers, records
+from replog.server.handlers import (
+    cluster,
+    fetch,
+    metadata,
+    offsets,
+    produce,
+    producers,
+    records,
+    txn_markers,
+)
 from replog.server.handlers import configs as config_handlers
 from replog.server.handlers import partitions as partition_handlers
 from replog.server.handlers.acls import AclRequests
@@ -78,10 +91,12 @@ from replog.server.handlers.group_coordinator import GroupCoordinatorRequests
 from replog.server.handlers.group_membership import GroupMembershipRequests
 from replog.server.handlers.scram_credentials import ScramCredentialRequests
 from replog.server.handlers.txn_offsets import handle_txn_offset_commit
+from replog.server.log_dir_failure import LogDirFailureHandler
 from replog.server.metadata_cache import MetadataCache
 from replog.server.metrics import BrokerMetrics, BrokerStateCollector, RemoteEndOffsets
 from replog.server.network import KafkaServer, RequestContext
 from replog.server.producer_ids import ProducerIdManager
+from replog.server.txn_verification import TransactionVerifier
 from replog.server.zk_fence import ZkSessionFence
 from replog.storage.cleaner_threads import CleanerConfig, LoopOwner
 from replog.storage.log_config import LogConfig
@@ -98,8 +113,6 @@ from replog.zk.data import BrokerInfo, EndPoint
 
 log = logging.getLogger(__name__)
 
-HALT_ZK_CLOSE_S = 5.0  # how long a broker without log dirs waits to close its session
-LOG_DIR_EVENT_RETRY_S = 1.0  # between attempts to write a log dir event notification
 # What a broker fenced from ZooKeeper still answers: the controller, which restores it.
 CONTROLLER_APIS = frozenset(
     {
@@ -160,13 +173,28 @@ class Broker:
         self.replica_manager.fetcher_manager.on_storage_error = self.replica_manager.storage_failed
         self.halt = os._exit
         """Ends the process at once (Kafka ``Exit.halt``) when no log dir is left."""
-        self._log_dir_tasks: set[asyncio.Task[None]] = set()
+        self.log_dir_failure = LogDirFailureHandler(
+            config.broker_id, self.log_manager, self.zk, lambda code: self.halt(code)
+        )
         self.admin = AdminManager(config, self.zk, self.metadata_cache)
         self.producer_ids = ProducerIdManager(config.broker_id, self.zk.client)
         self.group_coordinator = GroupCoordinator(
             config,
             self.replica_manager,
             lambda: len(self.metadata_cache.partitions.get(GROUP_METADATA_TOPIC_NAME, {})) or None,
+        )
+        self.transaction_coordinator = TransactionCoordinatorRuntime(
+            transaction_config(config),
+            self.replica_manager,
+            self.producer_ids.generate_producer_id,
+            lambda: (
+                len(self.metadata_cache.partitions.get(GROUP_METADATA_TOPIC_NAME, {}))
+                or config.offsets_topic_num_partitions
+            ),
+            self._marker_channel,
+            state_partition_count=lambda: len(
+                self.metadata_cache.partitions.get(TRANSACTION_STATE_TOPIC_NAME, {})
+            ),
         )
         self.services = BrokerServices(
             config=config,
@@ -184,6 +212,14 @@ class Broker:
                 )
             ),
             authorizer=Authorizer.from_config(config, self.zk),
+            transaction_coordinator=self.transaction_coordinator,
+            transaction_verifier=TransactionVerifier(
+                self.metadata_cache,
+                listener=config.inter_broker_listener_name.upper(),
+                security=self.client_security,
+                request_timeout_ms=config.request_timeout_ms,
+                client_id=f"broker-{config.broker_id}-txn-verification",
+            ),
         )
         self.controller_commands = ControllerCommands(
             self.services, self.zk, lambda: self.broker_epoch
@@ -210,6 +246,8 @@ class Broker:
             if config.metrics_port >= 0
             else None
         )
+        if self.metrics is not None:
+            self.metrics.state.transaction_coordinator = self.transaction_coordinator
         handlers = self._handlers()
         # One server per listener; ``self.server`` is the inter-broker one.
         self.servers = [
@@ -232,6 +270,30 @@ class Broker:
         self._stopped = asyncio.Event()
         self.broker_epoch = -1
         self._zk_fence: ZkSessionFence | None = None
+
+    def _marker_channel(self, listener: TransactionCoordinatorRuntime) -> TransactionMarkerChannel:
+        """WriteTxnMarkers to the partition leaders, as the controller and fetchers reach
+        the other brokers (the inter-broker listener and its security)."""
+        cache, name = self.metadata_cache, self.config.inter_broker_listener_name.upper()
+
+        def leader_of(topic: str, partition: int) -> int | None:
+            if cache.controller_id is None:
+                return -1  # no UpdateMetadata yet: wait, a partition unknown is not deleted
+            info = cache.partition(topic, partition)
+            return None if info is None else info.leader
+
+        def endpoint_of(broker_id: int) -> tuple[str, int] | None:
+            broker = cache.brokers_for(name).get(broker_id)
+            return None if broker is None else (broker.host, broker.port)
+
+        return TransactionMarkerChannel(
+            self.config.broker_id,
+            leader_of,
+            endpoint_of,
+            listener,
+            request_timeout_ms=self.config.request_timeout_ms,
+            security=self.client_security,
+        )
 
     def _cluster_allowed(self, ctx: RequestContext, operation: AclOperation) -> bool:
         return self.services.allowed(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)
@@ -288,6 +350,7 @@ class Broker:
             ApiKey.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
             ApiKey.DESCRIBE_PRODUCERS: producers.handle_describe_producers,
             ApiKey.CREATE_PARTITIONS: partition_handlers.handle_create_partitions,
+            ApiKey.WRITE_TXN_MARKERS: txn_markers.handle_write_txn_markers,
             ApiKey.TXN_OFFSET_COMMIT: handle_txn_offset_commit,
         }
         handlers = {int(key): partial(handler, s) for key, handler in table.items()}
@@ -312,6 +375,12 @@ class Broker:
         handlers[ApiKey.OFFSET_FETCH] = groups.handle_offset_fetch
         handlers[ApiKey.OFFSET_DELETE] = groups.handle_offset_delete
         handlers[ApiKey.DELETE_GROUPS] = groups.handle_delete_groups
+        transactions = groups.transactions
+        handlers[ApiKey.ADD_PARTITIONS_TO_TXN] = transactions.handle_add_partitions_to_txn
+        handlers[ApiKey.ADD_OFFSETS_TO_TXN] = transactions.handle_add_offsets_to_txn
+        handlers[ApiKey.END_TXN] = transactions.handle_end_txn
+        handlers[ApiKey.DESCRIBE_TRANSACTIONS] = transactions.handle_describe_transactions
+        handlers[ApiKey.LIST_TRANSACTIONS] = transactions.handle_list_transactions
         classic = ClassicGroupService(self.group_coordinator)
         self.group_coordinator.listeners.append(classic)
         self.group_coordinator.replayers[group_records.GROUP_METADATA_KEY] = (
@@ -358,7 +427,7 @@ class Broker:
         self.admin.cluster_id = cluster_id
         self.log_manager.startup(now_ms())
         require_live_log_dirs(self.log_manager)
-        self.replica_manager.on_log_dir_offline = self._on_log_dir_offline
+        self.replica_manager.on_log_dir_offline = self.log_dir_failure.on_log_dir_offline
         # The log cleaner's threads hand every call on the logs to this loop.
         self.log_manager.start_cleaner(LoopOwner(asyncio.get_running_loop()))
         await self.configs.start()  # dynamic configs before any log is served
@@ -421,6 +490,7 @@ class Broker:
             self.server.port,
         )
         await self._recover_assignments()
+        self.transaction_coordinator.start()
         for task in periodic_tasks(
             self.config,
             self.log_manager,
@@ -465,44 +535,6 @@ class Broker:
             self.broker_epoch,
         )
 
-    def _on_log_dir_offline(self, log_dir: Path, partitions: list[tuple[str, int]]) -> None:
-        """A log dir failed and its replicas stopped (``ReplicaManager``). With other log
-        dirs live, tell the controller (a log dir event notification), which moves the
-        leaderships and ISRs of those replicas; with none left, halt as Kafka does, but
-        close the ZooKeeper session first so that the controller sees this broker gone
-        at once rather than after the session timeout."""
-        if self.log_manager.live_log_dirs:
-            task = asyncio.get_running_loop().create_task(self._announce_log_dir_failure())
-        else:
-            log.critical(
-                "broker %d: shutting down: every log dir has failed (last %s, %d replicas)",
-                self.config.broker_id,
-                log_dir,
-                len(partitions),
-            )
-            task = asyncio.get_running_loop().create_task(self._halt_without_log_dirs())
-        self._log_dir_tasks.add(task)
-        task.add_done_callback(self._log_dir_tasks.discard)
-
-    async def _announce_log_dir_failure(self) -> None:
-        while True:
-            try:
-                name = await asyncio.to_thread(
-                    self.zk.propagate_log_dir_event, self.config.broker_id
-                )
-                log.info("broker %d: log dir failure announced (%s)", self.config.broker_id, name)
-                return
-            except Exception as exc:  # ZooKeeper unreachable: the controller must hear of it
-                log.warning("could not announce the log dir failure (%s); retrying", exc)
-                await asyncio.sleep(LOG_DIR_EVENT_RETRY_S)
-
-    async def _halt_without_log_dirs(self) -> None:
-        try:
-            await asyncio.wait_for(asyncio.to_thread(self.zk.close), HALT_ZK_CLOSE_S)
-        except Exception as exc:  # the session then expires on its own
-            log.warning("closing the ZooKeeper session before halting failed: %s", exc)
-        self.halt(1)
-
     async def _recover_assignments(self) -> None:
         """Seed 000 question 5: delete local partitions no longer assigned to this broker.
 
@@ -546,7 +578,12 @@ class Broker:
         done = await controlled_shutdown(
             c.broker_id,
             lambda: self.broker_epoch,
-            self._find_controller,
+            partial(
+                find_controller,
+                self.zk,
+                self.metadata_cache,
+                self.config.inter_broker_listener_name.upper(),
+            ),
             c.controlled_shutdown_max_retries,
             c.controlled_shutdown_retry_backoff_ms / 1000,
             c.controller_socket_timeout_ms / 1000,
@@ -557,29 +594,6 @@ class Broker:
             c.broker_id,
             "completed" if done else "gave up",
             time.monotonic() - started,
-        )
-
-    async def _find_controller(self) -> ControllerEndpoint | None:
-        """The controller as ZooKeeper names it (the metadata cache may lag a move)."""
-        try:
-            controller_id = await asyncio.to_thread(self.zk.get_controller_id)
-            info = (
-                None
-                if controller_id is None
-                else await asyncio.to_thread(self.zk.get_broker, controller_id)
-            )
-        except Exception as exc:  # ZooKeeper unreachable: fall back to the cache
-            log.warning("controlled shutdown: ZooKeeper lookup failed: %s", exc)
-            controller_id, info = self.metadata_cache.controller_id, None
-            listener = self.config.inter_broker_listener_name.upper()
-            endpoint = self.metadata_cache.brokers_for(listener).get(controller_id or -1)
-            if controller_id is None or endpoint is None:
-                return None
-            return ControllerEndpoint(controller_id, endpoint.host, endpoint.port)
-        if controller_id is None or info is None:
-            return None
-        return ControllerEndpoint(
-            controller_id, *info.address(self.config.inter_broker_listener_name.upper())
         )
 
     async def run_until_stopped(self) -> None:
@@ -606,6 +620,9 @@ class Broker:
         if self.metrics is not None:
             await self.metrics.stop()
         await self.group_coordinator.shutdown()
+        await self.transaction_coordinator.shutdown()
+        if self.services.transaction_verifier is not None:
+            await self.services.transaction_verifier.close()
         await self.configs.stop()
         await self.replica_manager.shutdown()
         if self._zk_fence is not None:

@@ -68,7 +68,7 @@ async def high_watermark_checkpoint_loop(
     interval = config.replica_high_watermark_checkpoint_interval_ms / 1000
     while True:
         await asyncio.sleep(interval)
-        replica_manager.checkpoint_high_watermarks()
+        await replica_manager.checkpoint_high_watermarks_off_loop()
 
 
 async def offsets_expiration_loop(config: KafkaConfig, group_coordinator: GroupCoordinator) -> None:

@@ -27,6 +27,8 @@ from kio.schema.errors import ErrorCode
 from replog.protocol.client import KafkaConnection
 from replog.protocol.controller_schemas import ControlledShutdownRequest
 from replog.security.client_security import PLAINTEXT, ClientSecurity
+from replog.server.metadata_cache import MetadataCache
+from replog.zk.client import KafkaZkClient
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,28 @@ class Attempt:
     @property
     def succeeded(self) -> bool:
         return self.error_code == ErrorCode.none and not self.remaining
+
+
+async def find_controller(
+    zk: KafkaZkClient, metadata_cache: MetadataCache, listener: str
+) -> ControllerEndpoint | None:
+    """The controller as ZooKeeper names it (the metadata cache may lag a move), at its
+    ``listener`` (the inter-broker one); the cache's word if ZooKeeper is out of reach."""
+    try:
+        controller_id = await asyncio.to_thread(zk.get_controller_id)
+        info = (
+            None if controller_id is None else await asyncio.to_thread(zk.get_broker, controller_id)
+        )
+    except Exception as exc:  # ZooKeeper unreachable: fall back to the cache
+        log.warning("controlled shutdown: ZooKeeper lookup failed: %s", exc)
+        controller_id = metadata_cache.controller_id
+        endpoint = metadata_cache.brokers_for(listener).get(controller_id or -1)
+        if controller_id is None or endpoint is None:
+            return None
+        return ControllerEndpoint(controller_id, endpoint.host, endpoint.port)
+    if controller_id is None or info is None:
+        return None
+    return ControllerEndpoint(controller_id, *info.address(listener))
 
 
 async def send_controlled_shutdown(

@@ -54,6 +54,7 @@ from prometheus_client.utils import floatToGoString
 
 from replog.protocol.apis import ApiKey, make, nested, request_schema
 from replog.protocol.client import KafkaConnection
+from replog.server.loop_lag import LoopLagMonitor
 from replog.server.request_metrics import (  # noqa: F401 (re-exported)
     MS_BUCKETS,
     STAGES,
@@ -65,6 +66,7 @@ from replog.server.request_metrics import (  # noqa: F401 (re-exported)
 if TYPE_CHECKING:
     from replog.controller.controller import KafkaController
     from replog.coordinator.group.coordinator import GroupCoordinator
+    from replog.coordinator.transaction.runtime import TransactionCoordinatorRuntime
     from replog.replication.replica_manager import ReplicaManager
     from replog.security.client_security import ClientSecurity
     from replog.server.fetch_session import FetchManager
@@ -212,11 +214,15 @@ LOG_GAUGES = (
     ("kafka_log_log_size", "Log size in bytes"),
     ("kafka_log_log_numlogsegments", "Segments in the log"),
     ("kafka_cluster_partition_highwatermark", "High watermark"),
+    (
+        "kafka_cluster_partition_laststableoffsetlag",
+        "High watermark minus the last stable offset (0 where not leader)",
+    ),
 )
 
 
 class LogGauges:
-    """Five gauges per partition (``LOG_GAUGES``), rendered as Prometheus text by hand:
+    """Six gauges per partition (``LOG_GAUGES``), rendered as Prometheus text by hand:
     at thousands of partitions they are most of a scrape, and most partitions did not
     move since the last one, so each partition's lines are kept with the values they
     show and made again only when a value changed (the text is what
@@ -238,6 +244,7 @@ class LogGauges:
                 p.size_in_bytes(),
                 p.segment_count,
                 p.high_watermark,
+                p.last_stable_offset_lag,
             )
             entry = cache.get(key)
             if entry is None or entry[0] != values:
@@ -280,6 +287,7 @@ class BrokerStateCollector(Collector):
         self.fetch_manager = fetch_manager
         self.end_offsets = end_offsets
         self.log_gauges = LogGauges()
+        self.transaction_coordinator: TransactionCoordinatorRuntime | None = None
 
     def collect(self) -> Iterator[Any]:
         yield from self._replica_manager()
@@ -287,6 +295,7 @@ class BrokerStateCollector(Collector):
         yield from self._topics()
         yield from self._controller()
         yield from self._group_lag()
+        yield from self._transaction_coordinator()
 
     def _replica_manager(self) -> Iterator[Any]:
         rm = self.replica_manager
@@ -436,6 +445,44 @@ class BrokerStateCollector(Collector):
             value=controller.events.size(),
         )
 
+    def _transaction_coordinator(self) -> Iterator[Any]:
+        """Kafka's ``TransactionMarkerChannelManager`` gauges and
+        ``transaction-coordinator-metrics``' partition load times, and the transactional
+        ids coordinated here by state."""
+        runtime = self.transaction_coordinator
+        if runtime is None:
+            return
+        prefix = "kafka_coordinator_transaction_transactionmarkerchannelmanager_"
+        yield GaugeMetricFamily(
+            prefix + "unknowndestinationqueuesize",
+            "Markers waiting for their partitions' leaders",
+            value=runtime.channel.unknown_destination_count(),
+        )
+        yield GaugeMetricFamily(
+            prefix + "logappendretryqueuesize",
+            "CompleteCommit/CompleteAbort appends waiting to be retried",
+            value=runtime.completions_to_retry,
+        )
+        prefix = "kafka_server_transaction_coordinator_metrics_"
+        yield GaugeMetricFamily(
+            prefix + "partition_load_time_max",
+            "Longest load of a __transaction_state partition (ms)",
+            value=runtime.load_time_max_ms,
+        )
+        yield GaugeMetricFamily(
+            prefix + "partition_load_time_avg",
+            "Mean load time of a __transaction_state partition (ms)",
+            value=runtime.load_time_total_ms / runtime.loads if runtime.loads else 0.0,
+        )
+        states = GaugeMetricFamily(
+            "replog_transaction_coordinator_transactions",
+            "Transactional ids coordinated here, by state",
+            labels=["state"],
+        )
+        for state, count in sorted(runtime.transaction_counts().items()):
+            states.add_metric([state], count)
+        yield states
+
     def _group_lag(self) -> Iterator[Any]:
         """Lag of the groups coordinated here, for every partition they committed: the
         leader's high watermark minus the committed offset. This broker's own where it
@@ -488,6 +535,8 @@ class BrokerMetrics:
         # The network layer's request observer: the request metrics' own method, bound.
         self.observe_request = self.requests.observe
         self.registry.register(state)
+        # The event loop's lag (stalls), measured while the endpoint is up.
+        self.loop_lag = LoopLagMonitor()
         self._server: asyncio.AbstractServer | None = None
         self.port: int | None = None
 
@@ -496,14 +545,17 @@ class BrokerMetrics:
             self.requests.exposition().encode()
             + generate_latest(self.registry)
             + self.state.logs_text().encode()
+            + self.loop_lag.exposition().encode()
         )
 
     async def start(self, host: str, port: int) -> None:
         self._server = await asyncio.start_server(self._serve, host, port)
         self.port = self._server.sockets[0].getsockname()[1]
+        self.loop_lag.start()
         log.info("metrics at http://%s:%d/metrics", host, self.port)
 
     async def stop(self) -> None:
+        self.loop_lag.stop()
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()

@@ -1,10 +1,13 @@
 """The asyncio listener: frames in, handler calls, responses out in request order.
 
-Each connection has a reader task that decodes frames and starts one handler
-task per request; responses go out in the order their requests arrived, written
-by whichever handler completes the one at the head (``ResponseQueue``). A bounded number of
-requests may be in flight per connection; past that the reader stops reading
-(back-pressure), so a client cannot make the broker allocate without bound.
+Each connection is an ``asyncio.Protocol`` (``KafkaConnectionProtocol``): the bytes
+that arrive are cut into frames in the transport's callback, and each request's handler
+is started there at once; a handler that must wait (a long poll, acks=all) carries on in a
+task from where it first waited, one that answers at once needs no task at all.
+Responses go out in the order their requests arrived, written by whichever handler
+completes the one at the head (``ResponseQueue``). A bounded number of requests may be in
+flight per connection; past that the connection stops reading (back-pressure), so a
+client cannot make the broker allocate without bound.
 A malformed frame, an oversize length prefix or an unknown API closes that one
 connection with a log line; other connections are not affected.
 
@@ -21,7 +24,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,15 +106,15 @@ class KafkaServer:
         self._serves = serves
         self.security = security or ListenerSecurity("PLAINTEXT", "PLAINTEXT")
         self._server: asyncio.AbstractServer | None = None
-        self._connections: set[asyncio.Task[None]] = set()
+        self._connections: set[KafkaConnectionProtocol] = set()
 
     async def start(self) -> None:
         context = self.security.ssl_context
-        self._server = await asyncio.start_server(
-            self._serve_connection,
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: KafkaConnectionProtocol(self),
             self.host,
             self.port,
-            limit=1 << 20,
             backlog=512,
             ssl=context,
             ssl_handshake_timeout=SSL_HANDSHAKE_TIMEOUT_S if context is not None else None,
@@ -122,125 +125,29 @@ class KafkaServer:
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
-        for task in list(self._connections):
-            task.cancel()
-        if self._connections:
-            await asyncio.gather(*self._connections, return_exceptions=True)
+        handlers: list[asyncio.Task[None]] = []
+        for connection in list(self._connections):
+            handlers.extend(connection.cancel_handlers())
+        if handlers:
+            await asyncio.gather(*handlers, return_exceptions=True)
+        for connection in list(self._connections):
+            connection.close()
         if self._server is not None:
             await self._server.wait_closed()
 
-    async def _serve_connection(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections.add(task)
-        peername = writer.get_extra_info("peername")
-        peer = f"{peername[0]}:{peername[1]}" if peername else "?"
-        responses = ResponseQueue(writer, MAX_IN_FLIGHT_PER_CONNECTION, self._observer)
-        handlers: set[asyncio.Task[None]] = set()
-        principal = ANONYMOUS
-        if self.security.ssl_context is not None:
-            principal = certificate_principal(writer.get_extra_info("peercert"))
-        sasl = SaslConnection(self.security, peer) if self.security.uses_sasl else None
-        try:
-            await self._read_requests(reader, responses, handlers, peer, principal, sasl)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        except asyncio.CancelledError:
-            # The server is stopping. Returning (rather than re-raising) keeps asyncio's
-            # stream callback from logging the cancellation as an error.
-            for handler in handlers:
-                handler.cancel()
-        finally:
-            # The client stopped sending: answer what it already asked, then close.
-            if handlers:
-                await asyncio.gather(*handlers, return_exceptions=True)
-            writer.close()
-            self._connections.discard(task)
-
-    async def _read_requests(
-        self,
-        reader: asyncio.StreamReader,
-        responses: ResponseQueue,
-        handlers: set[asyncio.Task[None]],
-        peer: str,
-        principal: KafkaPrincipal,
-        sasl: SaslConnection | None,
-    ) -> None:
-        while not responses.closed:
-            prefix = await reader.readexactly(4)
-            (size,) = frames.SIZE.unpack(prefix)
-            if size < 8 or size > self._max_request:
-                log.warning(
-                    "closing connection from %s: request size %d outside [8, %d] "
-                    "(socket.request.max.bytes)",
-                    peer,
-                    size,
-                    self._max_request,
-                )
-                return
-            frame = await reader.readexactly(size)
-            received_s = time.monotonic()
-            try:
-                request = frames.decode_request(frame)
-            except frames.UnsupportedVersion as exc:
-                response = self._on_unsupported_version(exc)
-                if response is None:
-                    log.warning("closing connection from %s: %s", peer, exc)
-                    return
-                responses.complete(await responses.reserve(), (response,))
-                continue
-            except frames.InvalidFrame as exc:
-                log.warning(
-                    "closing connection from %s: %s (frame starts %s)", peer, exc, frame[:48].hex()
-                )
-                return
-            if sasl is not None:
-                if not sasl.authenticated or request.api_key in SASL_APIS:
-                    # authenticating, or re-authenticating (KIP-368)
-                    if not await self._authenticate(sasl, request, responses, peer):
-                        return
-                    if sasl.authenticated:
-                        principal = sasl.principal or principal
-                    continue
-                if sasl.expired(time.monotonic()):
-                    log.info(
-                        "closing connection from %s: its SASL session ended "
-                        "(connections.max.reauth.ms) without a re-authentication",
-                        peer,
-                    )
-                    return
-            if self._serves is not None and not self._serves(request.api_key):
-                log.info(
-                    "closing connection from %s: %s is not served while this broker is "
-                    "fenced from ZooKeeper",
-                    peer,
-                    apis.ApiKey(request.api_key).name,
-                )
-                return
-            handler = self._handlers.get(request.api_key)
-            if handler is None:
-                log.warning(
-                    "closing connection from %s: no handler for api key %d", peer, request.api_key
-                )
-                return
-            context = RequestContext(
-                api_key=request.api_key,
-                api_version=request.api_version,
-                correlation_id=request.correlation_id,
-                client_id=request.client_id,
-                peer=peer,
-                received_s=received_s,
-                principal=principal,
-                listener=self.security.listener_name,
-            )
-            slot = responses.try_reserve(context) or await responses.reserve(context)
-            handler_task = asyncio.create_task(
-                self._handle(handler, context, request.body, responses, slot)
-            )
-            handlers.add(handler_task)
-            handler_task.add_done_callback(handlers.discard)
+    def _request_context(
+        self, request: frames.Request, peer: str, principal: KafkaPrincipal, received_s: float
+    ) -> RequestContext:
+        return RequestContext(
+            api_key=request.api_key,
+            api_version=request.api_version,
+            correlation_id=request.correlation_id,
+            client_id=request.client_id,
+            peer=peer,
+            received_s=received_s,
+            principal=principal,
+            listener=self.security.listener_name,
+        )
 
     async def _authenticate(
         self,
@@ -317,6 +224,335 @@ class KafkaServer:
             await responses.drain_if_needed()
 
 
+class _CarryOn:
+    """Awaitable that carries on a coroutine already started by hand, from the awaitable
+    it yielded when it first suspended (what a task would have been handed): the task
+    that awaits this drives the coroutine exactly as if it had run it from its start.
+    Python 3.12's eager tasks, by hand for 3.11."""
+
+    __slots__ = ("_coro", "_first")
+
+    def __init__(self, coro: Coroutine[Any, Any, None], first: Any) -> None:
+        self._coro = coro
+        self._first = first
+
+    def __await__(self) -> Generator[Any, None, None]:
+        coro, value = self._coro, self._first
+        self._first = None
+        while True:
+            try:
+                yield value
+            except BaseException as exc:  # a cancellation, or a future's exception
+                try:
+                    value = coro.throw(exc)
+                except StopIteration:
+                    return
+            else:
+                try:
+                    value = coro.send(None)
+                except StopIteration:
+                    return
+
+
+async def _carry_on(coro: Coroutine[Any, Any, None], first: Any) -> None:
+    await _CarryOn(coro, first)
+
+
+class KafkaConnectionProtocol(asyncio.Protocol):
+    """One client connection: frames cut from the bytes as they arrive, each request's
+    handler started at once, in the callback that read it (no reader task, no task per
+    request): a handler that answers without waiting (a produce at acks=1, a fetch with
+    data, Metadata) runs to its response there; one that waits (a long poll, acks=all)
+    carries on in a task from where it first waited.
+
+    Reading pauses (the transport's ``pause_reading``) while the connection has
+    ``MAX_IN_FLIGHT_PER_CONNECTION`` requests unanswered (back-pressure: what is already
+    read waits in the buffer), while a SASL step runs (requests after it wait for its
+    outcome) and once the connection is finishing. Finishing (a bad frame, a refused
+    request, the client's end of stream): nothing more is read, what was asked is
+    answered, then the transport closes.
+
+    Concurrency: event-loop callbacks only; no method awaits.
+    """
+
+    def __init__(self, server: KafkaServer) -> None:
+        self._server = server
+        self._max_request = server._max_request
+        self._buffer = bytearray()
+        self._handlers: set[asyncio.Task[None]] = set()
+        self._transport: asyncio.Transport | None = None
+        self._responses: ResponseQueue | None = None
+        self._peer = "?"
+        self._principal = ANONYMOUS
+        self._sasl: SaslConnection | None = None
+        self._over_ssl = server.security.ssl_context is not None
+        self._authenticating = False  # a SASL step runs; later frames wait for it
+        self._full = False  # MAX_IN_FLIGHT_PER_CONNECTION unanswered
+        self._finishing = False  # nothing more is read; close once all is answered
+        self._lost = False
+        self._reading_paused = False
+        self._processing = False
+        self._write_paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+
+    # -- asyncio.Protocol ------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, but have its methods
+        self._transport = transport  # type: ignore[assignment]
+        peername = transport.get_extra_info("peername")
+        self._peer = f"{peername[0]}:{peername[1]}" if peername else "?"
+        server = self._server
+        self._responses = ResponseQueue(
+            transport, MAX_IN_FLIGHT_PER_CONNECTION, server._observer, self
+        )
+        if server.security.ssl_context is not None:
+            self._principal = certificate_principal(transport.get_extra_info("peercert"))
+        if server.security.uses_sasl:
+            self._sasl = SaslConnection(server.security, self._peer)
+        server._connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self._finishing:
+            return
+        self._buffer += data
+        self._process()
+
+    def eof_received(self) -> bool:
+        # The client stopped sending: answer what it already asked, then close. Over
+        # TLS the transport closes itself (half-closed TLS is not supported).
+        self._finish()
+        return not self._over_ssl
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self._finishing = True
+        self._buffer.clear()
+        if self._responses is not None:
+            self._responses.closed = True
+            self._responses.room()
+        self._wake_drain_waiters()
+        self._server._connections.discard(self)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._wake_drain_waiters()
+
+    # -- the server's --------------------------------------------------------------------
+
+    def cancel_handlers(self) -> list[asyncio.Task[None]]:
+        """The server is stopping: the handlers still waiting are cancelled."""
+        self._finishing = True
+        handlers = list(self._handlers)
+        for handler in handlers:
+            handler.cancel()
+        return handlers
+
+    def close(self) -> None:
+        if self._transport is not None and not self._lost:
+            self._transport.close()
+
+    # -- the response queue's --------------------------------------------------------
+
+    @property
+    def waits_for_room(self) -> bool:
+        return self._full
+
+    def room(self) -> None:
+        """A response went out and the connection has room again: read on."""
+        if self._full:
+            self._full = False
+            self._update_reading()
+            if not self._processing:
+                self._process()
+
+    async def drain(self) -> None:
+        """Wait until the transport takes writes again (its buffer below the high mark)."""
+        if not self._write_paused or self._lost:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._drain_waiters.append(waiter)
+        await waiter
+
+    def response_queue_closed(self) -> None:
+        """A handler failed: nothing more is read or answered on this connection."""
+        self._finish()
+        self.close()
+
+    # -- reading -------------------------------------------------------------------------
+
+    def _process(self) -> None:
+        """Cut the buffered frames and start their requests, until the buffer holds no
+        whole frame or the connection cannot take more now."""
+        responses = self._responses
+        assert responses is not None
+        buffer = self._buffer
+        self._processing = True
+        position = 0
+        try:
+            while not (self._finishing or self._authenticating):
+                available = len(buffer) - position
+                if available < 4:
+                    break
+                (size,) = frames.SIZE.unpack_from(buffer, position)
+                if size < 8 or size > self._max_request:
+                    log.warning(
+                        "closing connection from %s: request size %d outside [8, %d] "
+                        "(socket.request.max.bytes)",
+                        self._peer,
+                        size,
+                        self._max_request,
+                    )
+                    self._finish()
+                    break
+                if available - 4 < size:
+                    break
+                if responses.full():
+                    self._full = True
+                    break
+                frame = bytes(buffer[position + 4 : position + 4 + size])
+                position += 4 + size
+                self._request(frame)
+        finally:
+            self._processing = False
+            if position:
+                del buffer[:position]
+            self._update_reading()
+
+    def _update_reading(self) -> None:
+        transport = self._transport
+        if transport is None or self._lost:
+            return
+        pause = self._full or self._authenticating or self._finishing
+        if pause != self._reading_paused:
+            self._reading_paused = pause
+            if pause:
+                transport.pause_reading()
+            else:
+                transport.resume_reading()
+
+    def _request(self, frame: bytes) -> None:
+        """One frame: decoded, checked, its handler started."""
+        server = self._server
+        responses = self._responses
+        assert responses is not None
+        peer = self._peer
+        received_s = time.monotonic()
+        try:
+            request = frames.decode_request(frame)
+        except frames.UnsupportedVersion as exc:
+            response = server._on_unsupported_version(exc)
+            if response is None:
+                log.warning("closing connection from %s: %s", peer, exc)
+                self._finish()
+                return
+            slot = responses.try_reserve()
+            assert slot is not None  # room was checked before the frame was taken
+            responses.complete(slot, (response,))
+            return
+        except frames.InvalidFrame as exc:
+            log.warning(
+                "closing connection from %s: %s (frame starts %s)", peer, exc, frame[:48].hex()
+            )
+            self._finish()
+            return
+        sasl = self._sasl
+        if sasl is not None:
+            if not sasl.authenticated or request.api_key in SASL_APIS:
+                # authenticating, or re-authenticating (KIP-368)
+                self._start_authentication(sasl, request)
+                return
+            if sasl.expired(time.monotonic()):
+                log.info(
+                    "closing connection from %s: its SASL session ended "
+                    "(connections.max.reauth.ms) without a re-authentication",
+                    peer,
+                )
+                self._finish()
+                return
+        if server._serves is not None and not server._serves(request.api_key):
+            log.info(
+                "closing connection from %s: %s is not served while this broker is "
+                "fenced from ZooKeeper",
+                peer,
+                apis.ApiKey(request.api_key).name,
+            )
+            self._finish()
+            return
+        handler = server._handlers.get(request.api_key)
+        if handler is None:
+            log.warning(
+                "closing connection from %s: no handler for api key %d", peer, request.api_key
+            )
+            self._finish()
+            return
+        context = server._request_context(request, peer, self._principal, received_s)
+        slot = responses.try_reserve(context)
+        assert slot is not None  # room was checked before the frame was taken
+        self._start(server._handle(handler, context, request.body, responses, slot))
+
+    def _start(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run a handler until it first waits; a task carries it on from there."""
+        try:
+            first = coro.send(None)
+        except StopIteration:
+            return  # answered without waiting: no task
+        task = asyncio.get_running_loop().create_task(_carry_on(coro, first))
+        self._handlers.add(task)
+        task.add_done_callback(self._handler_done)
+
+    def _handler_done(self, task: asyncio.Task[None]) -> None:
+        self._handlers.discard(task)
+        if self._finishing and not self._handlers:
+            self._close_when_answered()
+
+    def _start_authentication(self, sasl: SaslConnection, request: frames.Request) -> None:
+        self._authenticating = True
+        self._update_reading()
+        task = asyncio.get_running_loop().create_task(self._authentication_step(sasl, request))
+        self._handlers.add(task)
+        task.add_done_callback(self._handler_done)
+
+    async def _authentication_step(self, sasl: SaslConnection, request: frames.Request) -> None:
+        responses = self._responses
+        assert responses is not None
+        try:
+            ok = await self._server._authenticate(sasl, request, responses, self._peer)
+        except (ConnectionError, asyncio.CancelledError):
+            ok = False
+        self._authenticating = False
+        if not ok:
+            self._finish()
+            return
+        if sasl.authenticated:
+            self._principal = sasl.principal or self._principal
+        self._update_reading()
+        if not self._processing:
+            self._process()
+
+    def _finish(self) -> None:
+        """Read nothing more; close once every request read is answered."""
+        if self._finishing:
+            return
+        self._finishing = True
+        self._update_reading()
+        if not self._handlers:
+            self._close_when_answered()
+
+    def _close_when_answered(self) -> None:
+        # Handlers that ran to their end have written (or dropped) their responses.
+        self.close()
+
+    def _wake_drain_waiters(self) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+
 class Slot:
     """The place of one request's response in its connection's order."""
 
@@ -333,25 +569,31 @@ class ResponseQueue:
 
     The handler that completes the response at the head writes it, with every
     completed one behind it, in one ``writelines``: no writer task in between.
-    At most ``limit`` requests are in flight; ``reserve`` waits for room (the
-    reader stops reading: back-pressure). Concurrency: event-loop only; no
-    method awaits between taking slots off the queue and writing them.
+    At most ``limit`` requests are in flight; the connection stops reading while
+    ``full`` and is told when there is ``room``; ``reserve`` waits for room (an
+    authentication step's answer). Concurrency: event-loop only; no method awaits
+    between taking slots off the queue and writing them.
     """
 
     def __init__(
         self,
-        writer: asyncio.StreamWriter,
+        transport: asyncio.Transport,
         limit: int,
-        observer: RequestObserver | None = None,
+        observer: RequestObserver | None,
+        connection: KafkaConnectionProtocol,
     ) -> None:
-        self._writer = writer
-        self._transport = writer.transport
+        self._transport = transport
         self._limit = limit
         self._observer = observer
+        self._connection = connection
         self._slots: deque[Slot] = deque()
         self._room = asyncio.Event()
         self._room.set()
+        self._awaiting_room = False  # a ``reserve`` waits
         self.closed = False
+
+    def full(self) -> bool:
+        return len(self._slots) >= self._limit and not self.closed
 
     def try_reserve(self, context: RequestContext | None = None) -> Slot | None:
         """A slot at once when there is room (the usual case: no coroutine); else None."""
@@ -363,6 +605,7 @@ class ResponseQueue:
 
     async def reserve(self, context: RequestContext | None = None) -> Slot:
         while len(self._slots) >= self._limit and not self.closed:
+            self._awaiting_room = True
             self._room.clear()
             await self._room.wait()
         slot = Slot(context)
@@ -377,6 +620,21 @@ class ResponseQueue:
         slots = self._slots
         if slots[0] is not slot:
             return  # an earlier response is not ready: it writes this one with its own
+        if len(slots) == 1 or not slots[1].done:
+            # The usual case: this response alone goes out.
+            slots.popleft()
+            if data is not None and not self.closed:
+                self._transport.writelines(data)
+            if self._observer is not None and slot.context is not None:
+                self._observer(slot.context, time.monotonic())
+        else:
+            self._write_ready()
+        if self._awaiting_room or self._connection.waits_for_room:
+            self.room()
+
+    def _write_ready(self) -> None:
+        """Every completed response at the head, in one ``writelines``."""
+        slots = self._slots
         out = []
         written: list[RequestContext] = []
         while slots and slots[0].done:
@@ -391,14 +649,19 @@ class ResponseQueue:
             now = time.monotonic()
             for context in written:
                 self._observer(context, now)
-        if len(slots) < self._limit:
+
+    def room(self) -> None:
+        """Tell whoever waits for room (``reserve``, the connection's reading) if any."""
+        if len(self._slots) < self._limit or self.closed:
+            self._awaiting_room = False
             self._room.set()
+            self._connection.room()
 
     def close(self) -> None:
         """A handler failed: nothing more is answered on this connection."""
         self.closed = True
         self._room.set()
-        self._writer.close()
+        self._connection.response_queue_closed()
 
     def needs_drain(self) -> bool:
         """More than 1 MiB waits in the transport: the writer should wait for it."""
@@ -406,7 +669,4 @@ class ResponseQueue:
 
     async def drain_if_needed(self) -> None:
         if self.needs_drain():
-            try:
-                await self._writer.drain()
-            except ConnectionError:
-                self.closed = True  # the client went away; the reader sees it too
+            await self._connection.drain()

@@ -306,5 +306,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     return SinkOptions(
         bootstrap_servers=bootstrap_servers(opts),
         topic=topic.strip() if topic else None,
-        client_config=client_config(opts, frozenset({"enable.idempotence", "acks"})),
+        client_config=client_config(
+            opts, frozenset({"enable.idempotence", "acks", "delivery.report.only.error"})
+        ),
     )

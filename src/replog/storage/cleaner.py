@@ -16,6 +16,12 @@ and of its GIL.
    supersede its keys) are grouped up to ``segment.bytes`` per group
    (``group_segments_by_size``) and each group is filtered (``cleaner_filter``) into one
    ``.cleaned`` segment, fsynced, with rebuilt indexes and the last old segment's mtime.
+   Transactions (``cleaner_txn``): the aborted ones overlapping the segments (the
+   task's ``aborted_transactions``, from their ``.txnindex``) never count in the map,
+   their batches are removed, and markers stay until no data of their transaction is
+   left and their delete horizon has passed; the ABORT markers kept give the cleaned
+   segment its ``.txnindex``. The cleanable range never reaches an open transaction
+   (``cleaner_manager``: the last stable offset bounds it).
 3. Each cleaned group goes to ``swap`` (the owner swaps it in, or refuses because the
    log changed); a refusal aborts the cleaning (``CleaningAborted``).
 
@@ -40,15 +46,24 @@ from pathlib import Path
 from replog.protocol.records import (
     HEADER_SIZE,
     BatchHeader,
+    EndTxnMarker,
     InvalidRecordBatch,
     iter_record_spans,
+    read_end_txn_marker,
     read_header,
     verify_crc,
 )
-from replog.storage.cleaner_filter import filter_batch, records_section
+from replog.storage.cleaner_filter import (
+    empty_or_none,
+    filter_batch,
+    filter_control_batch,
+    records_section,
+)
 from replog.storage.cleaner_throttler import Throttler
+from replog.storage.cleaner_txn import CleanedTransactions
 from replog.storage.offset_map import OffsetMap
 from replog.storage.segment import CLEANED_FILE_SUFFIX, LogSegment, segment_paths
+from replog.storage.txn_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +100,8 @@ class CleaningTask:
     delete_retention_ms: int
     last_offsets_of_active_producers: dict[int, int]
     now_ms: int
+    # the aborted transactions overlapping the segments, from their .txnindex files
+    aborted_transactions: tuple[AbortedTxn, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -249,11 +266,13 @@ class Cleaner:
         start = task.first_dirty_offset
         m.update_latest_offset(start - 1)
         dirty = [s for s in task.segments if s.next_offset > start]
+        # an aborted transaction's records never count (Kafka buildOffsetMapForSegment)
+        txns = CleanedTransactions(t for t in task.aborted_transactions if t.last_offset >= start)
         for i, segment in enumerate(dirty):
             next_start = (
                 dirty[i + 1].base_offset if i + 1 < len(dirty) else task.first_uncleanable_offset
             )
-            if self._map_segment(task, segment, start, next_start, stats):
+            if self._map_segment(task, segment, start, next_start, stats, txns):
                 log.debug("%s: offset map full in segment %d", task.name, segment.base_offset)
                 return
 
@@ -264,6 +283,7 @@ class Cleaner:
         start: int,
         next_start: int,
         stats: CleanerStats,
+        txns: CleanedTransactions,
     ) -> bool:
         """Add a segment's keys to the map; True if the map filled up on the way."""
         m = self.offset_map
@@ -271,7 +291,9 @@ class Cleaner:
             stats.map_bytes_read += header.size
             if header.last_offset < start:
                 continue
-            if not header.is_control:
+            if header.is_control:
+                txns.on_control_batch_read(header, _marker(batch, header))
+            elif not txns.on_batch_read(header):
                 base = header.base_offset
                 section = records_section(batch, header)
                 for span in iter_record_spans(section, header.record_count):
@@ -302,11 +324,15 @@ class Cleaner:
             suffix=CLEANED_FILE_SUFFIX,
         )
         horizon: int | None = None
+        base = group[0].base_offset
+        txns = CleanedTransactions(t for t in task.aborted_transactions if t.last_offset >= base)
         try:
             for segment in group:
-                segment_horizon = self._clean_into(task, segment, cleaned, stats)
+                segment_horizon = self._clean_into(task, segment, cleaned, stats, txns)
                 if segment_horizon is not None and (horizon is None or segment_horizon < horizon):
                     horizon = segment_horizon
+            for txn in txns.cleaned_index:  # the ABORT markers kept, with data removed
+                cleaned.txn_index.append(txn)
             cleaned.on_become_inactive()
             cleaned.flush()
             cleaned.close()
@@ -321,7 +347,12 @@ class Cleaner:
         return result, horizon
 
     def _clean_into(
-        self, task: CleaningTask, segment: SegmentRef, cleaned: LogSegment, stats: CleanerStats
+        self,
+        task: CleaningTask,
+        segment: SegmentRef,
+        cleaned: LogSegment,
+        stats: CleanerStats,
+        txns: CleanedTransactions,
     ) -> int | None:
         producers = task.last_offsets_of_active_producers
         horizon: int | None = None
@@ -333,14 +364,26 @@ class Cleaner:
             retain_empty = header.next_offset == task.first_uncleanable_offset or (
                 header.has_producer_id and producers.get(header.producer_id) == header.last_offset
             )
-            result = filter_batch(
-                batch,
-                header,
-                self.offset_map,
-                retain_empty=retain_empty,
-                now_ms=task.now_ms,
-                delete_retention_ms=task.delete_retention_ms,
-            )
+            if header.is_control:
+                result = filter_control_batch(
+                    batch,
+                    header,
+                    can_discard=txns.on_control_batch_read(header, _marker(batch, header)),
+                    retain_empty=retain_empty,
+                    now_ms=task.now_ms,
+                    delete_retention_ms=task.delete_retention_ms,
+                )
+            elif txns.on_batch_read(header):  # an aborted transaction's
+                result = empty_or_none(header, retain_empty=retain_empty)
+            else:
+                result = filter_batch(
+                    batch,
+                    header,
+                    self.offset_map,
+                    retain_empty=retain_empty,
+                    now_ms=task.now_ms,
+                    delete_retention_ms=task.delete_retention_ms,
+                )
             if result.data is None:
                 continue
             stats.records_retained += result.retained
@@ -368,3 +411,10 @@ class Cleaner:
         stats.bytes_written += len(out)
         if self.throttler is not None:
             self.throttler.maybe_throttle(len(out))
+
+
+def _marker(batch: memoryview, header: BatchHeader) -> EndTxnMarker | None:
+    """A control batch's COMMIT/ABORT marker (None: emptied, or another control type)."""
+    if header.record_count == 0 or not header.has_producer_id:
+        return None
+    return read_end_txn_marker(batch, header)

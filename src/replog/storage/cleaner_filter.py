@@ -18,8 +18,10 @@ Tombstones (KIP-534): the first time a batch keeps a tombstone, the cleaner stam
 batch's delete horizon (now + ``delete.retention.ms``) into its baseTimestamp and sets
 the ``ATTR_DELETE_HORIZON`` attribute; record timestamp deltas are re-encoded so every
 record's timestamp is unchanged. A later cleaning after the horizon drops the
-tombstones. Control batches (transaction markers) are kept as they are: replog refuses
-transactional producers, so none are written.
+tombstones. Transactions (``cleaner_txn``): an aborted transaction's batches go whole
+(``empty_or_none``); a transaction marker stays as it is until ``cleaner_txn`` says it
+may go, then gets its delete horizon stamped the same way, and goes in a cleaning past
+it (``filter_control_batch``).
 
 Pure: bytes and the offset map in, bytes out.
 """
@@ -121,6 +123,40 @@ def empty_batch(header: BatchHeader) -> bytes:
         record_count=0,
         records=b"",
     )
+
+
+def empty_or_none(header: BatchHeader, *, retain_empty: bool) -> FilterResult:
+    """A batch whose records all go (an aborted transaction's): an empty header if it
+    must stay (see the module docstring), else nothing."""
+    return FilterResult(empty_batch(header) if retain_empty else None, 0, None)
+
+
+def filter_control_batch(
+    batch: bytes | memoryview,
+    header: BatchHeader,
+    *,
+    can_discard: bool,
+    retain_empty: bool,
+    now_ms: int,
+    delete_retention_ms: int,
+) -> FilterResult:
+    """A transaction marker: kept as it is while it is needed (``can_discard`` False);
+    then stamped with its delete horizon, kept until it, and removed after (Kafka's
+    ``checkBatchRetention`` for control batches). ``tombstone_horizon`` carries the
+    horizon of a marker kept for it, so the log is cleaned again then."""
+    horizon = header.delete_horizon_ms
+    if not can_discard or header.record_count == 0:
+        if can_discard:  # an emptied control batch
+            return empty_or_none(header, retain_empty=retain_empty)
+        return FilterResult(batch, header.record_count, None)
+    if horizon is not None and horizon <= now_ms:
+        return empty_or_none(header, retain_empty=retain_empty)
+    if horizon is not None:
+        return FilterResult(batch, header.record_count, horizon)
+    records = records_section(batch, header)
+    spans = list(iter_record_spans(records, header.record_count))
+    horizon = now_ms + delete_retention_ms
+    return FilterResult(_rebuild(records, header, spans, horizon), len(spans), horizon)
 
 
 def filter_batch(

@@ -38,7 +38,12 @@ from replog.storage.checkpoints import (
 )
 from replog.storage.cleaner import CleanedGroup, CleaningTask, SegmentRef
 from replog.storage.log import Log
-from replog.storage.segment import CLEANED_FILE_SUFFIX, LogSegment, segment_paths
+from replog.storage.segment import (
+    CLEANED_FILE_SUFFIX,
+    LogSegment,
+    segment_paths,
+    txn_index_path,
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +80,8 @@ def cleanable_offsets(log_: Log, last_clean_offset: int | None, now_ms: int) -> 
         first_dirty = start
     high_watermark = log_.high_watermark if log_.high_watermark is not None else start
     bounds = [high_watermark, log_.active_segment.base_offset]
+    if log_.high_watermark is not None:
+        bounds.append(log_.last_stable_offset())  # never an open transaction (Kafka)
     lag = log_.config.min_compaction_lag_ms
     if lag > 0:
         for segment in _closed_segments_from(log_.segments, first_dirty):
@@ -374,6 +381,7 @@ class LogCleanerManager:
             return True
         for path in segment_paths(log_.dir, group.base_offset, CLEANED_FILE_SUFFIX):
             path.unlink(missing_ok=True)
+        txn_index_path(log_.dir, group.base_offset, CLEANED_FILE_SUFFIX).unlink(missing_ok=True)
         return False
 
 
@@ -390,6 +398,11 @@ def _plan(ltc: LogToClean, log_: Log, log_dir: Path, now_ms: int) -> CleaningPla
         delete_retention_ms=log_.config.delete_retention_ms,
         last_offsets_of_active_producers=log_.last_offsets_of_active_producers(),
         now_ms=now_ms,
+        aborted_transactions=tuple(
+            log_.collect_aborted_transactions(segments[0].base_offset, ltc.first_uncleanable_offset)
+        )
+        if segments
+        else (),
     )
     return CleaningPlan(
         ltc.tp, log_, log_dir, task, {s.base_offset: s for s in segments}, log_.truncations

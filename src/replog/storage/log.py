@@ -35,6 +35,10 @@ from pathlib import Path
 from replog.protocol.errors import OffsetOutOfRange
 from replog.protocol.records import (
     BatchHeader,
+    EndTxnMarker,
+    InvalidRecord,
+    end_txn_marker_batch,
+    read_end_txn_marker,
     read_header,
     set_base_offset,
     set_log_append_time,
@@ -51,13 +55,19 @@ from replog.storage.log_validator import (
     check_keys,
     validate_batches,
 )
-from replog.storage.producer_state import ProducerStateManager, list_snapshots
+from replog.storage.producer_state import (
+    ProducerStateManager,
+    VerificationGuard,
+    last_stable_offset,
+    list_snapshots,
+)
 from replog.storage.segment import (
     CLEANED_FILE_SUFFIX,
     SWAP_FILE_SUFFIX,
     LogSegment,
     TimestampAndOffset,
 )
+from replog.storage.txn_index import AbortedTxn, collect_aborted_transactions
 
 __all__ = [
     "AppendInfo",
@@ -185,13 +195,25 @@ class Log:
 
     # -- append ----------------------------------------------------------
     def append_as_leader(
-        self, records: bytes | bytearray, *, leader_epoch: int, now_ms: int
+        self,
+        records: bytes | bytearray,
+        *,
+        leader_epoch: int,
+        now_ms: int,
+        verification_required: bool = False,
+        verification_guard: VerificationGuard | None = None,
+        from_coordinator: bool = False,
     ) -> AppendInfo:
         """Assign offsets and append a client's batches; raises before writing anything.
+        ``from_coordinator``: a coordinator's own transactional batch (no sequence check:
+        ``ProducerStateManager.validate_client_batches``).
 
         Raises InvalidRecordBatch, CorruptRecordBatch, RecordTooLarge,
-        OutOfOrderSequence or InvalidProducerEpoch. A retried batch from an
-        idempotent producer returns its original offsets with ``duplicate=True``.
+        OutOfOrderSequence, InvalidProducerEpoch or InvalidTxnState. A retried batch from
+        an idempotent producer returns its original offsets with ``duplicate=True``.
+        With ``verification_required`` (KIP-890), a transactional batch that opens a
+        transaction needs ``verification_guard``, still current (``ProducerStateManager
+        .check_verified``).
         """
         if not isinstance(records, bytearray):
             records = bytearray(records)
@@ -200,9 +222,13 @@ class Log:
         )
         if not batches:
             return AppendInfo(-1, -1, -1, -1, 0)
+        if any(h.is_control for _, h in batches):
+            raise InvalidRecord(f"{self.name}: clients are not allowed to write control records")
         if self.config.compact:
             check_keys(records, batches, name=self.name)
-        duplicate = self.producer_state.validate_client_batches([h for _, h in batches])
+        duplicate = self.producer_state.validate_client_batches(
+            [h for _, h in batches], from_coordinator=from_coordinator
+        )
         if duplicate is not None:
             return AppendInfo(
                 duplicate.first_offset,
@@ -212,6 +238,8 @@ class Log:
                 len(batches),
                 duplicate=True,
             )
+        if verification_required:
+            self.producer_state.check_verified([h for _, h in batches], verification_guard)
         log_append_time = now_ms if self.config.log_append_time else -1
         first_offset = offset = self.log_end_offset
         patched: list[tuple[int, BatchHeader]] = []
@@ -267,9 +295,74 @@ class Log:
             max_timestamp=max_timestamp,
             max_offset=batches[-1][1].last_offset,
         )
-        self.active_segment.append(records, batches)
-        for _, h in batches:
-            self.producer_state.update(h)
+        segment = self.active_segment
+        segment.append(records, batches)
+        for pos, h in batches:
+            marker = None
+            if h.is_control and h.has_producer_id:
+                marker = read_end_txn_marker(memoryview(records)[pos : pos + h.size], h)
+            completed = self.producer_state.update(h, marker)
+            if completed is not None and completed.is_aborted:
+                # Kafka ``LogSegment.updateTxnIndex``: the marker's segment indexes it.
+                segment.txn_index.append(
+                    AbortedTxn(
+                        completed.producer_id,
+                        completed.first_offset,
+                        completed.last_offset,
+                        self.producer_state.last_stable_offset(completed),
+                    )
+                )
+
+    def append_marker_as_leader(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        marker: EndTxnMarker,
+        *,
+        leader_epoch: int,
+        now_ms: int,
+    ) -> AppendInfo:
+        """Append a COMMIT or ABORT marker from the transaction coordinator (Kafka
+        ``appendAsLeader`` with origin COORDINATOR): it ends the producer's open
+        transaction, and an ABORT is indexed in ``.txnindex``. Raises
+        InvalidProducerEpoch or TransactionCoordinatorFenced before writing."""
+        self.producer_state.validate_marker(producer_id, producer_epoch, marker)
+        offset = self.log_end_offset
+        batch = end_txn_marker_batch(
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            commit=marker.commit,
+            coordinator_epoch=marker.coordinator_epoch,
+            timestamp=now_ms,
+            base_offset=offset,
+            partition_leader_epoch=leader_epoch,
+        )
+        latest = self.leader_epoch_cache.latest_epoch
+        if latest is None or leader_epoch > latest:
+            self.leader_epoch_cache.assign(leader_epoch, offset)
+        self._append(batch, [(0, read_header(batch))], now_ms, now_ms)
+        return AppendInfo(offset, offset, now_ms, -1, 1)
+
+    # -- transactions ----------------------------------------------------
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction (None: none is open)."""
+        return self.producer_state.first_unstable_offset()
+
+    def last_stable_offset(self) -> int:
+        """The LSO: the first offset of the oldest open transaction, never past the high
+        watermark nor below the log start (Kafka ``UnifiedLog.lastStableOffset``)."""
+        high_watermark = self.log_end_offset if self.high_watermark is None else self.high_watermark
+        return last_stable_offset(
+            high_watermark, self.log_start_offset, self.producer_state.first_unstable_offset()
+        )
+
+    def collect_aborted_transactions(
+        self, start_offset: int, upper_bound_offset: int
+    ) -> list[AbortedTxn]:
+        """The aborted transactions a read of ``[start_offset, upper_bound_offset)`` overlaps."""
+        first = self._segment_index(start_offset)
+        indexes = [s.txn_index for s in self._segments[first:]]
+        return collect_aborted_transactions(indexes, start_offset, upper_bound_offset)
 
     # -- roll ------------------------------------------------------------
     def maybe_roll(self, now_ms: int) -> None:

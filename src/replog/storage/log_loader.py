@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from replog.protocol.records import InvalidRecordBatch
+from replog.protocol.records import InvalidRecordBatch, read_end_txn_marker
 from replog.storage.checkpoints import fsync_dir
 from replog.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
 from replog.storage.log_config import LogConfig
@@ -42,10 +42,11 @@ from replog.storage.segment import (
     TIME_INDEX_SUFFIX,
     LogSegment,
 )
+from replog.storage.txn_index import TXN_INDEX_SUFFIX, AbortedTxn
 
 log = logging.getLogger(__name__)
 
-_SEGMENT_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex)$")
+_SEGMENT_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex|\.txnindex)$")
 _LEFTOVER_SUFFIXES = (".tmp", ".deleted", CLEANED_FILE_SUFFIX)
 _SWAP_LOG = re.compile(r"^(\d{20})\.log\.swap$")
 
@@ -73,13 +74,22 @@ def _remove_leftovers(dir: Path) -> list[int]:
     """Delete files of interrupted operations (Kafka's .deleted/.cleaned, our .tmp, .swap
     indexes); return the base offsets of the ``.log.swap`` files, to be completed."""
     swaps: list[int] = []
+    swap_txn_indexes: list[Path] = []
     for path in dir.iterdir():
         if not path.is_file():
             continue
         m = _SWAP_LOG.match(path.name)
         if m:
             swaps.append(int(m.group(1)))
+        elif path.name.endswith(TXN_INDEX_SUFFIX + SWAP_FILE_SUFFIX):
+            swap_txn_indexes.append(path)
         elif path.name.endswith(_LEFTOVER_SUFFIXES + (SWAP_FILE_SUFFIX,)):
+            log.info("%s: removing leftover file %s", dir.name, path.name)
+            path.unlink(missing_ok=True)
+    for path in swap_txn_indexes:
+        # A swap's transaction index cannot be rebuilt from its segment alone: it goes
+        # with its ``.log.swap`` (renamed before it), or is a leftover.
+        if int(path.name[:20]) not in swaps:
             log.info("%s: removing leftover file %s", dir.name, path.name)
             path.unlink(missing_ok=True)
     return sorted(swaps)
@@ -170,8 +180,11 @@ def load_log(
     epoch_cache = LeaderEpochFileCache(dir / LEADER_EPOCH_CHECKPOINT, topic_partition=name)
 
     done = _complete_swaps(dir, segments, swaps, config, now_ms)  # ids: next_offset known
+    replay_from: int | None = None
     if not clean_shutdown and segments:
-        done |= _recover(name, segments, recovery_point, epoch_cache)
+        recovered = _recover(name, segments, recovery_point, epoch_cache)
+        done |= recovered
+        replay_from = min((s.base_offset for s in segments if id(s) in recovered), default=None)
     for segment in segments:
         if id(segment) in done:
             continue
@@ -216,7 +229,7 @@ def load_log(
     epoch_cache.truncate_from_start(log_start_offset)
 
     producer_state = ProducerStateManager(name)
-    rebuild_producer_state(producer_state, dir, segments)
+    rebuild_producer_state(producer_state, dir, segments, replay_from=replay_from)
     return LoadedLog(
         segments,
         log_start_offset=log_start_offset,
@@ -282,17 +295,28 @@ def _recover(
 
 
 def rebuild_producer_state(
-    state: ProducerStateManager, dir: Path, segments: list[LogSegment]
+    state: ProducerStateManager,
+    dir: Path,
+    segments: list[LogSegment],
+    *,
+    replay_from: int | None = None,
 ) -> None:
-    """Load the latest usable producer snapshot and replay batch headers up to the log end."""
+    """Load the latest usable producer snapshot (at or below ``replay_from`` when given)
+    and replay batch headers up to the log end.
+
+    The replay also gives back the ``.txnindex`` entries of the ABORT markers it passes
+    that their segment lacks (written only on flush, so lost with an unclean stop):
+    recovery passes the base of the first segment it rescanned as ``replay_from``, so
+    every marker past the recovery point is replayed."""
     end = segments[-1].next_offset
     first_base = segments[0].base_offset
+    limit = end if replay_from is None else min(end, replay_from)
     start: int | None = None
     for offset, path in reversed(list_snapshots(dir)):
         if offset > end:
             path.unlink(missing_ok=True)
             continue
-        if start is None and offset >= first_base:
+        if start is None and first_base <= offset <= limit:
             if state.load_snapshot(path, offset):
                 start = offset
             else:
@@ -300,6 +324,8 @@ def rebuild_producer_state(
     if start is None:
         # Like Kafka without snapshots: replay only the last two segments.
         start = segments[-2].base_offset if len(segments) >= 2 else first_base
+        if replay_from is not None:
+            start = max(first_base, min(start, replay_from))
         state.reset(start)
     for segment in segments:
         if segment.next_offset <= start:
@@ -307,9 +333,27 @@ def rebuild_producer_state(
         located = segment.find_batch(start)
         if located is None:
             continue
-        for _, header, _ in segment.iter_batches(located[0], headers_only=True):
-            if header.base_offset >= start:
-                state.update(header)
+        for pos, header, _ in segment.iter_batches(located[0], headers_only=True):
+            if header.base_offset < start:
+                continue
+            marker = None
+            if header.is_control and header.has_producer_id:
+                batch = segment.pread(header.size, pos)
+                marker = read_end_txn_marker(batch, header)
+            completed = state.update(header, marker)
+            if (
+                completed is not None
+                and completed.is_aborted
+                and completed.last_offset > segment.txn_index.last_offset
+            ):
+                segment.txn_index.append(
+                    AbortedTxn(
+                        completed.producer_id,
+                        completed.first_offset,
+                        completed.last_offset,
+                        state.last_stable_offset(completed),
+                    )
+                )
     state.map_end_offset = end
 
 

@@ -21,6 +21,23 @@ a snapshot::
       then per batch, oldest first:
         last_sequence int32, last_offset int64, offset_delta int32, timestamp int64
 
+Transactions (Kafka ``ProducerAppendInfo``): a transactional batch from a producer with
+no open transaction on the partition opens one at its first offset
+(``current_txn_first_offset``); a COMMIT or ABORT marker (a control batch) closes it and
+yields a ``CompletedTxn`` (none for an empty transaction). ``first_unstable_offset`` is
+the first offset of the oldest open transaction: the last stable offset is never past
+it. The leader's checks (``validate_client_batches``, ``validate_marker``) refuse a plain
+batch inside an open transaction (INVALID_TXN_STATE), an older producer epoch
+(INVALID_PRODUCER_EPOCH) and a marker from an older coordinator epoch
+(TRANSACTION_COORDINATOR_FENCED); followers and recovery apply what the leader wrote.
+
+KIP-890 part 1: before a leader appends a transactional batch that would open a
+transaction, the broker asks the transaction coordinator whether the partition is in
+the producer's ongoing transaction. ``maybe_start_verification`` hands out a
+``VerificationGuard`` for the producer (None: its transaction is open here, nothing to
+ask); a marker or the transaction's first batch voids it, so an answer that comes back
+after the transaction ended cannot open a hanging one (``check_verified``).
+
 Version 1 (Kafka's own format: one fixed-size entry per producer holding its
 last batch only) is still read, so snapshots written before version 2 load.
 
@@ -38,8 +55,13 @@ from pathlib import Path
 
 from crc32c import crc32c
 
-from replog.protocol.errors import InvalidProducerEpoch, OutOfOrderSequence
-from replog.protocol.records import NO_SEQUENCE, BatchHeader, InvalidRecordBatch
+from replog.protocol.errors import (
+    InvalidProducerEpoch,
+    InvalidTxnState,
+    OutOfOrderSequence,
+    TransactionCoordinatorFenced,
+)
+from replog.protocol.records import NO_SEQUENCE, BatchHeader, EndTxnMarker, InvalidRecordBatch
 from replog.storage.checkpoints import atomic_write
 
 log = logging.getLogger(__name__)
@@ -91,6 +113,7 @@ class ProducerStateEntry:
     )
     coordinator_epoch: int = -1
     last_timestamp: int = -1
+    current_txn_first_offset: int = -1  # first offset of its open transaction here, or -1
 
     @property
     def last_seq(self) -> int:
@@ -104,6 +127,35 @@ class ProducerStateEntry:
             if meta.first_seq == first and meta.last_seq == last:
                 return meta
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction a marker ended (Kafka ``CompletedTxn``): ``[first_offset,
+    last_offset]``, the marker at ``last_offset``."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
+
+
+class VerificationGuard:
+    """A token for one verification of a producer's transaction on the partition (Kafka
+    ``VerificationGuard``): compared by identity."""
+
+    __slots__ = ()
+
+
+def last_stable_offset(
+    high_watermark: int, log_start_offset: int, first_unstable_offset: int | None
+) -> int:
+    """The LSO (Kafka ``UnifiedLog.lastStableOffset``): the first offset of the oldest
+    open transaction, never past the high watermark nor below the log start (an open
+    transaction whose start retention or DeleteRecords removed)."""
+    if first_unstable_offset is None:
+        return high_watermark
+    return min(max(first_unstable_offset, log_start_offset), high_watermark)
 
 
 def _in_sequence(last_seq: int, next_seq: int) -> bool:
@@ -131,33 +183,112 @@ class ProducerStateManager:
         self.name = topic_partition
         self.producers: dict[int, ProducerStateEntry] = {}
         self.map_end_offset = 0
+        self.ongoing_txns: dict[int, int] = {}  # producer id -> first offset of its open txn
+        self.verification_guards: dict[int, VerificationGuard] = {}
 
     def reset(self, offset: int) -> None:
         self.producers.clear()
+        self.ongoing_txns.clear()
+        self.verification_guards.clear()
         self.map_end_offset = offset
+
+    # -- KIP-890 verification ----------------------------------------------
+    def maybe_start_verification(self, producer_id: int) -> VerificationGuard | None:
+        """The guard a verification of ``producer_id``'s transaction carries (one shared by
+        the verifications in flight), or None when its transaction is open here."""
+        if producer_id in self.ongoing_txns:
+            return None
+        guard = self.verification_guards.get(producer_id)
+        if guard is None:
+            guard = self.verification_guards[producer_id] = VerificationGuard()
+        return guard
+
+    def check_verified(self, headers: list[BatchHeader], guard: VerificationGuard | None) -> None:
+        """A client append with verification on: a transactional batch that opens a
+        transaction needs the producer's current guard (Kafka
+        ``batchMissingRequiredVerification``); INVALID_TXN_STATE otherwise."""
+        opened: set[int] = set()
+        for h in headers:
+            pid = h.producer_id
+            if not h.is_transactional or h.is_control or pid in self.ongoing_txns:
+                continue
+            if pid not in opened and (
+                guard is None or self.verification_guards.get(pid) is not guard
+            ):
+                raise InvalidTxnState(
+                    f"{self.name}: record from producer {pid} was not part of an ongoing "
+                    "transaction (not verified with its transaction coordinator)"
+                )
+            opened.add(pid)
+
+    # -- transactions ----------------------------------------------------
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction (Kafka ``firstUnstableOffset``)."""
+        return min(self.ongoing_txns.values()) if self.ongoing_txns else None
+
+    def last_stable_offset(self, completed: CompletedTxn) -> int:
+        """The LSO once ``completed`` is done: the first offset of the oldest other open
+        transaction, else just past its marker (Kafka ``lastStableOffset(completedTxn)``)."""
+        others = [o for pid, o in self.ongoing_txns.items() if pid != completed.producer_id]
+        return min(others) if others else completed.last_offset + 1
+
+    def validate_marker(self, producer_id: int, producer_epoch: int, marker: EndTxnMarker) -> None:
+        """A leader's checks of a marker before it is written (Kafka ``appendEndTxnMarker``
+        from the coordinator): INVALID_PRODUCER_EPOCH for an older producer epoch,
+        TRANSACTION_COORDINATOR_FENCED for an older coordinator epoch."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if producer_epoch < entry.producer_epoch:
+            raise InvalidProducerEpoch(
+                f"{self.name}: marker for producer {producer_id} at epoch {producer_epoch}, "
+                f"older than {entry.producer_epoch}"
+            )
+        if marker.coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFenced(
+                f"{self.name}: marker for producer {producer_id} from coordinator epoch "
+                f"{marker.coordinator_epoch}, older than {entry.coordinator_epoch}"
+            )
 
     def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
         """The producer's epoch and last batches (Kafka ``lastEntry``); None if unknown."""
         return self.producers.get(producer_id)
 
     # -- leader checks ----------------------------------------------------
-    def validate_client_batches(self, headers: list[BatchHeader]) -> BatchMetadata | None:
+    def validate_client_batches(
+        self, headers: list[BatchHeader], *, from_coordinator: bool = False
+    ) -> BatchMetadata | None:
         """Check a client append; return the original metadata if it is a retried duplicate.
+
+        ``from_coordinator`` (Kafka's ``AppendOrigin.COORDINATOR``: the group coordinator
+        writing a TxnOffsetCommit's records as the producer's transactional batch): the
+        producer epoch is checked, the sequence is not (such batches carry none).
 
         A duplicate is a batch whose epoch and sequence range match one of the
         producer's retained (last five) batches; an older batch fails the
         sequence check like a gap does (OutOfOrderSequence), as in Kafka.
 
-        Raises InvalidProducerEpoch, OutOfOrderSequence or InvalidRecordBatch. Changes nothing.
+        Raises InvalidProducerEpoch, OutOfOrderSequence, InvalidTxnState (a plain batch
+        while the producer's transaction is open) or InvalidRecordBatch. Changes nothing.
         """
         pending: dict[int, tuple[int, int]] = {}  # pid -> (epoch, last_seq) after earlier batches
         for h in headers:
             pid = h.producer_id
             if pid < 0:
+                if h.is_transactional:
+                    raise InvalidRecordBatch("transactional batch without a producer id")
                 continue
-            if h.base_sequence < 0:
+            if h.base_sequence < 0 and not from_coordinator:
                 raise InvalidRecordBatch(f"idempotent batch from producer {pid} has no sequence")
             entry = self.producers.get(pid)
+            if from_coordinator:
+                epoch = entry.producer_epoch if entry is not None else NO_PRODUCER_EPOCH
+                if h.producer_epoch < epoch:
+                    raise InvalidProducerEpoch(
+                        f"{self.name}: producer {pid} epoch {h.producer_epoch} is older than "
+                        f"{epoch}"
+                    )
+                continue
             if pid in pending:
                 epoch, last_seq = pending[pid]
             elif entry is not None:
@@ -186,17 +317,26 @@ class ProducerStateManager:
                     f"{self.name}: producer {pid} epoch {epoch} sequence {h.base_sequence} "
                     f"does not follow {last_seq}"
                 )
+            if not h.is_transactional and pid in self.ongoing_txns:
+                raise InvalidTxnState(
+                    f"{self.name}: expected a transactional write from producer {pid}, "
+                    f"whose transaction from offset {self.ongoing_txns[pid]} is open"
+                )
             pending[pid] = (h.producer_epoch, h.last_sequence)
         return None
 
     # -- state changes ---------------------------------------------------
-    def update(self, h: BatchHeader) -> None:
-        """Apply an appended batch (offsets final). Batches without a producer id only move the map offset."""
+    def update(self, h: BatchHeader, marker: EndTxnMarker | None = None) -> CompletedTxn | None:
+        """Apply an appended batch (offsets final); ``marker`` is a control batch's COMMIT or
+        ABORT. Batches without a producer id only move the map offset. Returns the
+        transaction a marker completed (None for an empty one, as Kafka)."""
         if h.next_offset > self.map_end_offset:
             self.map_end_offset = h.next_offset
         pid = h.producer_id
         if pid < 0:
-            return
+            return None
+        if h.is_control:
+            return self._end_txn(h, marker) if marker is not None else None
         entry = self.producers.get(pid)
         if entry is None:
             entry = self.producers[pid] = ProducerStateEntry(pid, h.producer_epoch)
@@ -212,6 +352,32 @@ class ProducerStateManager:
                 BatchMetadata(h.last_sequence, h.last_offset, h.last_offset_delta, h.max_timestamp)
             )
         entry.last_timestamp = max(entry.last_timestamp, h.max_timestamp)
+        if h.is_transactional and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = h.base_offset
+            self.ongoing_txns[pid] = h.base_offset
+            self.verification_guards.pop(pid, None)
+        return None
+
+    def _end_txn(self, h: BatchHeader, marker: EndTxnMarker) -> CompletedTxn | None:
+        """A COMMIT or ABORT marker at ``h.base_offset`` (Kafka ``appendEndTxnMarker``)."""
+        pid = h.producer_id
+        entry = self.producers.get(pid)
+        if entry is None:
+            entry = self.producers[pid] = ProducerStateEntry(pid, h.producer_epoch)
+        completed = None
+        if entry.current_txn_first_offset >= 0:
+            completed = CompletedTxn(
+                pid, entry.current_txn_first_offset, h.base_offset, not marker.commit
+            )
+        if h.producer_epoch != entry.producer_epoch:
+            entry.producer_epoch = h.producer_epoch
+            entry.batches.clear()
+        entry.current_txn_first_offset = -1
+        self.ongoing_txns.pop(pid, None)
+        self.verification_guards.pop(pid, None)  # a verification in flight is void
+        entry.coordinator_epoch = marker.coordinator_epoch
+        entry.last_timestamp = max(entry.last_timestamp, h.max_timestamp)
+        return completed
 
     # -- snapshots -------------------------------------------------------
     def write_snapshot(self, dir: Path) -> Path:
@@ -228,6 +394,11 @@ class ProducerStateManager:
             log.warning("%s: ignoring corrupt producer snapshot %s: %s", self.name, path, exc)
             return False
         self.producers = producers
+        self.ongoing_txns = {
+            pid: e.current_txn_first_offset
+            for pid, e in producers.items()
+            if e.current_txn_first_offset >= 0
+        }
         self.map_end_offset = offset
         return True
 
@@ -241,7 +412,7 @@ def encode_snapshot(producers: dict[int, ProducerStateEntry]) -> bytes:
             entry.producer_epoch,
             entry.coordinator_epoch,
             entry.last_timestamp,
-            -1,  # current transaction first offset: transactions are not supported
+            entry.current_txn_first_offset,
             len(entry.batches),
         )
         for meta in entry.batches:
@@ -273,8 +444,10 @@ def _decode_v1(body: memoryview) -> dict[int, ProducerStateEntry]:
         raise CorruptSnapshot("bad length")
     producers: dict[int, ProducerStateEntry] = {}
     for fields in _V1_ENTRY.iter_unpack(body[_SNAPSHOT_COUNT.size :]):
-        pid, epoch, last_seq, last_offset, offset_delta, ts, coordinator_epoch, _ = fields
-        entry = ProducerStateEntry(pid, epoch, coordinator_epoch=coordinator_epoch)
+        pid, epoch, last_seq, last_offset, offset_delta, ts, coordinator_epoch, txn = fields
+        entry = ProducerStateEntry(
+            pid, epoch, coordinator_epoch=coordinator_epoch, current_txn_first_offset=txn
+        )
         entry.last_timestamp = ts
         if last_offset >= 0 and last_seq >= 0:
             entry.batches.append(BatchMetadata(last_seq, last_offset, offset_delta, ts))
@@ -289,11 +462,13 @@ def _decode_v2(body: memoryview) -> dict[int, ProducerStateEntry]:
     pos = _SNAPSHOT_COUNT.size
     producers: dict[int, ProducerStateEntry] = {}
     for _ in range(count):
-        pid, epoch, coordinator_epoch, ts, _txn, num_batches = _V2_PRODUCER.unpack_from(body, pos)
+        pid, epoch, coordinator_epoch, ts, txn, num_batches = _V2_PRODUCER.unpack_from(body, pos)
         pos += _V2_PRODUCER.size
         if not 0 <= num_batches <= NUM_BATCHES_TO_RETAIN:
             raise CorruptSnapshot(f"producer {pid} has {num_batches} batches")
-        entry = ProducerStateEntry(pid, epoch, coordinator_epoch=coordinator_epoch)
+        entry = ProducerStateEntry(
+            pid, epoch, coordinator_epoch=coordinator_epoch, current_txn_first_offset=txn
+        )
         entry.last_timestamp = ts
         for _ in range(num_batches):
             entry.batches.append(BatchMetadata(*_V2_BATCH.unpack_from(body, pos)))

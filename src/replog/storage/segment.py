@@ -1,4 +1,5 @@
-"""One log segment: ``<base>.log`` plus its ``.index`` and ``.timeindex``.
+"""One log segment: ``<base>.log`` plus its ``.index``, ``.timeindex`` and ``.txnindex``
+(the aborted transactions whose marker it holds, ``txn_index.py``).
 
 The ``.log`` file holds whole record batches exactly as they were appended.
 Appends are one ``pwrite`` of the caller's bytes; indexes get an entry only
@@ -31,6 +32,7 @@ from replog.protocol.records import (
 )
 from replog.storage.index import CorruptIndex, OffsetIndex, TimeIndex
 from replog.storage.record_reader import iter_record_timestamps
+from replog.storage.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -57,6 +59,10 @@ class TimestampAndOffset:
 
 def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
+
+
+def txn_index_path(dir: Path, base_offset: int, suffix: str = "") -> Path:
+    return Path(dir) / f"{base_offset:020d}{TXN_INDEX_SUFFIX}{suffix}"
 
 
 def segment_paths(dir: Path, base_offset: int, suffix: str = "") -> tuple[Path, Path, Path]:
@@ -94,6 +100,9 @@ class LogSegment:
         if fresh:
             index_path.unlink(missing_ok=True)
             time_path.unlink(missing_ok=True)
+        self.txn_index = TransactionIndex(
+            txn_index_path(self.dir, base_offset, suffix), load=not fresh
+        )
         # An index that is missing, torn or inconsistent is rebuilt by recover().
         self.needs_recovery = False
         try:
@@ -365,6 +374,7 @@ class LogSegment:
         except InvalidRecordBatch:
             pass
         self.needs_recovery = False
+        self.txn_index.truncate_to(next_offset)
         truncated = self.size - valid
         if truncated:
             os.ftruncate(self.fd, valid)
@@ -388,6 +398,7 @@ class LogSegment:
         Returns the bytes removed.
         """
         located = self.find_batch(offset) if offset < self.next_offset else None
+        self.txn_index.truncate_to(offset)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         self._positions.clear()
@@ -427,6 +438,7 @@ class LogSegment:
             if index.path.exists():
                 os.replace(index.path, path)
             index.path = path
+        self.txn_index.rename(txn_index_path(self.dir, self.base_offset, new))
         os.replace(self.log_path, log_path)
         self.log_path = log_path
         self.suffix = new
@@ -439,6 +451,7 @@ class LogSegment:
         os.fsync(self.fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         if self._fd is None:
@@ -446,6 +459,7 @@ class LogSegment:
         self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
         os.close(self._fd)
         self._fd = None
 
@@ -456,3 +470,4 @@ class LogSegment:
         self.log_path.unlink(missing_ok=True)
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()

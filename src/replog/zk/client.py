@@ -231,6 +231,12 @@ class KafkaZkClient(ControllerZnodes, TopicZnodes, NotificationZnodes):
             return None
         return zd.decode_broker(broker_id, data, epoch=stat.czxid)
 
+    def get_broker_epoch(self, broker_id: int) -> int | None:
+        """The broker epoch ``broker_id`` is registered at (the czxid of its
+        ``/brokers/ids/<id>``), or None if it is not registered."""
+        stat = self._ops.call(self._zk.exists, zd.broker_path(broker_id))
+        return None if stat is None else int(stat.czxid)
+
     def get_all_brokers(self) -> dict[int, BrokerInfo]:
         ids = sorted(self.get_broker_ids())
         results = self._ops.read_many([zd.broker_path(i) for i in ids], GET_DATA)

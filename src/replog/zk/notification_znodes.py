@@ -15,6 +15,7 @@ from kazoo.exceptions import NoNodeError, RolledBackError
 
 from replog.zk import config_znodes as cz
 from replog.zk import data as zd
+from replog.zk import notification_data as nd
 from replog.zk import security as zsec
 from replog.zk.data import TopicPartition
 from replog.zk.fencing import ControllerMovedError
@@ -34,7 +35,7 @@ class NotificationZnodes(ZnodeAccess):
         path = self._ops.call(
             self._zk.create,
             zd.isr_change_path(zd.ISR_CHANGE_PREFIX),
-            zd.encode_isr_change(partitions),
+            nd.encode_isr_change(partitions),
             sequence=True,
         )
         return str(path).rsplit("/", 1)[-1]
@@ -47,7 +48,7 @@ class NotificationZnodes(ZnodeAccess):
         changed: set[TopicPartition] = set()
         for result in self._ops.read_many(paths, GET_DATA):
             if not isinstance(result, Exception):
-                changed |= zd.decode_isr_change(result[0])
+                changed |= nd.decode_isr_change(result[0])
         return changed
 
     def delete_isr_change_notifications(
@@ -70,7 +71,7 @@ class NotificationZnodes(ZnodeAccess):
         path = self._ops.call(
             self._zk.create,
             zd.log_dir_event_path(zd.LOG_DIR_EVENT_PREFIX),
-            zd.encode_log_dir_event(broker_id),
+            nd.encode_log_dir_event(broker_id),
             sequence=True,
             makepath=True,
         )
@@ -92,7 +93,7 @@ class NotificationZnodes(ZnodeAccess):
             if isinstance(result, Exception):
                 continue
             try:
-                broker = zd.decode_log_dir_event(result[0])
+                broker = nd.decode_log_dir_event(result[0])
             except zd.ZkDataError as exc:
                 log.warning("ignoring %s", exc)
                 continue

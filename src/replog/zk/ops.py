@@ -53,7 +53,7 @@ from kazoo.protocol.serialization import (
     write_string,
 )
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
-from kazoo.retry import KazooRetry
+from kazoo.retry import KazooRetry, RetryFailedError
 
 __all__ = [
     "BATCH_BYTES",
@@ -61,6 +61,7 @@ __all__ = [
     "MultiRead",
     "MultiWrite",
     "Op",
+    "UNREACHABLE",
     "SessionTracker",
     "WatchHandle",
     "ZkOps",
@@ -75,6 +76,9 @@ log = logging.getLogger(__name__)
 BATCH_OPS = 1000  # ops per multi / multiRead request
 BATCH_BYTES = 512 * 1024  # stay well under the server's jute.maxbuffer (1 MiB)
 RETRYABLE = (ConnectionLoss, OperationTimeoutError, SessionExpiredError)
+UNREACHABLE = (ConnectionLoss, OperationTimeoutError, RetryFailedError)
+"""What a call raises when ZooKeeper stayed out of reach for its whole retry deadline
+(``zookeeper.connection.timeout.ms``) while the session may live on."""
 K = TypeVar("K")
 
 # (kind, path, data, version): kind is "create", "set" or "delete"; version -1 = any.

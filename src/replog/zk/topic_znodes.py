@@ -18,6 +18,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotE
 
 from replog.protocol.kafka_uuid import random_uuid
 from replog.zk import data as zd
+from replog.zk import notification_data as nd
 from replog.zk.data import LeaderAndIsr, LeaderIsrAndControllerEpoch, TopicPartition
 from replog.zk.fencing import ControllerMovedError
 from replog.zk.ops import Op, ZkWriteError, ZkWriteResult, apply_ops
@@ -330,7 +331,7 @@ class TopicZnodes(ZnodeAccess):
             data, _stat = self._ops.call(self._zk.get, zd.PREFERRED_REPLICA_ELECTION_PATH)
         except NoNodeError:
             return None
-        return zd.decode_preferred_replica_election(data)
+        return nd.decode_preferred_replica_election(data)
 
     def delete_preferred_replica_election(self, expected_controller_epoch_zk_version: int) -> None:
         """Delete ``/admin/preferred_replica_election`` (the controller is done with it),
@@ -352,7 +353,7 @@ class TopicZnodes(ZnodeAccess):
             data, stat = self._ops.call(self._zk.get, zd.REASSIGN_PARTITIONS_PATH)
         except NoNodeError:
             return None
-        return zd.decode_reassign_partitions(data), int(stat.version)
+        return nd.decode_reassign_partitions(data), int(stat.version)
 
     def create_reassign_partitions(
         self, reassignments: Mapping[TopicPartition, Sequence[int]]
@@ -362,7 +363,7 @@ class TopicZnodes(ZnodeAccess):
         self._ops.call(
             self._zk.create,
             zd.REASSIGN_PARTITIONS_PATH,
-            zd.encode_reassign_partitions(reassignments),
+            nd.encode_reassign_partitions(reassignments),
             makepath=True,
         )
 
@@ -377,7 +378,7 @@ class TopicZnodes(ZnodeAccess):
         the epoch check. False if the znode changed or vanished meanwhile."""
         path = zd.REASSIGN_PARTITIONS_PATH
         op: Op = (
-            ("set", path, zd.encode_reassign_partitions(remaining), expected_version)
+            ("set", path, nd.encode_reassign_partitions(remaining), expected_version)
             if remaining
             else ("delete", path, b"", expected_version)
         )

@@ -475,7 +475,7 @@ class GroupCoordinator:
         )
         rm = self.replica_manager
         key = (GROUP_METADATA_TOPIC_NAME, shard.partition)
-        result = rm.append_to_leader(key[0], key[1], batch, -1, now)
+        result = rm.append_to_leader(key[0], key[1], batch, -1, now, from_coordinator=True)
         if result.error == ErrorCode.none:
             if on_appended is not None and shard.active:
                 on_appended(result.base_offset)

@@ -76,6 +76,7 @@ Concurrency: owned by the event loop that runs the coordinator; no method awaits
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable, Mapping
 
@@ -150,6 +151,21 @@ class TransactionCoordinator:
         self.markers = PendingMarkers(self.state)
 
     # -- partitions -----------------------------------------------------------------------
+
+    def set_partition_count(self, count: int) -> None:
+        """``__transaction_state``'s actual partition count, when it differs from
+        ``transaction.state.log.num.partitions`` (a topic created by a broker configured
+        otherwise keeps its count; Kafka reads it from ZooKeeper at start-up): ids map to
+        partitions by it."""
+        if count > 0 and count != self.config.transaction_log_num_partitions:
+            log.warning(
+                "__transaction_state has %d partitions, transaction.state.log.num.partitions"
+                " says %d: using the topic's",
+                count,
+                self.config.transaction_log_num_partitions,
+            )
+            self.config = dataclasses.replace(self.config, transaction_log_num_partitions=count)
+            self.state.config = self.config
 
     def on_election(self, partition: int, coordinator_epoch: int) -> None:
         """This broker leads ``partition`` now; load it next (``complete_loading``)."""

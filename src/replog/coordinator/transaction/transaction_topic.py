@@ -96,10 +96,11 @@ def partition_for(transactional_id: str, num_partitions: int) -> int:
 
 def transaction_topic_configs(config: TransactionConfig) -> dict[str, str]:
     """The topic configs Kafka creates ``__transaction_state`` with
-    (``TransactionStateManager.transactionTopicConfigs``)."""
+    (``TransactionStateManager.transactionTopicConfigs``); its
+    ``compression.type=uncompressed`` is left out: replog has no such topic config, and
+    the coordinator's own appends are uncompressed (as ``offsets_topic_configs``)."""
     return {
         "unclean.leader.election.enable": "false",
-        "compression.type": "uncompressed",
         "cleanup.policy": "compact",
         "min.insync.replicas": str(config.transaction_log_min_isr),
         "segment.bytes": str(config.transaction_log_segment_bytes),

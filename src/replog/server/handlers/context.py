@@ -15,6 +15,7 @@ from replog.server.topic_stats import BrokerTopicStats
 if TYPE_CHECKING:
     from replog.config import KafkaConfig
     from replog.coordinator.group.coordinator import GroupCoordinator
+    from replog.coordinator.transaction.runtime import TransactionCoordinatorRuntime
     from replog.replication.replica_manager import ReplicaManager
     from replog.security.acl import AclOperation, ResourceType
     from replog.server.admin import AdminManager
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from replog.server.metadata_cache import MetadataCache
     from replog.server.network import RequestContext
     from replog.server.producer_ids import ProducerIdManager
+    from replog.server.txn_verification import TransactionVerifier
 
 NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 UNKNOWN_AUTHORIZED_OPERATIONS = -(1 << 31)  # INT32_MIN: authorized operations not asked for
@@ -41,6 +43,9 @@ class BrokerServices:
     fetch_manager: FetchManager  # incremental fetch sessions (KIP-227)
     topic_stats: BrokerTopicStats = field(default_factory=BrokerTopicStats)
     authorizer: Authorizer | None = None  # None: no authorizer.class.name, all allowed
+    transaction_coordinator: TransactionCoordinatorRuntime | None = None
+    # KIP-890 part 1 (transaction.partition.verification.enable); None: no coordinator known
+    transaction_verifier: TransactionVerifier | None = None
 
     def allowed(
         self, ctx: RequestContext, operation: AclOperation, resource_type: ResourceType, name: str
@@ -48,6 +53,15 @@ class BrokerServices:
         """Whether the request's principal may do ``operation`` on the resource."""
         return self.authorizer is None or self.authorizer.allowed(
             ctx, operation, resource_type, name
+        )
+
+    def allowed_on_some(
+        self, ctx: RequestContext, operation: AclOperation, resource_type: ResourceType
+    ) -> bool:
+        """Whether the principal may do ``operation`` on at least one resource of the type
+        (Kafka ``authorizeByResourceType``)."""
+        return self.authorizer is None or self.authorizer.allowed_on_some(
+            ctx, operation, resource_type
         )
 
     def authorized_operations(

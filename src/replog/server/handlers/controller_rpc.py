@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from replog.common.topics import GROUP_METADATA_TOPIC_NAME
+from replog.common.topics import GROUP_METADATA_TOPIC_NAME, TRANSACTION_STATE_TOPIC_NAME
 from replog.protocol import controller_schemas as cs
 from replog.replication.machine import PartitionLeadership
 from replog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
@@ -168,6 +168,12 @@ class ControllerCommands:
                     self.services.group_coordinator.on_partition_role(
                         partition, int(p.leader) == rm.broker_id, int(p.leader_epoch)
                     )
+                txn = self.services.transaction_coordinator
+                if topic == TRANSACTION_STATE_TOPIC_NAME and code == ErrorCode.none and txn:
+                    # Kafka onLeadershipChange: load or unload the transactional ids.
+                    txn.on_partition_role(
+                        partition, int(p.leader) == rm.broker_id, int(p.leader_epoch)
+                    )
             topics.append(
                 cs.LeaderAndIsrTopicError(
                     topic_id=topic_state.topic_id, partition_errors=tuple(errors)
@@ -204,6 +210,9 @@ class ControllerCommands:
                         self.services.group_coordinator.on_partition_role(
                             int(p.partition_index), False, -1
                         )
+                    txn = self.services.transaction_coordinator
+                    if str(topic_state.topic_name) == TRANSACTION_STATE_TOPIC_NAME and txn:
+                        txn.on_partition_role(int(p.partition_index), False, -1)
                     errors.append(
                         cs.StopReplicaPartitionError(
                             topic_name=topic_state.topic_name,

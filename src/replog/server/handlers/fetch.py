@@ -38,6 +38,7 @@ from replog.server.handlers.leader_discovery import (
     not_hosted_error,
 )
 from replog.server.network import RequestContext
+from replog.zk.fencing import UNKNOWN_BROKER_EPOCH
 
 
 async def handle_fetch(services: BrokerServices, ctx: RequestContext, request) -> object:
@@ -47,6 +48,12 @@ async def handle_fetch(services: BrokerServices, ctx: RequestContext, request) -
         request.replica_state.replica_id
         if version >= fetch_codec.FIRST_REPLICA_STATE
         else request.replica_id
+    )
+    # KIP-903: a follower's broker epoch, checked when the fetch would add it to the ISR.
+    broker_epoch = (
+        int(request.replica_state.replica_epoch)
+        if version >= fetch_codec.FIRST_REPLICA_STATE
+        else UNKNOWN_BROKER_EPOCH
     )
     ctx.request_name = "FetchFollower" if replica_id >= 0 else "FetchConsumer"  # Kafka's
     if version >= FIRST_SESSION_VERSION:
@@ -116,6 +123,7 @@ async def handle_fetch(services: BrokerServices, ctx: RequestContext, request) -
             isolation_level=int(getattr(request, "isolation_level", 0)),
             wait=wait,
             leader_quota=services.configs.leader_quota if replica_id >= 0 else None,
+            broker_epoch=broker_epoch,
         )
         ctx.remote_s += wait.waited_s
     error = context.response_error()
@@ -245,6 +253,9 @@ def _answers(
                     records=records,
                     topic_id=cached.topic_id,
                     diverging_epoch=result.diverging_epoch,
+                    aborted_transactions=None
+                    if result.aborted_transactions is None
+                    else [(t.producer_id, t.first_offset) for t in result.aborted_transactions],
                 )
             )
     return out

@@ -4,7 +4,8 @@ FindCoordinator (Kafka ``KafkaApis.getCoordinator``): a group's coordinator is t
 leader of its ``__consumer_offsets`` partition. The first request creates the topic
 (``offsets.topic.num.partitions``, replication factor
 ``min(offsets.topic.replication.factor, live brokers)``, compacted) and answers
-COORDINATOR_NOT_AVAILABLE until it has leaders.
+COORDINATOR_NOT_AVAILABLE until it has leaders. A transactional id's coordinator (key
+type 1) is found by ``handlers.transactions``.
 
 Offsets are committed with acks=all on that partition and acknowledged only then;
 the groups' rules for who may commit live with each group type
@@ -15,7 +16,6 @@ generation -1) needs no group object: its offsets are its only state, as Kafka's
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -29,8 +29,9 @@ from replog.coordinator.group.offsets_topic import offsets_topic_configs
 from replog.coordinator.group.records import NO_EXPIRE_TIMESTAMP, OffsetCommitValue, storable
 from replog.protocol.apis import ApiKey, make, nested
 from replog.security.acl import AclOperation, ResourceType
-from replog.server.admin import TopicSpec
 from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
+from replog.server.handlers.internal_topics import InternalTopic
+from replog.server.handlers.transactions import TransactionRequests
 from replog.server.network import RequestContext
 
 log = logging.getLogger(__name__)
@@ -45,61 +46,22 @@ NO_OFFSET = -1
 NO_LEADER_EPOCH = -1
 
 
-class OffsetsTopic:
-    """Creates ``__consumer_offsets`` once, on the first FindCoordinator that needs it.
-
-    Concurrency: event loop; concurrent callers share one creation task.
-    """
-
-    def __init__(self, services: BrokerServices) -> None:
-        self.services = services
-        self._creating: asyncio.Task[None] | None = None
-
-    def exists(self) -> bool:
-        return self.services.metadata_cache.has_topic(GROUP_METADATA_TOPIC_NAME)
-
-    def ensure(self) -> None:
-        if self.exists() or (self._creating is not None and not self._creating.done()):
-            return
-        self._creating = asyncio.get_running_loop().create_task(self._create())
-
-    async def _create(self) -> None:
-        s = self.services
-        live = len(s.metadata_cache.brokers) or 1
-        replication = min(s.config.offsets_topic_replication_factor, live)
-        spec = TopicSpec(
-            GROUP_METADATA_TOPIC_NAME,
-            s.config.offsets_topic_num_partitions,
-            replication,
-            configs=dict(offsets_topic_configs(s.config.offsets_topic_segment_bytes)),
-        )
-        try:
-            [outcome] = await s.admin.create_topics([spec], 0, False)
-        except Exception:
-            log.exception("creating %s failed", GROUP_METADATA_TOPIC_NAME)
-            return
-        if outcome.error in (ErrorCode.none, ErrorCode.topic_already_exists):
-            log.info(
-                "created %s (%d partitions, replication factor %d)",
-                GROUP_METADATA_TOPIC_NAME,
-                spec.num_partitions,
-                replication,
-            )
-        else:
-            log.warning(
-                "creating %s failed: %s %s",
-                GROUP_METADATA_TOPIC_NAME,
-                outcome.error,
-                outcome.message,
-            )
-
-
 class GroupCoordinatorRequests:
     """The handlers that find a coordinator and read or write committed offsets."""
 
     def __init__(self, services: BrokerServices) -> None:
         self.services = services
-        self.offsets_topic = OffsetsTopic(services)
+        config = services.config
+        self.offsets_topic = InternalTopic(
+            services,
+            GROUP_METADATA_TOPIC_NAME,
+            lambda: (
+                config.offsets_topic_num_partitions,
+                config.offsets_topic_replication_factor,
+                dict(offsets_topic_configs(config.offsets_topic_segment_bytes)),
+            ),
+        )
+        self.transactions = TransactionRequests(services)  # FindCoordinator key type 1
 
     # -- FindCoordinator -----------------------------------------------------------------
 
@@ -109,7 +71,7 @@ class GroupCoordinatorRequests:
         """(error, message, broker endpoint or None) for one coordinator key."""
         listener = ctx.listener
         if key_type == TRANSACTION_KEY_TYPE:
-            return ErrorCode.coordinator_not_available, "transactions are not supported", None
+            return self.transactions.find_coordinator(key, ctx)
         if key_type != GROUP_KEY_TYPE:
             return ErrorCode.invalid_request, f"unknown coordinator key type {key_type}", None
         if not self.services.allowed(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, key):

@@ -73,6 +73,7 @@ def _list_offset(
     current_leader_epoch: int,
     replica_id: int,
     version: int,
+    isolation_level: int = 0,
 ) -> dict:
     """One partition's ListOffsets answer, as the fields of ``ListOffsetsPartitionResponse``."""
     answer = {
@@ -93,7 +94,7 @@ def _list_offset(
         error = partition.validate_leader_request(current_leader_epoch)
     if error is not ErrorCode.none:
         return {**answer, "error_code": error}
-    found = _lookup(partition, timestamp, replica_id == CONSUMER_REPLICA_ID)
+    found = _lookup(partition, timestamp, replica_id == CONSUMER_REPLICA_ID, isolation_level)
     if found is None:
         not_available = (
             ErrorCode.offset_not_available
@@ -104,10 +105,18 @@ def _list_offset(
     return {**answer, **found}
 
 
-def _lookup(partition: Partition, timestamp: int, is_client: bool) -> dict | None:
+def _lookup(
+    partition: Partition, timestamp: int, is_client: bool, isolation_level: int = 0
+) -> dict | None:
     """The offset, timestamp and epoch for ``timestamp``; None: OFFSET_NOT_AVAILABLE."""
-    # Consumers read to the high watermark; followers and debugging clients to the log end.
-    last_fetchable = partition.high_watermark if is_client else partition.log_end_offset
+    # Consumers read to the high watermark (read_committed ones to the last stable
+    # offset); followers and debugging clients to the log end.
+    if not is_client:
+        last_fetchable = partition.log_end_offset
+    elif isolation_level == 1:
+        last_fetchable = partition.last_stable_offset
+    else:
+        last_fetchable = partition.high_watermark
     # A new leader's HW may still be below its epoch's start: its "latest" is not known yet.
     lagging = is_client and partition.high_watermark_behind_epoch_start
     if timestamp == LATEST_TIMESTAMP:
@@ -178,6 +187,7 @@ async def handle_list_offsets(services: BrokerServices, ctx: RequestContext, req
                     int(getattr(p, "current_leader_epoch", -1)),
                     replica_id,
                     ctx.api_version,
+                    int(getattr(request, "isolation_level", 0)),
                 )
             topics.setdefault(name, []).append(make(part_cls, **fields))
     return make(

@@ -6,13 +6,15 @@ coordinator's ``handleInitProducerId``): a producer id without the other half
 (v3+ ``producer_id`` / ``producer_epoch``, KIP-360) is INVALID_REQUEST; a
 non-transactional producer always gets a new producer id at epoch 0, also when
 it names the id and epoch it had (Kafka "blindly accepts" those: an idempotent
-producer that wants a new epoch gets a new id). Transactions are not
-implemented: a transactional id is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-an empty one is INVALID_REQUEST as in Kafka.
+producer that wants a new epoch gets a new id). It needs IdempotentWrite on the cluster
+or, since Kafka 3.0 (KIP-679), Write on some topic. A transactional id goes to the
+transaction coordinator (``handlers.transactions``), Write on the TransactionalId
+checked first.
 
 DescribeProducers (KIP-664; Kafka ``handleDescribeProducersRequest``,
 ``Partition.activeProducerState``): the producers the replica's log has state
-for, from whichever replica is asked (clients ask the leader); an unknown topic
+for, from whichever replica is asked (clients ask the leader), with the first offset of
+each producer's open transaction there (-1 without one); an unknown topic
 is UNKNOWN_TOPIC_OR_PARTITION, a partition without a local replica
 NOT_LEADER_OR_FOLLOWER.
 """
@@ -24,12 +26,12 @@ from kio.schema.errors import ErrorCode
 from replog.protocol.apis import ApiKey, make, nested
 from replog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
+from replog.server.handlers.transactions import init_transactional_producer_id
 from replog.server.network import RequestContext
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_COORDINATOR_EPOCH = -1
-NO_TXN_START_OFFSET = -1
 
 
 async def handle_init_producer_id(services: BrokerServices, ctx: RequestContext, request) -> object:
@@ -47,19 +49,24 @@ async def handle_init_producer_id(services: BrokerServices, ctx: RequestContext,
     transactional_id = request.transactional_id
     producer_id = int(getattr(request, "producer_id", NO_PRODUCER_ID))
     producer_epoch = int(getattr(request, "producer_epoch", NO_PRODUCER_EPOCH))
+    # Kafka's order: the ACL first (Write on the TransactionalId; for an idempotent
+    # producer IdempotentWrite on the cluster or, since Kafka 3.0 (KIP-679), Write on any
+    # topic), then the producer id and epoch
+    if transactional_id is not None:
+        if not services.allowed(
+            ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, str(transactional_id)
+        ):
+            return answer(ErrorCode.transactional_id_authorization_failed)
+    elif not services.allowed(
+        ctx, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME
+    ) and not services.allowed_on_some(ctx, AclOperation.WRITE, ResourceType.TOPIC):
+        return answer(ErrorCode.cluster_authorization_failed)
     if (producer_id == NO_PRODUCER_ID) != (producer_epoch == NO_PRODUCER_EPOCH):
         return answer(ErrorCode.invalid_request)
-    # Kafka: an idempotent producer needs IdempotentWrite on the cluster (or, since Kafka
-    # 3.0, Write on some topic: not checked here, only the cluster grant)
-    if request.transactional_id is None and not services.allowed(
-        ctx, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME
-    ):
-        return answer(ErrorCode.cluster_authorization_failed)
     if transactional_id is not None:
-        if transactional_id == "":
-            return answer(ErrorCode.invalid_request)
-        # Transactions are not implemented; idempotent producers are.
-        return answer(ErrorCode.transactional_id_authorization_failed)
+        return answer(
+            *await init_transactional_producer_id(services, ctx, str(transactional_id), request)
+        )
     return answer(ErrorCode.none, await services.producer_ids.generate_producer_id(), 0)
 
 
@@ -99,7 +106,7 @@ async def handle_describe_producers(
                         last_sequence=entry.last_seq,
                         last_timestamp=entry.last_timestamp,
                         coordinator_epoch=entry.coordinator_epoch,
-                        current_txn_start_offset=NO_TXN_START_OFFSET,
+                        current_txn_start_offset=entry.current_txn_first_offset,
                     )
                     for entry in sorted(
                         partition.producer_states(),
