@@ -17,8 +17,8 @@ afterwards.
   availability) and its one-page report;
 - ``timeline``: the chart (faults as bands, acked writes and leader changes a second);
 - ``txn_workload``: with ``--workload transactions``, transactional producers committing
-  and aborting, a consume-transform-produce flow and read_committed readers on topics of
-  their own; ``txn_checker`` judges them (aborted reads, lost writes, torn transactions,
-  exactly once through the flow);
+  and aborting and a consume-transform-produce flow on topics of their own, and
+  ``txn_readers``' read_committed readers; ``txn_checker`` judges them (aborted reads,
+  lost writes, torn transactions, exactly once through the flow);
 - ``campaign`` / ``run``: seeded schedules, ``python -m chaos.run --seed S --minutes M``.
 """
