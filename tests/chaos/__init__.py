@@ -16,5 +16,9 @@ afterwards.
 - ``checker``: pure analysis of a history (lost, duplicated, inconsistent, non-monotonic,
   availability) and its one-page report;
 - ``timeline``: the chart (faults as bands, acked writes and leader changes a second);
+- ``txn_workload``: with ``--workload transactions``, transactional producers committing
+  and aborting and a consume-transform-produce flow on topics of their own, and
+  ``txn_readers``' read_committed readers; ``txn_checker`` judges them (aborted reads,
+  lost writes, torn transactions, exactly once through the flow);
 - ``campaign`` / ``run``: seeded schedules, ``python -m chaos.run --seed S --minutes M``.
 """

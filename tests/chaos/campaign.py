@@ -31,6 +31,7 @@ from chaos.nemesis import FAULT_KINDS, PROXY_FAULTS, Target, make_fault
 from chaos.net import Network
 from chaos.replicas import divergences, duplicate_origins
 from chaos.timeline import draw, series
+from chaos.txn_workload import TxnWorkload, create_txn_topics, txn_topics
 from chaos.workload import CLIENT_LOGGER, LiveReading, Producing, final_read
 
 TOPIC = "chaos"
@@ -91,6 +92,9 @@ class CampaignConfig:
     # the topic's segment.bytes (0: the broker's 1 GiB); a schedule with an OS crash gets
     # CRASH_SEGMENT_BYTES, so that a crash meets several segments past the recovery point
     segment_bytes: int = 0
+    # the transactional workload (``chaos.txn_workload``) beside the queue's; its seed
+    transactions: bool = False
+    seed: int = 0
 
 
 def run_campaign(
@@ -138,6 +142,7 @@ def run_campaign(
     group: GroupConsuming | None = None
     leaders: LeaderWatch | None = None
     admin: AdminWorkload | None = None
+    txn: TxnWorkload | None = None
     active = None
     target = Target(cluster, TOPIC, config.partitions)
     try:
@@ -151,6 +156,10 @@ def run_campaign(
         )
         _create_topic(cluster.bootstrap_servers(), config.partitions, segment_bytes)
         _wait(lambda: cluster.full_isr(TOPIC, config.partitions), 60, "a full ISR for the topic")
+        if config.transactions:
+            create_txn_topics(cluster.bootstrap_servers(), config.partitions, segment_bytes)
+            for name in txn_topics():
+                _wait(lambda n=name: cluster.full_isr(n, config.partitions), 60, f"ISRs of {name}")
         bootstrap = cluster.bootstrap_servers()
         leaders = LeaderWatch(history, cluster.zookeeper_connect, TOPIC, config.partitions)
         leaders.start()
@@ -165,7 +174,12 @@ def run_campaign(
         if config.admin:
             admin = AdminWorkload(history, bootstrap)
             admin.start()
+        if config.transactions:
+            txn = TxnWorkload(history, bootstrap, config.partitions, config.seed)
+            txn.start()
         _wait(lambda: producing.acked >= 2 * config.partitions, 60, "first acknowledgements")
+        if txn is not None:
+            _wait(lambda: txn.committed >= 1, 90, "a first committed transaction")
         note(f"workload running: {producing.acked} acked")
         for number, scheduled in enumerate(schedule):
             _wait_quiet(scheduled.quiet_s)
@@ -211,6 +225,9 @@ def run_campaign(
             admin.stop()
             note(f"admin workload stopped: {admin.done} operations done")
             admin = None
+        if txn is not None:
+            txn.stop(note)
+            txn = None
         note(f"workload stopped ({undelivered} undelivered); final read")
         ends = final_read(history, bootstrap, TOPIC, config.partitions)
         note(f"final read done: high watermarks {ends}")
@@ -252,6 +269,8 @@ def run_campaign(
             leaders.stop()
         if admin is not None:
             admin.stop()
+        if txn is not None:
+            txn.abandon()
         errors = cluster.stop() + cluster.release_disks() + net.close()
         for error in errors:
             note(f"teardown: {error}")

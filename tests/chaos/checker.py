@@ -26,7 +26,10 @@ Safety (any of these fails the campaign):
   high watermark where the replicas' logs on disk differ;
 - the consumer group's anomalies (``chaos.group_checker``): commits going backwards or
   lost, a resumption past the commits, acknowledged writes the group skipped. A group's
-  reads also count for inconsistent offsets and unexpected values.
+  reads also count for inconsistent offsets and unexpected values;
+- the transactional workload's anomalies (``chaos.txn_checker``, on its own topics):
+  aborted reads, lost writes, torn transactions, duplicates, non-monotonic reads, and
+  the consume-transform-produce flow's exactly-once and write cycles.
 
 Writes that failed (timeouts, errors) are indeterminate: reading them is fine and counted
 as ``recovered``.
@@ -44,6 +47,8 @@ from typing import Any
 
 from chaos.admin import DEGRADED_AFTER_HEAL_S, accepted
 from chaos.group_checker import GroupResult, check_groups, report_lines
+from chaos.txn_checker import TxnResult, check_transactions
+from chaos.txn_checker import report_lines as txn_report_lines
 
 Position = tuple[int, int]  # (partition, offset)
 
@@ -114,6 +119,7 @@ class CheckResult:
     longest_gap: dict[int, Gap] = field(default_factory=dict)
     faults: list[FaultWindow] = field(default_factory=list)
     groups: GroupResult = field(default_factory=GroupResult)
+    transactions: TxnResult = field(default_factory=TxnResult)
 
     @property
     def ok(self) -> bool:
@@ -129,6 +135,7 @@ class CheckResult:
             or self.crashed
             or self.admin_errors
             or not self.groups.ok
+            or not self.transactions.ok
         )
 
     @property
@@ -243,6 +250,7 @@ def check(events: list[dict[str, Any]]) -> CheckResult:
         value: final_position.get(value, (p, offset)) for value, (p, offset, _) in acked.items()
     }
     result.groups = check_groups(events, acked_positions)
+    result.transactions = check_transactions(events)
     return result
 
 
@@ -412,6 +420,8 @@ def report(result: CheckResult, title: str = "chaos campaign") -> str:
         lines.append(f"  final read did not reach the end of partitions {result.unread_partitions}")
     if result.groups.reads or result.groups.resumed:
         lines.extend(report_lines(result.groups))
+    if result.transactions.transactions or result.transactions.reads:
+        lines.extend(txn_report_lines(result.transactions))
     lines.append("availability (longest time without an ack, per partition):")
     for p, gap in sorted(result.longest_gap.items()):
         lines.append(f"  partition {p}: {gap.seconds:6.2f} s  (t={gap.start:.1f}..{gap.end:.1f})")

@@ -55,6 +55,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--rate", type=int, default=200, help="values produced a second")
     parser.add_argument(
+        "--workload",
+        choices=("queue", "transactions"),
+        default="queue",
+        help="transactions: add transactional producers, a consume-transform-produce flow "
+        "and read_committed readers (chaos.txn_workload) to the queue workload",
+    )
+    parser.add_argument(
         "--check", type=Path, default=None, help="only check a saved history.jsonl and report"
     )
     args = parser.parse_args(argv)
@@ -95,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         rate=args.rate,
         zookeepers=args.zookeepers,
         wait_recovery=not args.dense,
+        transactions=args.workload == "transactions",
+        seed=seed,
     )
     result = run_campaign(
         schedule,
@@ -120,6 +129,8 @@ def _extra_args(args: argparse.Namespace) -> str:
         extra.append(f"--partitions {args.partitions}")
     if args.rate != 200:
         extra.append(f"--rate {args.rate}")
+    if args.workload != "queue":
+        extra.append(f"--workload {args.workload}")
     return f' CHAOS_ARGS="{" ".join(extra)}"' if extra else ""
 
 
