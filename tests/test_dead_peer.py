@@ -109,3 +109,29 @@ def test_a_request_on_a_transport_closed_underneath_is_a_connection_error() -> N
     finally:
         loop.close()
     assert isinstance(caught, ConnectionClosed), repr(caught)
+
+
+def test_closing_a_connection_keeps_the_callers_cancellation() -> None:
+    """A task cancelled while it closes a connection (awaiting the reader's end) ends
+    cancelled. The close used to swallow that cancellation: a controller channel's sender,
+    cancelled while dropping a timed-out connection, went on for ever, and the
+    controller's resignation, which waits for its senders, never finished."""
+
+    async def scenario() -> None:
+        server = await asyncio.start_server(lambda _r, _w: None, "127.0.0.1", 0)
+        try:
+            port = server.sockets[0].getsockname()[1]
+            conn = KafkaConnection("127.0.0.1", port)
+            await conn.connect()
+            closing = asyncio.create_task(conn.close())
+            await asyncio.sleep(0)  # the close is now waiting for its reader to end
+            closing.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await closing
+            await conn.close()  # closing again finishes the job
+        finally:
+            server.close()
+            with contextlib.suppress(Exception):
+                await server.wait_closed()
+
+    asyncio.run(scenario())

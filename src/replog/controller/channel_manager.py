@@ -21,7 +21,6 @@ sender task, and must not block; the controller's callbacks only enqueue events.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -222,5 +221,11 @@ class ControllerChannelManager:
             self.remove_broker(broker_id)
         tasks = list(self._closing)
         for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
+            try:
                 await task
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise  # close() itself was cancelled, not only the sender
+            except Exception:
+                pass

@@ -255,8 +255,17 @@ class KafkaConnection:
         self._closed = True
         if self._read_task is not None:
             self._read_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
+            try:
                 await self._read_task
+            except asyncio.CancelledError:
+                # the reader's end, expected; but if the caller itself is being cancelled,
+                # that cancellation must go on (swallowed, a controller channel's sender
+                # went on for ever and the controller's resignation waited on it)
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise
+            except Exception:
+                pass
         if self._writer is not None:
             self._writer.close()
             with contextlib.suppress(Exception):
