@@ -281,18 +281,10 @@ class ProducerStateManager:
             if h.base_sequence < 0 and not from_coordinator:
                 raise InvalidRecordBatch(f"idempotent batch from producer {pid} has no sequence")
             entry = self.producers.get(pid)
-            if from_coordinator:
-                epoch = entry.producer_epoch if entry is not None else NO_PRODUCER_EPOCH
-                if h.producer_epoch < epoch:
-                    raise InvalidProducerEpoch(
-                        f"{self.name}: producer {pid} epoch {h.producer_epoch} is older than "
-                        f"{epoch}"
-                    )
-                continue
             if pid in pending:
                 epoch, last_seq = pending[pid]
             elif entry is not None:
-                duplicate = entry.find_duplicate(h)
+                duplicate = None if from_coordinator else entry.find_duplicate(h)
                 if duplicate is not None:
                     return duplicate
                 epoch, last_seq = entry.producer_epoch, entry.last_seq
@@ -302,7 +294,9 @@ class ProducerStateManager:
                 raise InvalidProducerEpoch(
                     f"{self.name}: producer {pid} epoch {h.producer_epoch} is older than {epoch}"
                 )
-            if h.producer_epoch != epoch:
+            if from_coordinator:
+                pass  # no sequence to check
+            elif h.producer_epoch != epoch:
                 if h.base_sequence != 0 and epoch != NO_PRODUCER_EPOCH:
                     raise OutOfOrderSequence(
                         f"{self.name}: producer {pid} new epoch {h.producer_epoch} "
