@@ -1,4 +1,5 @@
 """The broker's replicas: role changes from the controller, appends, reads, waits.
+Reads for Fetch requests are ``fetch_reader.py``'s (Kafka ``fetchMessages``).
 
 Concurrency: event-loop only. Every role change, append and read runs to its
 end without awaiting; only the waits for acks=all and long-poll fetches await,
@@ -8,9 +9,7 @@ and they re-check state when they wake.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from kio.schema.errors import ErrorCode
@@ -22,12 +21,12 @@ from replog.protocol.records import EndTxnMarker
 from replog.replication.core import StopLeading
 from replog.replication.delayed_operations import (
     DelayedDeleteRecords,
-    DelayedFetch,
     DelayedProduce,
     DeleteRecordsResult,
     ProduceResult,
 )
-from replog.replication.fetch_rules import READ_COMMITTED, READ_UNCOMMITTED, FetchPartitionRequest
+from replog.replication.fetch_reader import FetchReader, FetchResult, FetchWait
+from replog.replication.fetch_rules import READ_UNCOMMITTED, FetchPartitionRequest
 from replog.replication.fetcher import ReplicaFetcherManager
 from replog.replication.hw_checkpoint import HighWatermarkCheckpoints
 from replog.replication.isr import IsrChangeProposal
@@ -41,37 +40,16 @@ from replog.replication.machine import (
 )
 from replog.replication.partition import Partition
 from replog.replication.quota import ReplicationQuota
-from replog.replication.truncation import EpochEndOffset
 from replog.storage.log import AppendInfo
 from replog.storage.log_config import LogConfig
 from replog.storage.log_manager import LogManager
 from replog.storage.producer_state import VerificationGuard
-from replog.storage.txn_index import AbortedTxn
 from replog.zk.client import KafkaZkClient
 from replog.zk.fencing import UNKNOWN_BROKER_EPOCH
 
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
-
-
-@dataclass(slots=True)
-class FetchWait:
-    """How long a fetch waited for data (the request metrics' remote time)."""
-
-    waited_s: float = 0.0
-
-
-@dataclass(slots=True)
-class FetchResult:
-    error: ErrorCode
-    high_watermark: int = -1
-    log_start_offset: int = -1
-    records: bytes = b""
-    last_stable_offset: int = -1
-    diverging_epoch: EpochEndOffset | None = None
-    throttled: bool = False  # a follower's fetch the leader answered empty (its quota)
-    aborted_transactions: list[AbortedTxn] | None = None  # read_committed consumers only
 
 
 class ReplicaManager:
@@ -117,6 +95,13 @@ class ReplicaManager:
             now_ms=now_ms,
         )
         self.hw_checkpoints = HighWatermarkCheckpoints(log_manager)
+        self.fetch_reader = FetchReader(
+            self.get_partition,
+            self._missing,
+            lambda broker_id: self.is_live_broker(broker_id),  # set by the broker later
+            self._carry_out,
+            self.storage_failed,
+        )
 
     @property
     def isr_shrinks(self) -> int:
@@ -312,98 +297,6 @@ class ReplicaManager:
 
     # -- fetch ----------------------------------------------------------------
 
-    def read_partition(
-        self,
-        replica_id: int,
-        request: FetchPartitionRequest,
-        budget: int,
-        now: int,
-        isolation_level: int = READ_UNCOMMITTED,
-        leader_quota: ReplicationQuota | None = None,
-        broker_epoch: int = UNKNOWN_BROKER_EPOCH,
-    ) -> FetchResult:
-        """One partition of a fetch: the partition's machine decides (fencing, KIP-595,
-        the leader's throttle, the bounds), the partition reads."""
-        part = self.partitions.get((request.topic, request.partition))
-        if part is None:
-            return FetchResult(self._missing(request.topic, request.partition))
-        is_follower = replica_id >= 0
-        decision, rest = part.fetch(
-            replica_id,
-            request,
-            now,
-            isolation_level=isolation_level,
-            broker_epoch=broker_epoch,
-            isr_eligible=is_follower and self.is_live_broker(replica_id),
-            # No replica can be over the leader's quota while it is unlimited (the usual
-            # case): then the per-partition check is skipped.
-            replication_throttled=(
-                is_follower
-                and leader_quota is not None
-                and not leader_quota.unthrottled
-                and part.throttled_as_leader()
-                and leader_quota.is_quota_exceeded(time.monotonic())
-            ),
-        )
-        if rest:
-            self._carry_out(part, rest)
-        if decision.error is not ErrorCode.none:
-            if decision.error is ErrorCode.offset_out_of_range:
-                return FetchResult(
-                    decision.error,
-                    high_watermark=decision.high_watermark,
-                    log_start_offset=decision.log_start_offset,
-                    last_stable_offset=decision.last_stable_offset,
-                )
-            return FetchResult(decision.error)
-        try:
-            records = part.read(decision, min(request.max_bytes, budget) if budget > 0 else 0)
-        except OSError as exc:
-            self.storage_failed(part, f"read of {part.topic}-{part.partition}", exc)
-            return FetchResult(ErrorCode.kafka_storage_error)
-        aborted = None
-        if replica_id < 0 and isolation_level == READ_COMMITTED:
-            aborted = part.aborted_transactions(request.fetch_offset, records)
-        return FetchResult(
-            ErrorCode.none,
-            high_watermark=decision.high_watermark,
-            log_start_offset=decision.log_start_offset,
-            records=records,
-            last_stable_offset=decision.last_stable_offset,
-            diverging_epoch=decision.diverging_epoch,
-            throttled=decision.throttled,
-            aborted_transactions=aborted,
-        )
-
-    def _read_all(
-        self,
-        replica_id: int,
-        requests: list[FetchPartitionRequest],
-        max_bytes: int,
-        isolation_level: int,
-        leader_quota: ReplicationQuota | None,
-        broker_epoch: int,
-    ) -> tuple[list[FetchResult], int]:
-        now = now_ms()
-        budget = max_bytes
-        results = []
-        total = 0
-        for req in requests:
-            result = self.read_partition(
-                replica_id,
-                req,
-                budget if budget > 0 else 0,
-                now,
-                isolation_level,
-                leader_quota,
-                broker_epoch,
-            )
-            # KIP-74: the first partition with data may exceed the budget.
-            budget -= len(result.records)
-            total += len(result.records)
-            results.append(result)
-        return results, total
-
     async def fetch(
         self,
         replica_id: int,
@@ -416,56 +309,24 @@ class ReplicaManager:
         leader_quota: ReplicationQuota | None = None,
         broker_epoch: int = UNKNOWN_BROKER_EPOCH,
     ) -> list[FetchResult]:
-        """Read ``requests``; short of ``min_bytes``, wait up to ``max_wait_ms`` for one of
-        them to have data (``DelayedFetch``) and read them all again. An error or a
-        diverging epoch is answered at once. The time spent waiting is added to
-        ``wait``; bytes sent to a follower for a throttled replica count against
-        ``leader_quota``. ``broker_epoch`` is the follower's, from its fetch (Fetch v15+
-        ``ReplicaState.ReplicaEpoch``, KIP-903; unknown before)."""
-        results, total = self._read_all(
-            replica_id, requests, max_bytes, isolation_level, leader_quota, broker_epoch
+        """A Fetch request's partitions, waiting for data up to ``max_wait_ms``: see
+        ``FetchReader.fetch``."""
+        return await self.fetch_reader.fetch(
+            replica_id,
+            max_wait_ms,
+            min_bytes,
+            max_bytes,
+            requests,
+            isolation_level,
+            wait,
+            leader_quota,
+            broker_epoch,
         )
-        if (
-            total < min_bytes
-            and max_wait_ms > 0
-            and all(r.error == ErrorCode.none and r.diverging_epoch is None for r in results)
-        ):
-            watched = []
-            for req, result in zip(requests, results, strict=True):
-                part = self.partitions.get((req.topic, req.partition))
-                if part is not None and not result.throttled:
-                    watched.append((part, req.fetch_offset))
-            operation = DelayedFetch(replica_id, watched, isolation_level)
-            waiting_from = time.monotonic()
-            await operation.wait(operation.partitions(), max_wait_ms / 1000)
-            if wait is not None:
-                wait.waited_s += time.monotonic() - waiting_from
-            # Answered or timed out: one more read, so the answer carries the latest HW.
-            results, total = self._read_all(
-                replica_id, requests, max_bytes, isolation_level, leader_quota, broker_epoch
-            )
-        if replica_id >= 0 and leader_quota is not None and total:
-            self._record_leader_bytes(requests, results, leader_quota)
-        return results
-
-    def _record_leader_bytes(
-        self,
-        requests: list[FetchPartitionRequest],
-        results: list[FetchResult],
-        leader_quota: ReplicationQuota,
-    ) -> None:
-        """Bytes sent to a follower for a throttled replica count against the leader's quota."""
-        now = time.monotonic()
-        for req, result in zip(requests, results, strict=True):
-            if result.records:
-                part = self.partitions.get((req.topic, req.partition))
-                if part is not None and part.throttled_as_leader():
-                    leader_quota.record(len(result.records), now)
 
     def _carry_out(
         self,
         part: Partition,
-        actions: tuple[Action, ...] | list[Action],
+        actions: Sequence[Action],
         leader_addresses: dict[int, tuple[str, int]] | None = None,
     ) -> None:
         """What a partition hands back: fetcher changes, ZooKeeper writes, notifications.

@@ -6,7 +6,8 @@ Lifecycle (seed 000, "Broker startup"): lock every log dir and check its
 the logs, register in ``/brokers/ids`` (then write ``meta.properties``), read assignments
 and partition states from ZooKeeper, create local replicas as leader or follower, delete
 local partitions no longer assigned here, then serve. A SIGTERM flushes the logs, writes
-the checkpoints, releases the log dir locks and leaves.
+the checkpoints, releases the log dir locks and leaves. Which handler answers each
+request type is ``kafka_apis.py``'s (Kafka ``KafkaApis``).
 
 A start-up failure the user can cause (another broker on a log dir, another broker's or
 cluster's data, ZooKeeper out of reach, no usable log dir, the broker id taken) raises
@@ -49,11 +50,7 @@ from replog.replication.replica_manager import ReplicaManager
 from replog.security import sasl
 from replog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from replog.server.admin import AdminManager
-from replog.server.authentication import (
-    handle_sasl_without_sasl,
-    inter_broker_client_security,
-    listener_security,
-)
+from replog.server.authentication import inter_broker_client_security, listener_security
 from replog.server.authorizer import Authorizer
 from replog.server.broker_startup import (
     BrokerStartupError,
@@ -69,28 +66,11 @@ from replog.server.controlled_shutdown import (
     send_controlled_shutdown,
 )
 from replog.server.fetch_session import FetchManager, FetchSessionCache
-from replog.server.handlers import admin as admin_handlers
-from replog.server.handlers import (
-    cluster,
-    fetch,
-    metadata,
-    offsets,
-    produce,
-    producers,
-    records,
-    txn_markers,
-)
-from replog.server.handlers import configs as config_handlers
-from replog.server.handlers import partitions as partition_handlers
-from replog.server.handlers.acls import AclRequests
-from replog.server.handlers.consumer_groups import ConsumerGroupRequests
+from replog.server.handlers import metadata
 from replog.server.handlers.context import BrokerServices
 from replog.server.handlers.controller_requests import ControllerRequests
 from replog.server.handlers.controller_rpc import ControllerCommands
-from replog.server.handlers.group_coordinator import GroupCoordinatorRequests
-from replog.server.handlers.group_membership import GroupMembershipRequests
-from replog.server.handlers.scram_credentials import ScramCredentialRequests
-from replog.server.handlers.txn_offsets import handle_txn_offset_commit
+from replog.server.kafka_apis import request_handlers
 from replog.server.log_dir_failure import LogDirFailureHandler
 from replog.server.metadata_cache import MetadataCache
 from replog.server.metrics import BrokerMetrics, BrokerStateCollector, RemoteEndOffsets
@@ -251,7 +231,15 @@ class Broker:
         )
         if self.metrics is not None:
             self.metrics.state.transaction_coordinator = self.transaction_coordinator
-        handlers = self._handlers()
+        handlers = request_handlers(
+            self.services,
+            self.zk,
+            self._classic_group_service(),
+            self.controller_commands,
+            self.controller_requests,
+            lambda: self.controller,
+            self._cluster_allowed,
+        )
         # One server per listener; ``self.server`` is the inter-broker one.
         self.servers = [
             KafkaServer(
@@ -333,57 +321,9 @@ class Broker:
     def log_config_for(self, topic: str) -> LogConfig:
         return self.configs.log_config_for(topic)
 
-    def _handlers(self) -> dict[int, Any]:
-        s = self.services
-        table = {
-            ApiKey.PRODUCE: produce.handle_produce,
-            ApiKey.FETCH: fetch.handle_fetch,
-            ApiKey.LIST_OFFSETS: offsets.handle_list_offsets,
-            ApiKey.METADATA: metadata.handle_metadata,
-            ApiKey.API_VERSIONS: metadata.handle_api_versions,
-            ApiKey.CREATE_TOPICS: admin_handlers.handle_create_topics,
-            ApiKey.DELETE_TOPICS: admin_handlers.handle_delete_topics,
-            ApiKey.DESCRIBE_CONFIGS: config_handlers.handle_describe_configs,
-            ApiKey.ALTER_CONFIGS: config_handlers.handle_alter_configs,
-            ApiKey.INCREMENTAL_ALTER_CONFIGS: config_handlers.handle_incremental_alter_configs,
-            ApiKey.INIT_PRODUCER_ID: producers.handle_init_producer_id,
-            ApiKey.OFFSET_FOR_LEADER_EPOCH: offsets.handle_offset_for_leader_epoch,
-            ApiKey.DELETE_RECORDS: records.handle_delete_records,
-            ApiKey.DESCRIBE_LOG_DIRS: cluster.handle_describe_log_dirs,
-            ApiKey.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
-            ApiKey.DESCRIBE_PRODUCERS: producers.handle_describe_producers,
-            ApiKey.CREATE_PARTITIONS: partition_handlers.handle_create_partitions,
-            ApiKey.WRITE_TXN_MARKERS: txn_markers.handle_write_txn_markers,
-            ApiKey.TXN_OFFSET_COMMIT: handle_txn_offset_commit,
-        }
-        handlers = {int(key): partial(handler, s) for key, handler in table.items()}
-        acl_requests = AclRequests(self.services)
-        handlers[ApiKey.CREATE_ACLS] = acl_requests.handle_create_acls
-        handlers[ApiKey.DESCRIBE_ACLS] = acl_requests.handle_describe_acls
-        handlers[ApiKey.DELETE_ACLS] = acl_requests.handle_delete_acls
-        scram = ScramCredentialRequests(self.zk)
-        handlers[ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS] = scram.handle_describe
-        handlers[ApiKey.ALTER_USER_SCRAM_CREDENTIALS] = scram.handle_alter
-        handlers[ApiKey.SASL_HANDSHAKE] = handle_sasl_without_sasl
-        handlers[ApiKey.SASL_AUTHENTICATE] = handle_sasl_without_sasl
-        commands = self.controller_commands
-        handlers[ApiKey.LEADER_AND_ISR] = commands.handle_leader_and_isr
-        handlers[ApiKey.STOP_REPLICA] = commands.handle_stop_replica
-        handlers[ApiKey.UPDATE_METADATA] = commands.handle_update_metadata
-        handlers[ApiKey.CONTROLLED_SHUTDOWN] = self.controller_requests.handle_controlled_shutdown
-        handlers[ApiKey.ELECT_LEADERS] = self.controller_requests.handle_elect_leaders
-        groups = GroupCoordinatorRequests(self.services)
-        handlers[ApiKey.FIND_COORDINATOR] = groups.handle_find_coordinator
-        handlers[ApiKey.OFFSET_COMMIT] = groups.handle_offset_commit
-        handlers[ApiKey.OFFSET_FETCH] = groups.handle_offset_fetch
-        handlers[ApiKey.OFFSET_DELETE] = groups.handle_offset_delete
-        handlers[ApiKey.DELETE_GROUPS] = groups.handle_delete_groups
-        transactions = groups.transactions
-        handlers[ApiKey.ADD_PARTITIONS_TO_TXN] = transactions.handle_add_partitions_to_txn
-        handlers[ApiKey.ADD_OFFSETS_TO_TXN] = transactions.handle_add_offsets_to_txn
-        handlers[ApiKey.END_TXN] = transactions.handle_end_txn
-        handlers[ApiKey.DESCRIBE_TRANSACTIONS] = transactions.handle_describe_transactions
-        handlers[ApiKey.LIST_TRANSACTIONS] = transactions.handle_list_transactions
+    def _classic_group_service(self) -> ClassicGroupService:
+        """The classic group protocol on the group coordinator, and the replay of the
+        records of ``__consumer_offsets`` by key version."""
         classic = ClassicGroupService(self.group_coordinator)
         self.group_coordinator.listeners.append(classic)
         self.group_coordinator.replayers[group_records.GROUP_METADATA_KEY] = (
@@ -393,26 +333,7 @@ class Broker:
             group_records.FIRST_CONSUMER_GROUP_KEY, group_records.LAST_CONSUMER_GROUP_KEY + 1
         ):
             self.group_coordinator.replayers[version] = consumer_records.replay
-        membership = GroupMembershipRequests(self.services, classic)
-        handlers[ApiKey.JOIN_GROUP] = membership.handle_join_group
-        handlers[ApiKey.SYNC_GROUP] = membership.handle_sync_group
-        handlers[ApiKey.HEARTBEAT] = membership.handle_heartbeat
-        handlers[ApiKey.LEAVE_GROUP] = membership.handle_leave_group
-        handlers[ApiKey.DESCRIBE_GROUPS] = membership.handle_describe_groups
-        handlers[ApiKey.LIST_GROUPS] = membership.handle_list_groups
-        consumer_groups = ConsumerGroupRequests(self.services)
-        handlers[ApiKey.CONSUMER_GROUP_HEARTBEAT] = consumer_groups.handle_consumer_group_heartbeat
-        handlers[ApiKey.CONSUMER_GROUP_DESCRIBE] = consumer_groups.handle_consumer_group_describe
-        reassignments = partition_handlers.ReassignmentRequests(
-            lambda: self.controller, self._cluster_allowed
-        )
-        handlers[ApiKey.ALTER_PARTITION_REASSIGNMENTS] = (
-            reassignments.handle_alter_partition_reassignments
-        )
-        handlers[ApiKey.LIST_PARTITION_REASSIGNMENTS] = (
-            reassignments.handle_list_partition_reassignments
-        )
-        return handlers
+        return classic
 
     # -- lifecycle ----------------------------------------------------------
 

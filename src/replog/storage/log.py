@@ -1,11 +1,12 @@
 """A partition's log: ordered segments, appends, reads, retention, truncation.
 
-``Log`` is Kafka's ``UnifiedLog`` + ``LocalLog`` without tiered storage. Record
-batches stay bytes: a leader append validates every batch header and CRC32C first
-(all or nothing), patches base offsets and the partition leader epoch in place and
-writes the request's bytes with one ``pwrite``. Beside it, by role: the checks of an
-append (``log_validator.py``), the retention rules (``retention.py``), ListOffsets by
-time (``offset_lookup.py``), and opening a log, recovery of a torn tail and of an
+``Log`` is Kafka's ``UnifiedLog`` without tiered storage. Record batches stay bytes: a
+leader append validates every batch header and CRC32C first (all or nothing), patches
+base offsets and the partition leader epoch in place and writes the request's bytes
+with one ``pwrite``. Beside it, by role: the segments themselves, their rolls, reads,
+cuts and swaps (``local_log.py``, Kafka ``LocalLog``), the checks of an append
+(``log_validator.py``), the retention rules (``retention.py``), ListOffsets by time
+(``offset_lookup.py``), and opening a log, recovery of a torn tail and of an
 interrupted cleaner swap included (``log_loader.py``).
 
 A compacted log (``cleanup.policy`` with ``compact``) refuses records without a key
@@ -26,9 +27,7 @@ ones and that no truncation happened since (``truncations``).
 
 from __future__ import annotations
 
-import bisect
 import logging
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,8 +44,8 @@ from replog.protocol.records import (
     set_partition_leader_epoch,
 )
 from replog.storage import offset_lookup, retention
-from replog.storage.checkpoints import fsync_dir
 from replog.storage.leader_epoch import LeaderEpochFileCache
+from replog.storage.local_log import FetchDataInfo, LocalLog
 from replog.storage.log_config import LogConfig
 from replog.storage.log_loader import load_log, parse_topic_partition, rebuild_producer_state
 from replog.storage.log_validator import (
@@ -61,12 +60,7 @@ from replog.storage.producer_state import (
     last_stable_offset,
     list_snapshots,
 )
-from replog.storage.segment import (
-    CLEANED_FILE_SUFFIX,
-    SWAP_FILE_SUFFIX,
-    LogSegment,
-    TimestampAndOffset,
-)
+from replog.storage.segment import LogSegment, TimestampAndOffset
 from replog.storage.txn_index import AbortedTxn, collect_aborted_transactions
 
 __all__ = [
@@ -80,8 +74,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_INT32_MAX = 0x7FFFFFFF
-
 
 @dataclass
 class AppendInfo:
@@ -91,12 +83,6 @@ class AppendInfo:
     log_append_time: int  # -1 unless the topic uses LogAppendTime
     num_batches: int
     duplicate: bool = False
-
-
-@dataclass
-class FetchDataInfo:
-    records: bytes  # whole batches
-    first_offset: int  # base offset of the first batch returned (the requested offset if none)
 
 
 class Log:
@@ -115,14 +101,12 @@ class Log:
     ) -> None:
         self.dir = Path(dir)
         self.topic, self.partition = parse_topic_partition(self.dir.name)
-        self.config = config
-        self._segments = segments
+        self._local = LocalLog(self.dir, self.name, config, segments)
         self.log_start_offset = log_start_offset
         self.recovery_point = recovery_point
         self.leader_epoch_cache = leader_epoch_cache
         self.producer_state = producer_state
         self.high_watermark: int | None = None  # set by replication; bounds retention
-        self._dir_dirty = False  # segment files created since the last flush
         self._closed = False
         # For the log cleaner: every truncation bumps ``truncations`` (a cleaning planned
         # before it is stale) and lowers ``min_truncation_offset`` until the cleaner takes
@@ -166,28 +150,30 @@ class Log:
         return f"{self.topic}-{self.partition}"
 
     @property
+    def config(self) -> LogConfig:
+        return self._local.config
+
+    @property
     def segments(self) -> list[LogSegment]:
-        return list(self._segments)
+        return list(self._local.segments)
 
     @property
     def active_segment(self) -> LogSegment:
-        return self._segments[-1]
+        return self._local.active_segment
 
     @property
     def log_end_offset(self) -> int:
-        return self._segments[-1].next_offset
+        return self._local.log_end_offset
 
     @property
     def closed(self) -> bool:
         return self._closed
 
     def size_in_bytes(self) -> int:
-        return sum(s.size for s in self._segments)
+        return self._local.size_in_bytes()
 
     def update_config(self, config: LogConfig) -> None:
-        self.config = config
-        for segment in self._segments:
-            segment.index_interval_bytes = config.index_interval_bytes
+        self._local.update_config(config)
 
     def update_high_watermark(self, high_watermark: int) -> None:
         """Retention never deletes past this offset (Kafka deletes only below the HW)."""
@@ -289,12 +275,13 @@ class Log:
         now_ms: int,
         max_timestamp: int,
     ) -> None:
-        self._roll_if_needed(
+        if self._local.should_roll(
             now_ms,
             messages_size=len(records),
             max_timestamp=max_timestamp,
             max_offset=batches[-1][1].last_offset,
-        )
+        ):
+            self.roll(now_ms)
         segment = self.active_segment
         segment.append(records, batches)
         for pos, h in batches:
@@ -360,47 +347,22 @@ class Log:
         self, start_offset: int, upper_bound_offset: int
     ) -> list[AbortedTxn]:
         """The aborted transactions a read of ``[start_offset, upper_bound_offset)`` overlaps."""
-        first = self._segment_index(start_offset)
-        indexes = [s.txn_index for s in self._segments[first:]]
+        first = self._local.segment_index(start_offset)
+        indexes = [s.txn_index for s in self._local.segments[first:]]
         return collect_aborted_transactions(indexes, start_offset, upper_bound_offset)
 
     # -- roll ------------------------------------------------------------
     def maybe_roll(self, now_ms: int) -> None:
         """Roll the active segment if Kafka would on an append at ``now_ms`` of nothing."""
-        self._roll_if_needed(
+        if self._local.should_roll(
             now_ms, messages_size=0, max_timestamp=now_ms, max_offset=self.log_end_offset
-        )
-
-    def _roll_if_needed(
-        self, now_ms: int, *, messages_size: int, max_timestamp: int, max_offset: int
-    ) -> None:
-        segment = self.active_segment
-        if segment.size == 0:
-            return  # Kafka would replace an empty segment with an identical one
-        config = self.config
-        if (
-            segment.size > config.segment_bytes - messages_size
-            or segment.time_waited_for_roll(now_ms, max_timestamp)
-            > config.segment_ms - self._roll_jitter_ms(segment)
-            or max_offset - segment.base_offset > _INT32_MAX
         ):
             self.roll(now_ms)
 
-    def _roll_jitter_ms(self, segment: LogSegment) -> int:
-        """Kafka's ``segment.jitter.ms``: how much before ``segment.ms`` this segment
-        rolls. Kafka draws it at random per segment, below min(jitter, segment.ms); here
-        it is a hash of the log's name and the segment's base offset: as spread over the
-        logs, and the same on every replay."""
-        bound = min(self.config.segment_jitter_ms, self.config.segment_ms)
-        if bound <= 0:
-            return 0
-        return zlib.crc32(f"{self.name}@{segment.base_offset}".encode()) % bound
-
     def roll(self, now_ms: int) -> LogSegment:
         """Start a new active segment at the log end offset."""
-        new_base = self.log_end_offset
         old = self.active_segment
-        if old.base_offset == new_base:
+        if old.base_offset == self.log_end_offset:
             return old  # empty active segment: nothing to roll
         old.on_become_inactive()
         self.producer_state.write_snapshot(self.dir)
@@ -411,17 +373,7 @@ class Log:
         # writes files back in no promised order), and recovery, which cuts a log only at a
         # bad batch, kept that hole in the middle of the log.
         self.flush()
-        segment = LogSegment(
-            self.dir,
-            new_base,
-            index_interval_bytes=self.config.index_interval_bytes,
-            created_ms=now_ms,
-            fresh=True,
-        )
-        self._segments.append(segment)
-        self._dir_dirty = True
-        log.info("%s: rolled new segment at offset %d", self.name, new_base)
-        return segment
+        return self._local.roll(now_ms)
 
     # -- read ------------------------------------------------------------
     def _check_offset(self, offset: int) -> None:
@@ -430,11 +382,6 @@ class Log:
                 f"{self.name}: offset {offset} outside [{self.log_start_offset}, "
                 f"{self.log_end_offset}]"
             )
-
-    def _segment_index(self, offset: int) -> int:
-        """Index of the segment whose base offset is the largest <= ``offset`` (0 if none)."""
-        i = bisect.bisect_right(self._segments, offset, key=_base_offset) - 1
-        return max(i, 0)
 
     def read(
         self,
@@ -451,26 +398,19 @@ class Log:
         returned whole when ``min_one_batch`` (KIP-74). Empty at the log end.
         """
         self._check_offset(start_offset)
-        if start_offset == self.log_end_offset or (
-            max_offset is not None and start_offset >= max_offset
-        ):
-            return FetchDataInfo(b"", start_offset)
-        for segment in self._segments[self._segment_index(start_offset) :]:
-            result = segment.read(
-                start_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch
-            )
-            if result is not None:
-                data, first = result
-                return FetchDataInfo(data, first if data else start_offset)
-        return FetchDataInfo(b"", start_offset)
+        return self._local.read(
+            start_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch
+        )
 
     def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
         """ListOffsets by time: see ``offset_lookup.offset_for_timestamp``."""
-        return offset_lookup.offset_for_timestamp(self._segments, timestamp, self.log_start_offset)
+        return offset_lookup.offset_for_timestamp(
+            self._local.segments, timestamp, self.log_start_offset
+        )
 
     def max_timestamp_and_offset(self) -> TimestampAndOffset | None:
         """ListOffsets MAX_TIMESTAMP (KIP-734): see ``offset_lookup``."""
-        return offset_lookup.max_timestamp_and_offset(self._segments)
+        return offset_lookup.max_timestamp_and_offset(self._local.segments)
 
     def earliest_epoch(self) -> int | None:
         """The leader epoch of the record at the log start offset, if the epoch cache says
@@ -485,15 +425,11 @@ class Log:
         """Drop everything at or after ``offset`` (a batch straddling it goes whole)."""
         if offset >= self.log_end_offset:
             return
-        if offset < self._segments[0].base_offset:
+        if offset < self._local.segments[0].base_offset:
             self.truncate_fully_and_start_at(offset)
             return
         self._note_truncation(offset)
-        keep = self._segment_index(offset)
-        for segment in self._segments[keep + 1 :]:
-            segment.delete()
-        del self._segments[keep + 1 :]
-        removed = self.active_segment.truncate_to(offset)
+        removed = self._local.truncate_to(offset)
         end = self.log_end_offset
         log.info(
             "%s: truncated to offset %d (%d bytes in the last segment)", self.name, end, removed
@@ -508,18 +444,7 @@ class Log:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and start an empty log at ``offset``."""
         self._note_truncation(offset)
-        for segment in self._segments:
-            segment.delete()
-        self._segments = [
-            LogSegment(
-                self.dir,
-                offset,
-                index_interval_bytes=self.config.index_interval_bytes,
-                created_ms=self._segments[-1].created_ms,
-                fresh=True,
-            )
-        ]
-        self._dir_dirty = True
+        self._local.truncate_fully_and_start_at(offset)
         self.leader_epoch_cache.clear()
         for _, path in list_snapshots(self.dir):
             path.unlink(missing_ok=True)
@@ -536,7 +461,7 @@ class Log:
             self.min_truncation_offset = offset
 
     def _reload_producer_state(self) -> None:
-        rebuild_producer_state(self.producer_state, self.dir, self._segments)
+        rebuild_producer_state(self.producer_state, self.dir, self._local.segments)
 
     # -- retention -------------------------------------------------------
     def maybe_increment_log_start_offset(self, offset: int) -> bool:
@@ -582,17 +507,15 @@ class Log:
         ``now_ms`` stamps the new active segment when every segment goes (None: the
         rule never takes the active segment)."""
         high_watermark = self.log_end_offset if self.high_watermark is None else self.high_watermark
-        count = retention.deletable_count(self._segments, self.log_end_offset, high_watermark, rule)
-        deletable = self._segments[:count]
-        if not deletable:
+        segments = self._local.segments
+        count = retention.deletable_count(segments, self.log_end_offset, high_watermark, rule)
+        if count == 0:
             return 0
-        if len(deletable) == len(self._segments):
+        if count == len(segments):
             assert now_ms is not None, "deleting the active segment needs the time of the roll"
             self.roll(now_ms)  # a log always keeps one segment
-        for segment in deletable:
-            segment.delete()
-        del self._segments[: len(deletable)]
-        first_base = self._segments[0].base_offset
+        self._local.delete_oldest(count)
+        first_base = self._local.segments[0].base_offset
         for offset, path in list_snapshots(self.dir):
             if offset < first_base:
                 path.unlink(missing_ok=True)
@@ -603,10 +526,10 @@ class Log:
         log.info(
             "%s: deleted %d old segment(s), log start offset %d",
             self.name,
-            len(deletable),
+            count,
             self.log_start_offset,
         )
-        return len(deletable)
+        return count
 
     # -- compaction ------------------------------------------------------
     def last_offsets_of_active_producers(self) -> dict[int, int]:
@@ -619,38 +542,9 @@ class Log:
         }
 
     def replace_segments(self, new: LogSegment, old: list[LogSegment]) -> None:
-        """Swap a ``.cleaned`` segment in for the consecutive closed segments ``old`` it was
-        cleaned from (Kafka ``LocalLog.replaceSegments``): ``.cleaned`` -> ``.swap``, the
-        old segments deleted, ``.swap`` -> live. A kill at any point is finished by
-        ``log_loader`` (a ``.swap`` replaces the segments it overlaps).
-        """
-        first = next(i for i, s in enumerate(self._segments) if s is old[0])
-        live = self._segments[first : first + len(old)]
-        if len(live) != len(old) or any(a is not b for a, b in zip(live, old, strict=True)):
-            raise ValueError(f"{self.name}: segments to replace are not consecutive live ones")
-        if first + len(old) >= len(self._segments):
-            raise ValueError(f"{self.name}: the active segment is never replaced")
-        if new.base_offset != old[0].base_offset or new.suffix != CLEANED_FILE_SUFFIX:
-            raise ValueError(f"{self.name}: {new.log_path} cannot replace {old[0].log_path}")
-        try:
-            new.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
-            fsync_dir(self.dir)
-        except BaseException:
-            new.delete()  # nothing was replaced yet: the swap did not happen
-            raise
-        self._segments[first : first + len(old)] = [new]
-        for segment in old:
-            segment.delete()
-        new.change_file_suffixes(SWAP_FILE_SUFFIX, "")
-        fsync_dir(self.dir)
-        log.info(
-            "%s: swapped in cleaned segment %d for %d segment(s) (%d -> %d bytes)",
-            self.name,
-            new.base_offset,
-            len(old),
-            sum(s.size for s in old),
-            new.size,
-        )
+        """Swap a ``.cleaned`` segment in for the closed segments ``old`` it was cleaned
+        from: see ``LocalLog.replace_segments``."""
+        self._local.replace_segments(new, old)
 
     # -- durability ------------------------------------------------------
     def flush(self) -> None:
@@ -661,12 +555,7 @@ class Log:
         after its data was already covered by the recovery point.
         """
         end = self.log_end_offset
-        first = self._segment_index(max(self.recovery_point - 1, self.log_start_offset, 0))
-        for segment in self._segments[first:]:
-            segment.flush()
-        if self._dir_dirty:
-            self._dir_dirty = False  # before the fsync: a concurrent roll sets it again
-            fsync_dir(self.dir)
+        self._local.flush(max(self.recovery_point - 1, self.log_start_offset, 0))
         self.leader_epoch_cache.flush()
         self.recovery_point = end
 
@@ -677,15 +566,9 @@ class Log:
         self._closed = True
         self.producer_state.map_end_offset = self.log_end_offset
         self.producer_state.write_snapshot(self.dir)
-        for segment in self._segments:
-            segment.close()
+        self._local.close()
 
     def delete_files(self) -> None:
         """Close and remove every segment file (the directory itself is the caller's)."""
         self._closed = True
-        for segment in self._segments:
-            segment.delete()
-
-
-def _base_offset(segment: LogSegment) -> int:
-    return segment.base_offset
+        self._local.delete_files()
