@@ -29,7 +29,12 @@ sampler costs the leaders ~2 requests a partition per interval (each ~0.3 ms of 
 schedule of ``--e2e-rate`` records/s, round-robin over the partitions, and commits every
 ``--commit-interval-ms`` (Kafka Streams' ``commit.interval.ms`` under exactly-once: 100
 ms) or every ``--commit-records`` records; ``commit_transaction`` blocks its loop as it
-would a Streams thread (the schedule lag is printed). Each record carries its send time
+would a Streams thread (the schedule lag is printed). The producer has
+``max.in.flight.requests.per.connection=1`` (``--max-in-flight``): with librdkafka's 5,
+two produce requests of one partition that both open its transaction are verified with
+the coordinator (KIP-890) concurrently and can be appended out of order, which the
+broker refuses with OUT_OF_ORDER_SEQUENCE_NUMBER, fatal to the producer (seen 2026-11-28;
+Kafka handles one request of a connection at a time). Each record carries its send time
 (``time.time_ns()`` just before ``produce()``) and a sequence number. Two consumer
 processes (``isolation.level=read_committed`` and ``read_uncommitted``, ``assign()`` at
 offset 0, no group, ``poll()`` one record at a time, each record stamped as it is
@@ -234,6 +239,7 @@ def lso_lag(samples: list[tuple[int, int, int, int]]) -> dict[str, Any]:
                 ages_ns.append(0)
     offsets.sort()
     ages = latency_summary(ages_ns)
+    behind = latency_summary([a for a in ages_ns if a])
     return {
         "samples": len(offsets),
         "behind_share": (sum(1 for o in offsets if o) / len(offsets)) if offsets else None,
@@ -243,6 +249,11 @@ def lso_lag(samples: list[tuple[int, int, int, int]]) -> dict[str, Any]:
         "ms_p50": ages["p50_ms"],
         "ms_p99": ages["p99_ms"],
         "ms_max": ages["max_ms"],
+        "ms_p50_while_behind": behind["p50_ms"],
+        "ms_p99_while_behind": behind["p99_ms"],
+        "offsets_p50_while_behind": percentile([o for o in offsets if o], 0.5)
+        if any(offsets)
+        else None,
     }
 
 
@@ -307,23 +318,43 @@ def run_size(
 def producer_process(
     bootstrap: str, topic: str, settings: dict[str, Any], started: Any, conn: Any
 ) -> None:
-    """Child process: records on schedule, a commit every interval (or N records); sends
-    back the send times and each commit's (first seq, last seq, return time)."""
+    """Child process: ``produce_on_schedule``; a client error is sent back as such."""
+    from confluent_kafka import KafkaException
+
+    try:
+        conn.send(produce_on_schedule(bootstrap, topic, settings, started))
+    except KafkaException as exc:
+        conn.send({"error": str(exc.args[0])})
+    conn.close()
+
+
+def produce_on_schedule(
+    bootstrap: str, topic: str, settings: dict[str, Any], started: Any
+) -> dict[str, Any]:
+    """Records on schedule, a commit every interval (or N records); the send times and
+    each commit's (first seq, last seq, return time)."""
     from confluent_kafka import Producer
 
     rate, seconds = settings["rate"], settings["warm_up"] + settings["seconds"]
     interval_ns = int(settings["commit_interval_ms"] * 1e6)
     every = settings["commit_records"]
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "transactional.id": f"bench-e2e-{uuid.uuid4().hex[:8]}",
-            "linger.ms": settings["linger_ms"],
-            "compression.type": "none",
-            "logger": quiet_logger(Path(settings["log_dir"]) / "producer.log"),
-        }
-    )
-    producer.init_transactions(60)
+    transactional = settings["transactional"]
+    config = {
+        "bootstrap.servers": bootstrap,
+        "linger.ms": settings["linger_ms"],
+        "max.in.flight.requests.per.connection": settings["max_in_flight"],
+        "compression.type": "none",
+        "logger": quiet_logger(Path(settings["log_dir"]) / "producer.log"),
+    }
+    if transactional:
+        config["transactional.id"] = f"bench-e2e-{uuid.uuid4().hex[:8]}"
+    else:
+        config["enable.idempotence"] = True
+    producer = Producer(config)
+    if transactional:
+        producer.init_transactions(60)
+    else:
+        producer.list_topics(topic, timeout=30)
     padding = b"x" * (E2E_SIZE - STAMPS.size)
     pack = STAMPS.pack
     send_ns = array("q")
@@ -336,7 +367,8 @@ def producer_process(
     sent = 0
     first_in_txn = 0
     txn_started = time.time_ns()
-    producer.begin_transaction()
+    if transactional:
+        producer.begin_transaction()
     max_lag_s = 0.0
     while sent < total:
         now = time.perf_counter()
@@ -353,8 +385,10 @@ def producer_process(
             sent += 1
         now_ns = time.time_ns()
         in_txn = sent - first_in_txn
-        if in_txn and (
-            (every and in_txn >= every) or (not every and now_ns - txn_started >= interval_ns)
+        if (
+            transactional
+            and in_txn
+            and ((every and in_txn >= every) or (not every and now_ns - txn_started >= interval_ns))
         ):
             producer.commit_transaction(60)
             done = time.time_ns()
@@ -364,7 +398,9 @@ def producer_process(
             producer.begin_transaction()
             txn_started = time.time_ns()
         producer.poll(max(0.0, min(TICK_S, start + sent / rate - time.perf_counter())))
-    if sent > first_in_txn:
+    if not transactional:
+        producer.flush(60)
+    elif sent > first_in_txn:
         now_ns = time.time_ns()
         producer.commit_transaction(60)
         done = time.time_ns()
@@ -372,17 +408,14 @@ def producer_process(
         commit_ns.append(done - now_ns)
     else:
         producer.abort_transaction(60)
-    conn.send(
-        {
-            "start_ns": start_ns,
-            "sent": sent,
-            "max_lag_s": max_lag_s,
-            "send_ns": send_ns.tobytes(),
-            "commits": commits.tobytes(),
-            "commit_ns": commit_ns.tobytes(),
-        }
-    )
-    conn.close()
+    return {
+        "start_ns": start_ns,
+        "sent": sent,
+        "max_lag_s": max_lag_s,
+        "send_ns": send_ns.tobytes(),
+        "commits": commits.tobytes(),
+        "commit_ns": commit_ns.tobytes(),
+    }
 
 
 def consumer_process(
@@ -438,7 +471,11 @@ def _ints(raw: bytes) -> array:
 
 
 def run_e2e_round(
-    cluster: LocalCluster, isolations: list[str], args: argparse.Namespace, log_dir: Path
+    cluster: LocalCluster,
+    transactional: bool,
+    isolations: list[str],
+    args: argparse.Namespace,
+    log_dir: Path,
 ) -> dict[str, Any]:
     bootstrap = cluster.bootstrap_servers()
     topic = f"txn-e2e-{uuid.uuid4().hex[:6]}"
@@ -447,12 +484,14 @@ def run_e2e_round(
     ctx = mp.get_context("spawn")
     stop, started = ctx.Event(), ctx.Event()
     settings = {
+        "transactional": transactional,
         "rate": args.e2e_rate,
         "seconds": args.e2e_seconds,
         "warm_up": args.warm_up,
         "commit_interval_ms": args.commit_interval_ms,
         "commit_records": args.commit_records,
         "linger_ms": args.linger_ms,
+        "max_in_flight": args.max_in_flight,
         "fetch_wait_max_ms": args.fetch_wait_max_ms,
         "log_dir": str(log_dir),
     }
@@ -487,6 +526,8 @@ def run_e2e_round(
         if not producer_rx.poll(args.e2e_seconds + 120):
             raise RuntimeError("no result from the producer process")
         sent = producer_rx.recv()
+        if "error" in sent:
+            raise RuntimeError(f"the transactional producer failed: {sent['error']}")
         cpu = (brokers_cpu_s(cluster) - cpu_from, time.monotonic() - cpu_at)
         loadavg = Path("/proc/loadavg").read_text().strip()
         committed = sent["sent"]
@@ -507,7 +548,9 @@ def run_e2e_round(
             if child.is_alive():
                 child.kill()
                 child.join()
-    return summarize_round(isolations, args, sent, received, cpu, loadavg)
+    row = summarize_round(isolations, args, sent, received, cpu, loadavg)
+    row["producer"] = "transactional" if transactional else "idempotent"
+    return row
 
 
 def summarize_round(
@@ -548,7 +591,7 @@ def summarize_round(
             "duplicates": len(seqs) - len(first),
             "errors": got["errors"],
         }
-        if isolation == READ_COMMITTED:
+        if isolation == READ_COMMITTED and commits:
             after_commit = []
             for s, r in first.items():
                 if send_ns[s] >= window_from:
@@ -568,7 +611,11 @@ def e2e_ratios(rows: list[dict[str, Any]]) -> dict[str, float | None]:
     """read_committed / read_uncommitted of the medians over the rounds of each."""
 
     def med(isolation: str, key: str) -> float | None:
-        values = sorted(r[isolation]["e2e"][key] for r in rows if isolation in r)
+        values = sorted(
+            r[isolation]["e2e"][key]
+            for r in rows
+            if isolation in r and r["producer"] == "transactional"
+        )
         return values[len(values) // 2] if values else None
 
     out: dict[str, float | None] = {}
@@ -723,7 +770,20 @@ def main() -> None:
         "--commit-records", type=int, default=0, help="commit every N records instead"
     )
     parser.add_argument("--linger-ms", type=float, default=1)
+    parser.add_argument(
+        "--max-in-flight",
+        type=int,
+        default=1,
+        help="the e2e producer's max.in.flight.requests.per.connection (librdkafka's "
+        "default is 5; see the docstring)",
+    )
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--no-baseline",
+        dest="baseline",
+        action="store_false",
+        help="without the rounds of an idempotent (not transactional) producer",
+    )
     parser.add_argument("--consumers", choices=("together", "alternate"), default="together")
     parser.add_argument(
         "--fetch-wait-max-ms", type=int, default=None, help="the consumers' fetch.wait.max.ms"
@@ -762,15 +822,19 @@ def main() -> None:
                 say(f"tracing {args.trace} one-record transactions ...")
                 results["trace"] = run_trace(cluster, TOPIC, args.trace, directory)
             if "e2e" in parts:
-                plans = (
-                    [[READ_COMMITTED, READ_UNCOMMITTED]] * args.rounds
+                plan: list[tuple[bool, list[str]]] = (
+                    [(True, [READ_COMMITTED, READ_UNCOMMITTED])]
                     if args.consumers == "together"
-                    else [[READ_UNCOMMITTED], [READ_COMMITTED]] * args.rounds
+                    else [(True, [READ_UNCOMMITTED]), (True, [READ_COMMITTED])]
                 )
+                if args.baseline:
+                    plan.append((False, [READ_UNCOMMITTED]))
+                plans = plan * args.rounds
                 rows = []
-                for i, isolations in enumerate(plans):
-                    say(f"e2e round {i + 1}/{len(plans)}: {' + '.join(isolations)} ...")
-                    row = run_e2e_round(cluster, isolations, args, directory)
+                for i, (transactional, isolations) in enumerate(plans):
+                    kind = "transactional" if transactional else "idempotent"
+                    say(f"e2e round {i + 1}/{len(plans)}: {kind}, {' + '.join(isolations)} ...")
+                    row = run_e2e_round(cluster, transactional, isolations, args, directory)
                     rows.append(row)
                     say(
                         "  "
@@ -795,11 +859,13 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> None:
     if "back_to_back" in results:
         print(
             "\nback to back, 3 brokers, RF 3, 3 partitions, 100 B records; LSO lag sampled "
-            f"every {args.lso_interval_ms:g} ms (HW - LSO; ms: the HW's time past the LSO)"
+            f"every {args.lso_interval_ms:g} ms: HW - LSO in offsets (all samples, p50/p99), "
+            "the share of samples with the LSO behind, and while behind: offsets p50, and "
+            "how long the HW had been past the LSO (ms, p50/p99)"
         )
         print(
             f"{'rec/txn':>7}{'txn/s':>7}{'commit p50':>11}{'p99':>7}{'txn p50':>8}"
-            f"{'lag off p50':>12}{'p99':>5}{'ms p50':>7}{'p99':>6}{'behind':>7}"
+            f"{'lag p50':>8}{'p99':>5}{'behind':>7}{'off p50':>8}{'ms p50':>7}{'p99':>6}"
             f"{'cores':>6}{'cpu ms/txn':>11}  loadavg"
         )
         for r in results["back_to_back"]:
@@ -809,9 +875,10 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> None:
                 f"{r['records_per_transaction']:>7}{r['transactions_per_s']:>7.1f}"
                 f"{_f(r['commit']['p50_ms']):>11}{_f(r['commit']['p99_ms']):>7}"
                 f"{_f(r['transaction']['p50_ms']):>8}"
-                f"{_f(lag.get('offsets_p50'), 0):>12}{_f(lag.get('offsets_p99'), 0):>5}"
-                f"{_f(lag.get('ms_p50')):>7}{_f(lag.get('ms_p99')):>6}"
+                f"{_f(lag.get('offsets_p50'), 0):>8}{_f(lag.get('offsets_p99'), 0):>5}"
                 f"{'-' if behind is None else f'{100 * behind:.0f}%':>7}"
+                f"{_f(lag.get('offsets_p50_while_behind'), 0):>8}"
+                f"{_f(lag.get('ms_p50_while_behind')):>7}{_f(lag.get('ms_p99_while_behind')):>6}"
                 f"{r['broker_cores']:>6.2f}{_f(r['broker_cpu_ms_per_transaction']):>11}  "
                 f"{r['loadavg']}"
             )
@@ -828,6 +895,8 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> None:
                 "transactions)"
             )
             for part, ms in t["breakdown_ms_p50"].items():
+                if not ms and "round trips" in part:
+                    continue
                 calls = next((n for api, n in t["calls_p50"].items() if part.startswith(api)), None)
                 print(f"  {part:<40} {ms:6.1f} ms" + (f" ({calls} calls)" if calls else ""))
     if "e2e" in results:
@@ -838,7 +907,8 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> None:
         )
         print(
             f"\nend to end, transactional producer at {args.e2e_rate:g} records/s of 1 KB, "
-            f"committing {what}, linger.ms={args.linger_ms:g}; consumers {args.consumers}"
+            f"committing {what}, linger.ms={args.linger_ms:g}, max.in.flight="
+            f"{args.max_in_flight}; consumers {args.consumers}"
             + (
                 f", fetch.wait.max.ms={args.fetch_wait_max_ms}"
                 if args.fetch_wait_max_ms is not None
@@ -847,20 +917,20 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> None:
             + f"; {args.e2e_seconds:g} s measured after {args.warm_up:g} s"
         )
         print(
-            f"{'round':>5} {'consumer':<17}{'e2e p50':>8}{'p99':>7}{'p99.9':>7}{'max':>7}"
+            f"{'round':>5} {'producer':<14}{'consumer':<17}{'e2e p50':>8}{'p99':>7}{'p99.9':>7}{'max':>7}"
             f"{'missing':>8}{'dup':>4}{'commit p50':>11}{'rec/txn':>8}{'cores':>6}  loadavg"
         )
         for i, r in enumerate(results["e2e"]["rounds"]):
             for iso in r["consumers"]:
                 e = r[iso]["e2e"]
                 print(
-                    f"{i + 1:>5} {iso:<17}{_f(e['p50_ms']):>8}{_f(e['p99_ms']):>7}"
+                    f"{i + 1:>5} {r['producer']:<14}{iso:<17}{_f(e['p50_ms']):>8}{_f(e['p99_ms']):>7}"
                     f"{_f(e['p999_ms']):>7}{_f(e['max_ms']):>7}{r[iso]['missing']:>8}"
                     f"{r[iso]['duplicates']:>4}{_f(r['commit']['p50_ms']):>11}"
                     f"{_f(r['records_per_transaction']):>8}{r['broker_cores']:>6.2f}  "
                     f"{r['loadavg']}"
                 )
-            if READ_COMMITTED in r:
+            if READ_COMMITTED in r and "after_commit" in r[READ_COMMITTED]:
                 a = r[READ_COMMITTED]["after_commit"]
                 print(
                     f"{'':>5} read_committed receipt - commit_transaction's return: p50 "
