@@ -24,7 +24,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from dataclasses import dataclass
+from types import CoroutineType
 from typing import Any
 
 from replog.protocol import apis, frames
@@ -35,6 +35,9 @@ from replog.server.authentication import (
     ListenerSecurity,
     SaslConnection,
 )
+
+# RequestContext is imported from here by the handlers.
+from replog.server.request_context import Handler, RequestContext, RequestObserver
 from replog.server.response_queue import ResponseQueue, Slot
 
 log = logging.getLogger(__name__)
@@ -44,37 +47,6 @@ SASL_APIS = (apis.ApiKey.SASL_HANDSHAKE, apis.ApiKey.SASL_AUTHENTICATE)
 SSL_HANDSHAKE_TIMEOUT_S = 10.0  # a client that stalls its TLS handshake is dropped
 
 
-@dataclass(slots=True)
-class RequestContext:
-    """What a handler knows about the request besides its body (built positionally by
-    ``KafkaServer._request_context``: a new field goes there too)."""
-
-    api_key: int
-    api_version: int
-    correlation_id: int
-    client_id: str | None
-    peer: str
-    # Who sent it: set by the connection's authentication (TLS client certificate or
-    # SASL); ``User:ANONYMOUS`` on a listener that does not authenticate.
-    principal: KafkaPrincipal = ANONYMOUS
-    # Request stages (``time.monotonic()`` seconds), as Kafka's RequestMetrics splits them:
-    # read off the socket, handler started, handler done; ``remote_s`` is the part of the
-    # handler's time spent waiting on others (acks=all, a fetch's long poll), which the
-    # handler adds itself.
-    received_s: float = 0.0
-    started_s: float = 0.0
-    handled_s: float = 0.0
-    remote_s: float = 0.0
-    # The request's name in the metrics when not the API's (FetchConsumer, FetchFollower).
-    request_name: str | None = None
-    # The listener it came in on (Metadata answers with that listener's endpoints).
-    listener: str = "PLAINTEXT"
-
-
-Handler = Callable[[RequestContext, Any], Awaitable[Any]]
-# Called once a request's response is handed to the socket (or dropped, acks=0), with the
-# time it was: the request metrics.
-RequestObserver = Callable[[RequestContext, float], None]
 UnsupportedVersionResponder = Callable[[frames.UnsupportedVersion], bytes | None]
 
 
@@ -199,42 +171,12 @@ class KafkaServer:
             await responses.drain_if_needed()
         return not close
 
-    async def _handle(
-        self,
-        handler: Handler,
-        context: RequestContext,
-        body: Any,
-        responses: ResponseQueue,
-        slot: Slot,
-    ) -> None:
-        context.started_s = time.monotonic()
-        try:
-            response = await handler(context, body)
-            context.handled_s = time.monotonic()
-            data = (
-                None
-                if response is None
-                else frames.encode_response_parts(context.api_key, context.correlation_id, response)
-            )
-        except Exception:
-            log.exception(
-                "handler for %s v%d from %s failed; closing the connection",
-                apis.ApiKey(context.api_key).name,
-                context.api_version,
-                context.peer,
-            )
-            responses.close()
-            return
-        responses.complete(slot, data)
-        if responses.needs_drain():
-            await responses.drain_if_needed()
-
 
 class _CarryOn:
     """Awaitable that carries on a coroutine already started by hand, from the awaitable
     it yielded when it first suspended (what a task would have been handed): the task
     that awaits this drives the coroutine exactly as if it had run it from its start.
-    Python 3.12's eager tasks, by hand for 3.11."""
+    Python 3.12's eager tasks, by hand for 3.11. Its value is the coroutine's."""
 
     __slots__ = ("_coro", "_first")
 
@@ -242,7 +184,7 @@ class _CarryOn:
         self._coro = coro
         self._first = first
 
-    def __await__(self) -> Generator[Any, None, None]:
+    def __await__(self) -> Generator[Any, None, Any]:
         coro, value = self._coro, self._first
         self._first = None
         while True:
@@ -251,17 +193,18 @@ class _CarryOn:
             except BaseException as exc:  # a cancellation, or a future's exception
                 try:
                     value = coro.throw(exc)
-                except StopIteration:
-                    return
+                except StopIteration as done:
+                    return done.value
             else:
                 try:
                     value = coro.send(None)
-                except StopIteration:
-                    return
+                except StopIteration as done:
+                    return done.value
 
 
-async def _carry_on(coro: Coroutine[Any, Any, None], first: Any) -> None:
-    await _CarryOn(coro, first)
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    """A handler's awaitable that is not a coroutine, as one."""
+    return await awaitable
 
 
 class KafkaConnectionProtocol(asyncio.Protocol):
@@ -517,16 +460,81 @@ class KafkaConnectionProtocol(asyncio.Protocol):
         context = server._request_context(request, peer, self._principal, received_s)
         slot = responses.try_reserve(context)
         assert slot is not None  # room was checked before the frame was taken
-        self._start(server._handle(handler, context, request.body, responses, slot))
+        self._start(handler, context, request.body, responses, slot)
 
-    def _start(self, coro: Coroutine[Any, Any, None]) -> None:
-        """Run a handler until it first waits; a task carries it on from there."""
+    def _start(
+        self,
+        handler: Handler,
+        context: RequestContext,
+        body: Any,
+        responses: ResponseQueue,
+        slot: Slot,
+    ) -> None:
+        """Run a handler until it first waits, in this callback; a task carries it on
+        from there. One that answers without waiting costs no task and no coroutine
+        besides its own."""
+        context.started_s = time.monotonic()
         try:
+            coro = handler(context, body)
+            if type(coro) is not CoroutineType:
+                coro = _awaited(coro)
             first = coro.send(None)
-        except StopIteration:
-            return  # answered without waiting: no task
+        except StopIteration as answered:
+            self._answer(context, answered.value, responses, slot)
+            return
+        except Exception:
+            self._handler_failed(context, responses)
+            return
+        self._track(self._carry_on(coro, first, context, responses, slot))
+
+    async def _carry_on(
+        self,
+        coro: Coroutine[Any, Any, Any],
+        first: Any,
+        context: RequestContext,
+        responses: ResponseQueue,
+        slot: Slot,
+    ) -> None:
+        try:
+            response = await _CarryOn(coro, first)
+        except Exception:
+            self._handler_failed(context, responses)
+            return
+        self._answer(context, response, responses, slot)
+
+    def _answer(
+        self, context: RequestContext, response: Any, responses: ResponseQueue, slot: Slot
+    ) -> None:
+        """The handler's response (None: none, acks=0) encoded and put in its place."""
+        context.handled_s = time.monotonic()
+        try:
+            data = (
+                None
+                if response is None
+                else frames.encode_response_parts(context.api_key, context.correlation_id, response)
+            )
+        except Exception:
+            self._handler_failed(context, responses)
+            return
+        responses.complete(slot, data)
+        if responses.needs_drain():
+            self._track(responses.drain_if_needed())
+
+    def _handler_failed(self, context: RequestContext, responses: ResponseQueue) -> None:
+        """Called in the ``except`` of a handler's (or its response's encoding's) error:
+        the connection closes, nothing more is answered on it."""
+        log.exception(
+            "handler for %s v%d from %s failed; closing the connection",
+            apis.ApiKey(context.api_key).name,
+            context.api_version,
+            context.peer,
+        )
+        responses.close()
+
+    def _track(self, coro: Coroutine[Any, Any, None]) -> None:
+        """A task for ``coro``, among the connection's handlers until it ends."""
         assert self._loop is not None
-        task = self._loop.create_task(_carry_on(coro, first))
+        task = self._loop.create_task(coro)
         self._handlers.add(task)
         task.add_done_callback(self._handler_done)
 
@@ -538,10 +546,7 @@ class KafkaConnectionProtocol(asyncio.Protocol):
     def _start_authentication(self, sasl: SaslConnection, request: frames.Request) -> None:
         self._authenticating = True
         self._update_reading()
-        assert self._loop is not None
-        task = self._loop.create_task(self._authentication_step(sasl, request))
-        self._handlers.add(task)
-        task.add_done_callback(self._handler_done)
+        self._track(self._authentication_step(sasl, request))
 
     async def _authentication_step(self, sasl: SaslConnection, request: frames.Request) -> None:
         responses = self._responses

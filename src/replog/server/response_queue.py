@@ -12,7 +12,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from replog.server.network import RequestContext, RequestObserver
+    from replog.server.request_context import RequestContext, RequestObserver
 
 
 class ResponseConnection(Protocol):
