@@ -38,7 +38,8 @@ two SIGUSR1 (sent at the start and end of each case's load windows) and writes
 ``DIR/<single|produce_all>-<case>-pid<pid>.prof`` (first load window only); ``--perf DIR`` records each load window with
 ``perf record -g`` (native stacks: interpreter, event loop, kernel) into
 ``DIR/<case>-broker-<id>.perf``; ``--py-spy DIR`` samples it with ``py-spy record --native``
-(Python and native frames; collapsed stacks in ``DIR/<case>-broker-<id>.txt``). All cost CPU: their figures are not the figures.
+(Python and native frames; collapsed stacks in ``DIR/<case>-broker-<id>.txt``, and their
+breakdown by part of the request path printed, see ``bench/spy_breakdown.py``). All cost CPU: their figures are not the figures.
 ``--src CHECKOUT`` runs the brokers from another checkout's ``src/`` (the code before a
 change, say, from ``git archive``); ``--ab CHECKOUT`` starts a broker from it and one
 from this tree side by side and alternates their windows (the order swapped each window),
@@ -64,6 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from common import lag_bounds, say, scrape_lag, work_dir
+from spy_breakdown import text as spy_text
 
 from replog.cluster.launcher import LocalCluster
 from replog.protocol.apis import ApiKey, make, nested, request_schema
@@ -758,6 +760,10 @@ def main() -> None:
     results = run(args)
     if results:
         report(results, args)
+    if args.py_spy is not None:
+        print("\nwhere the event loop thread's samples went (bench/spy_breakdown.py)")
+        for path in sorted(args.py_spy.glob("*-broker-*.txt")):
+            print(spy_text(path))
 
 
 if __name__ == "__main__":
