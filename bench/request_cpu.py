@@ -596,6 +596,7 @@ async def ab_cases(
     sides = {"before": before, "after": after}
     prepared = {name: await prepare_single(c, args.partitions) for name, c in sides.items()}
     figures: dict[str, dict[str, list[float]]] = {c: {"before": [], "after": []} for c in cases}
+    kernel: dict[str, dict[str, list[float]]] = {c: {"before": [], "after": []} for c in cases}
     try:
         for window in range(args.windows):
             order = ("before", "after") if window % 2 == 0 else ("after", "before")
@@ -606,6 +607,8 @@ async def ab_cases(
                     figures[case][name].append(
                         r["per_scrape_ms"] * 1e3 if case == "scrape" else r["us"][0]
                     )
+                    if case != "scrape":
+                        kernel[case][name].append(r["kernel"][0])
     finally:
         for _, conns, _ in prepared.values():
             for c in conns:
@@ -614,12 +617,21 @@ async def ab_cases(
         f"\nA/B: broker CPU per request (µs; scrape: µs per /metrics scrape), median of "
         f"{args.windows} alternated windows of {args.window:g} s at {args.rate:g}/s"
     )
-    print(f"{'case':<12}{'before':>9}{'after':>9}{'after/before':>14}   windows before | after")
+    print(
+        f"{'case':<12}{'before':>9}{'after':>9}{'after/before':>14}  kernel b/a"
+        "   windows before | after"
+    )
     for case, f in figures.items():
         b, a = statistics.median(f["before"]), statistics.median(f["after"])
         ratio = a / b if b else float("nan")
+        k = kernel[case]
+        shares = (
+            f"{statistics.median(k['before']):.0%}/{statistics.median(k['after']):.0%}"
+            if k["before"] and k["after"]
+            else "-"
+        )
         print(
-            f"{case:<12}{b:>9.0f}{a:>9.0f}{ratio:>14.2f}   "
+            f"{case:<12}{b:>9.0f}{a:>9.0f}{ratio:>14.2f}  {shares:>10}   "
             + " ".join(f"{v:.0f}" for v in f["before"])
             + " | "
             + " ".join(f"{v:.0f}" for v in f["after"])
