@@ -38,7 +38,8 @@ two SIGUSR1 (sent at the start and end of each case's load windows) and writes
 ``DIR/<single|produce_all>-<case>-pid<pid>.prof`` (first load window only); ``--perf DIR`` records each load window with
 ``perf record -g`` (native stacks: interpreter, event loop, kernel) into
 ``DIR/<case>-broker-<id>.perf``; ``--py-spy DIR`` samples it with ``py-spy record --native``
-(Python and native frames; collapsed stacks in ``DIR/<case>-broker-<id>.txt``). All cost CPU: their figures are not the figures.
+(Python and native frames; collapsed stacks in ``DIR/<case>-broker-<id>.txt``, and their
+breakdown by part of the request path printed, see ``bench/spy_breakdown.py``). All cost CPU: their figures are not the figures.
 ``--src CHECKOUT`` runs the brokers from another checkout's ``src/`` (the code before a
 change, say, from ``git archive``); ``--ab CHECKOUT`` starts a broker from it and one
 from this tree side by side and alternates their windows (the order swapped each window),
@@ -64,6 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from common import lag_bounds, say, scrape_lag, work_dir
+from spy_breakdown import text as spy_text
 
 from replog.cluster.launcher import LocalCluster
 from replog.protocol.apis import ApiKey, make, nested, request_schema
@@ -102,9 +104,17 @@ if _out:
 
 def cpu_seconds(pid: int) -> float:
     """utime + stime of every thread of ``pid`` so far, in seconds."""
+    user, system = cpu_split(pid)
+    return user + system
+
+
+def cpu_split(pid: int) -> tuple[float, float]:
+    """``(utime, stime)`` of every thread of ``pid`` so far, in seconds: the process's own
+    code, and the kernel's work on its behalf (socket reads and writes, on loopback the
+    receiver's side of the TCP stack too)."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
+    return int(fields[11]) / TICKS, int(fields[12]) / TICKS
 
 
 class Load:
@@ -346,7 +356,7 @@ class Instruments:
                 out = self.py_spy / f"{case}-broker-{broker}.txt"
                 self._perf_procs.append(
                     subprocess.Popen(
-                        [binary, "record", "--pid", str(pid), "--rate", "499", "--native"]
+                        [binary, "record", "--pid", str(pid), "--rate", "997", "--native"]
                         + ["--format", "raw", "--output", str(out)],
                         stdout=subprocess.DEVNULL,
                         stderr=subprocess.DEVNULL,
@@ -358,7 +368,7 @@ class Instruments:
                 out = self.perf / f"{case}-broker-{broker}.perf"
                 self._perf_procs.append(
                     subprocess.Popen(
-                        ["perf", "record", "-F", "499", "-g", "-p", str(pid), "-o", str(out)],
+                        ["perf", "record", "-F", "1999", "-g", "-p", str(pid), "-o", str(out)],
                         stdout=subprocess.DEVNULL,
                         stderr=subprocess.DEVNULL,
                     )
@@ -391,6 +401,7 @@ async def measure(
     (and the loop lag during the load windows when ``urls`` has the brokers' /metrics)."""
     lag = LagWindows(urls or {})
     per_request: dict[int, list[float]] = {b: [] for b in pids}
+    system_share: dict[int, list[float]] = {b: [] for b in pids}
     idle_cores: dict[int, list[float]] = {b: [] for b in pids}
     rates: list[float] = []
     for window in range(args.windows):
@@ -403,9 +414,11 @@ async def measure(
         if window == 0:
             instruments.begin(case, pids)
         start = time.monotonic()
-        before = {b: cpu_seconds(p) for b, p in pids.items()}
+        split = {b: cpu_split(p) for b, p in pids.items()}
+        before = {b: sum(s) for b, s in split.items()}
         await asyncio.sleep(args.window)
         busy = {b: cpu_seconds(p) - before[b] for b, p in pids.items()}
+        system = {b: cpu_split(p)[1] - split[b][1] for b, p in pids.items()}
         end = time.monotonic()
         if window == 0:
             instruments.end()
@@ -416,10 +429,13 @@ async def measure(
         for b in pids:
             idle_cores[b].append(idle[b] / args.window)
             per_request[b].append((busy[b] - idle[b] * (end - start) / args.window) / answered)
+            system_share[b].append(system[b] / busy[b] if busy[b] else float("nan"))
         say(
             f"  {case} window {window + 1}: {answered} answered, "
             + ", ".join(
-                f"broker {b} {per_request[b][-1] * 1e6:.0f} us/request" for b in sorted(pids)
+                f"broker {b} {per_request[b][-1] * 1e6:.0f} us/request "
+                f"({system_share[b][-1]:.0%} kernel)"
+                for b in sorted(pids)
             )
         )
     if load.errors:
@@ -432,6 +448,7 @@ async def measure(
         "rate": statistics.median(rates),
         "us": {b: statistics.median(v) * 1e6 for b, v in per_request.items()},
         "idle": {b: statistics.median(v) for b, v in idle_cores.items()},
+        "kernel": {b: statistics.median(v) for b, v in system_share.items()},
         "errors": len(load.errors),
     }
 
@@ -579,6 +596,7 @@ async def ab_cases(
     sides = {"before": before, "after": after}
     prepared = {name: await prepare_single(c, args.partitions) for name, c in sides.items()}
     figures: dict[str, dict[str, list[float]]] = {c: {"before": [], "after": []} for c in cases}
+    kernel: dict[str, dict[str, list[float]]] = {c: {"before": [], "after": []} for c in cases}
     try:
         for window in range(args.windows):
             order = ("before", "after") if window % 2 == 0 else ("after", "before")
@@ -589,6 +607,8 @@ async def ab_cases(
                     figures[case][name].append(
                         r["per_scrape_ms"] * 1e3 if case == "scrape" else r["us"][0]
                     )
+                    if case != "scrape":
+                        kernel[case][name].append(r["kernel"][0])
     finally:
         for _, conns, _ in prepared.values():
             for c in conns:
@@ -597,12 +617,21 @@ async def ab_cases(
         f"\nA/B: broker CPU per request (µs; scrape: µs per /metrics scrape), median of "
         f"{args.windows} alternated windows of {args.window:g} s at {args.rate:g}/s"
     )
-    print(f"{'case':<12}{'before':>9}{'after':>9}{'after/before':>14}   windows before | after")
+    print(
+        f"{'case':<12}{'before':>9}{'after':>9}{'after/before':>14}  kernel b/a"
+        "   windows before | after"
+    )
     for case, f in figures.items():
         b, a = statistics.median(f["before"]), statistics.median(f["after"])
         ratio = a / b if b else float("nan")
+        k = kernel[case]
+        shares = (
+            f"{statistics.median(k['before']):.0%}/{statistics.median(k['after']):.0%}"
+            if k["before"] and k["after"]
+            else "-"
+        )
         print(
-            f"{case:<12}{b:>9.0f}{a:>9.0f}{ratio:>14.2f}   "
+            f"{case:<12}{b:>9.0f}{a:>9.0f}{ratio:>14.2f}  {shares:>10}   "
             + " ".join(f"{v:.0f}" for v in f["before"])
             + " | "
             + " ".join(f"{v:.0f}" for v in f["after"])
@@ -634,11 +663,12 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
         f"\nbroker CPU per request (µs), median of {args.windows} windows of {args.window:g} s "
         f"at {args.rate:g}/s, minus the idle broker's CPU in the window just before"
     )
-    print(f"{'case':<14}{'answered/s':>11}{'µs/request':>12}  idle cores  errors")
+    print(f"{'case':<14}{'answered/s':>11}{'µs/request':>12}  kernel  idle cores  errors")
     for r in results:
         if r["case"] == "scrape":
             continue
         us = r["us"]
+        kernel = "/".join(f"{v:.0%}" for _, v in sorted(r["kernel"].items()))
         if len(us) == 1:
             cost = f"{us[0]:>12.0f}"
             idle = f"{r['idle'][0]:.4f}"
@@ -652,7 +682,7 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
                 + ")"
             )
             idle = ", ".join(f"{v:.4f}" for _, v in sorted(r["idle"].items()))
-        print(f"{r['case']:<14}{r['rate']:>11.0f}{cost}  {idle}  {r['errors']}")
+        print(f"{r['case']:<14}{r['rate']:>11.0f}{cost}  {kernel:>6}  {idle}  {r['errors']}")
     print("\nevent loop lag in the load windows (bucket bounds of kafka_server_eventloop_lagms)")
     for r in results:
         if r.get("lag"):
@@ -742,6 +772,10 @@ def main() -> None:
     results = run(args)
     if results:
         report(results, args)
+    if args.py_spy is not None:
+        print("\nwhere the event loop thread's samples went (bench/spy_breakdown.py)")
+        for path in sorted(args.py_spy.glob("*-broker-*.txt")):
+            print(spy_text(path))
 
 
 if __name__ == "__main__":

@@ -156,3 +156,49 @@ def test_a_server_stopping_cancels_waiting_handlers(run: Run) -> None:
         assert not handlers.gate.is_set()
 
     run(main())
+
+
+def test_requests_cut_anywhere_are_answered_in_order(run: Run) -> None:
+    """A request read whole in one piece skips the connection's buffer; one cut across
+    reads (or several in one read) goes through it: the answers are the same, in order."""
+
+    async def main() -> None:
+        handlers = Handlers()
+        handlers.gate.set()
+        server = await serve(handlers)
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            data = b"".join(request(i) for i in (1, 2, 3))
+            for start in range(0, len(data), 5):  # pieces of 5 bytes
+                writer.write(data[start : start + 5])
+                await writer.drain()
+            assert [await read_response(reader) for _ in range(3)] == [(1, 1), (2, 2), (3, 3)]
+            for i in (4, 5):  # one whole request per write
+                writer.write(request(i))
+                assert await read_response(reader) == (i, i)
+            writer.write(request(6) + request(7)[:6])  # one and a half, then the rest
+            await writer.drain()
+            writer.write(request(7)[6:])
+            assert [await read_response(reader) for _ in range(2)] == [(6, 6), (7, 7)]
+            writer.close()
+        finally:
+            await server.stop()
+
+    run(main())
+
+
+def test_an_oversize_request_closes_the_connection(run: Run) -> None:
+    async def main() -> None:
+        handlers = Handlers()
+        handlers.gate.set()
+        server = await serve(handlers)
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            too_big = (1 << 20) + 1
+            writer.write(struct.pack(">i", too_big) + bytes(8))
+            assert await reader.read() == b""
+            assert handlers.started == []
+        finally:
+            await server.stop()
+
+    run(main())

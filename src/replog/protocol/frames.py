@@ -17,8 +17,11 @@ from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeade
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32
 
-from replog.protocol import apis, schema_reader
-from replog.protocol.controller_codec import REQUEST_ENCODERS, RESPONSE_ENCODERS
+from replog.protocol import apis, controller_codec, metadata_codec, schema_reader
+from replog.protocol.controller_codec import REQUEST_ENCODERS
+
+# Response bodies a hand codec writes (all flexible: response header v1), by kio class.
+RESPONSE_ENCODERS = {**controller_codec.RESPONSE_ENCODERS, **metadata_codec.RESPONSE_ENCODERS}
 
 _PREFIX = struct.Struct(">hhi")
 SIZE = struct.Struct(">i")

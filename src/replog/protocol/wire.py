@@ -100,6 +100,22 @@ def compact_nullable_string(value: str | None) -> bytes:
     return b"\x00" if value is None else compact_string(value)
 
 
+_int32_arrays: dict[tuple[int, ...], bytes] = {}
+
+
+def compact_int32_array(values: tuple[int, ...]) -> bytes:
+    """A compact array of int32 (replica ids), cached by value: the same few tuples
+    repeat across partitions and requests."""
+    if type(values) is not tuple:
+        values = tuple(values)
+    encoded = _int32_arrays.get(values)
+    if encoded is None:
+        encoded = uvarint(len(values) + 1) + struct.pack(f">{len(values)}i", *values)
+        if len(_int32_arrays) < 65536:
+            _int32_arrays[values] = encoded
+    return encoded
+
+
 def tagged_fields(fields: Sequence[tuple[int, bytes]]) -> bytes:
     """A tagged-field section from ``(tag, encoded value)`` pairs in ascending tag order."""
     if not fields:

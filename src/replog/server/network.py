@@ -23,9 +23,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from dataclasses import dataclass
+from types import CoroutineType
 from typing import Any
 
 from replog.protocol import apis, frames
@@ -37,6 +36,10 @@ from replog.server.authentication import (
     SaslConnection,
 )
 
+# RequestContext is imported from here by the handlers.
+from replog.server.request_context import Handler, RequestContext, RequestObserver
+from replog.server.response_queue import ResponseQueue, Slot
+
 log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT_PER_CONNECTION = 16
@@ -44,36 +47,6 @@ SASL_APIS = (apis.ApiKey.SASL_HANDSHAKE, apis.ApiKey.SASL_AUTHENTICATE)
 SSL_HANDSHAKE_TIMEOUT_S = 10.0  # a client that stalls its TLS handshake is dropped
 
 
-@dataclass(slots=True)
-class RequestContext:
-    """What a handler knows about the request besides its body."""
-
-    api_key: int
-    api_version: int
-    correlation_id: int
-    client_id: str | None
-    peer: str
-    # Who sent it: set by the connection's authentication (TLS client certificate or
-    # SASL); ``User:ANONYMOUS`` on a listener that does not authenticate.
-    principal: KafkaPrincipal = ANONYMOUS
-    # Request stages (``time.monotonic()`` seconds), as Kafka's RequestMetrics splits them:
-    # read off the socket, handler started, handler done; ``remote_s`` is the part of the
-    # handler's time spent waiting on others (acks=all, a fetch's long poll), which the
-    # handler adds itself.
-    received_s: float = 0.0
-    started_s: float = 0.0
-    handled_s: float = 0.0
-    remote_s: float = 0.0
-    # The request's name in the metrics when not the API's (FetchConsumer, FetchFollower).
-    request_name: str | None = None
-    # The listener it came in on (Metadata answers with that listener's endpoints).
-    listener: str = "PLAINTEXT"
-
-
-Handler = Callable[[RequestContext, Any], Awaitable[Any]]
-# Called once a request's response is handed to the socket (or dropped, acks=0), with the
-# time it was: the request metrics.
-RequestObserver = Callable[[RequestContext, float], None]
 UnsupportedVersionResponder = Callable[[frames.UnsupportedVersion], bytes | None]
 
 
@@ -138,15 +111,20 @@ class KafkaServer:
     def _request_context(
         self, request: frames.Request, peer: str, principal: KafkaPrincipal, received_s: float
     ) -> RequestContext:
+        # Positional (the fields' order): one per request, so built cheaply.
         return RequestContext(
-            api_key=request.api_key,
-            api_version=request.api_version,
-            correlation_id=request.correlation_id,
-            client_id=request.client_id,
-            peer=peer,
-            received_s=received_s,
-            principal=principal,
-            listener=self.security.listener_name,
+            request.api_key,
+            request.api_version,
+            request.correlation_id,
+            request.client_id,
+            peer,
+            principal,
+            received_s,
+            0.0,
+            0.0,
+            0.0,
+            None,
+            self.security.listener_name,
         )
 
     async def _authenticate(
@@ -193,42 +171,12 @@ class KafkaServer:
             await responses.drain_if_needed()
         return not close
 
-    async def _handle(
-        self,
-        handler: Handler,
-        context: RequestContext,
-        body: Any,
-        responses: ResponseQueue,
-        slot: Slot,
-    ) -> None:
-        context.started_s = time.monotonic()
-        try:
-            response = await handler(context, body)
-            context.handled_s = time.monotonic()
-            data = (
-                None
-                if response is None
-                else frames.encode_response_parts(context.api_key, context.correlation_id, response)
-            )
-        except Exception:
-            log.exception(
-                "handler for %s v%d from %s failed; closing the connection",
-                apis.ApiKey(context.api_key).name,
-                context.api_version,
-                context.peer,
-            )
-            responses.close()
-            return
-        responses.complete(slot, data)
-        if responses.needs_drain():
-            await responses.drain_if_needed()
-
 
 class _CarryOn:
     """Awaitable that carries on a coroutine already started by hand, from the awaitable
     it yielded when it first suspended (what a task would have been handed): the task
     that awaits this drives the coroutine exactly as if it had run it from its start.
-    Python 3.12's eager tasks, by hand for 3.11."""
+    Python 3.12's eager tasks, by hand for 3.11. Its value is the coroutine's."""
 
     __slots__ = ("_coro", "_first")
 
@@ -236,7 +184,7 @@ class _CarryOn:
         self._coro = coro
         self._first = first
 
-    def __await__(self) -> Generator[Any, None, None]:
+    def __await__(self) -> Generator[Any, None, Any]:
         coro, value = self._coro, self._first
         self._first = None
         while True:
@@ -245,17 +193,18 @@ class _CarryOn:
             except BaseException as exc:  # a cancellation, or a future's exception
                 try:
                     value = coro.throw(exc)
-                except StopIteration:
-                    return
+                except StopIteration as done:
+                    return done.value
             else:
                 try:
                     value = coro.send(None)
-                except StopIteration:
-                    return
+                except StopIteration as done:
+                    return done.value
 
 
-async def _carry_on(coro: Coroutine[Any, Any, None], first: Any) -> None:
-    await _CarryOn(coro, first)
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    """A handler's awaitable that is not a coroutine, as one."""
+    return await awaitable
 
 
 class KafkaConnectionProtocol(asyncio.Protocol):
@@ -281,6 +230,7 @@ class KafkaConnectionProtocol(asyncio.Protocol):
         self._buffer = bytearray()
         self._handlers: set[asyncio.Task[None]] = set()
         self._transport: asyncio.Transport | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._responses: ResponseQueue | None = None
         self._peer = "?"
         self._principal = ANONYMOUS
@@ -300,6 +250,8 @@ class KafkaConnectionProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, but have its methods
         self._transport = transport  # type: ignore[assignment]
+        # Kept: asyncio.get_running_loop() costs a getpid() system call on each call.
+        self._loop = asyncio.get_running_loop()
         peername = transport.get_extra_info("peername")
         self._peer = f"{peername[0]}:{peername[1]}" if peername else "?"
         server = self._server
@@ -315,6 +267,21 @@ class KafkaConnectionProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._finishing:
             return
+        if not self._buffer and not self._authenticating and len(data) >= 4:
+            # The usual case: the bytes are one whole request. It is taken from them as
+            # it is, without going through the buffer (one copy instead of three).
+            (size,) = frames.SIZE.unpack_from(data, 0)
+            if len(data) == 4 + size and 8 <= size <= self._max_request:
+                responses = self._responses
+                assert responses is not None
+                if not responses.full():
+                    self._processing = True
+                    try:
+                        self._request(data[4:])
+                    finally:
+                        self._processing = False
+                        self._update_reading()
+                    return
         self._buffer += data
         self._process()
 
@@ -373,7 +340,8 @@ class KafkaConnectionProtocol(asyncio.Protocol):
         """Wait until the transport takes writes again (its buffer below the high mark)."""
         if not self._write_paused or self._lost:
             return
-        waiter = asyncio.get_running_loop().create_future()
+        assert self._loop is not None
+        waiter = self._loop.create_future()
         self._drain_waiters.append(waiter)
         await waiter
 
@@ -492,15 +460,81 @@ class KafkaConnectionProtocol(asyncio.Protocol):
         context = server._request_context(request, peer, self._principal, received_s)
         slot = responses.try_reserve(context)
         assert slot is not None  # room was checked before the frame was taken
-        self._start(server._handle(handler, context, request.body, responses, slot))
+        self._start(handler, context, request.body, responses, slot)
 
-    def _start(self, coro: Coroutine[Any, Any, None]) -> None:
-        """Run a handler until it first waits; a task carries it on from there."""
+    def _start(
+        self,
+        handler: Handler,
+        context: RequestContext,
+        body: Any,
+        responses: ResponseQueue,
+        slot: Slot,
+    ) -> None:
+        """Run a handler until it first waits, in this callback; a task carries it on
+        from there. One that answers without waiting costs no task and no coroutine
+        besides its own."""
+        context.started_s = time.monotonic()
         try:
+            coro = handler(context, body)
+            if type(coro) is not CoroutineType:
+                coro = _awaited(coro)
             first = coro.send(None)
-        except StopIteration:
-            return  # answered without waiting: no task
-        task = asyncio.get_running_loop().create_task(_carry_on(coro, first))
+        except StopIteration as answered:
+            self._answer(context, answered.value, responses, slot)
+            return
+        except Exception:
+            self._handler_failed(context, responses)
+            return
+        self._track(self._carry_on(coro, first, context, responses, slot))
+
+    async def _carry_on(
+        self,
+        coro: Coroutine[Any, Any, Any],
+        first: Any,
+        context: RequestContext,
+        responses: ResponseQueue,
+        slot: Slot,
+    ) -> None:
+        try:
+            response = await _CarryOn(coro, first)
+        except Exception:
+            self._handler_failed(context, responses)
+            return
+        self._answer(context, response, responses, slot)
+
+    def _answer(
+        self, context: RequestContext, response: Any, responses: ResponseQueue, slot: Slot
+    ) -> None:
+        """The handler's response (None: none, acks=0) encoded and put in its place."""
+        context.handled_s = time.monotonic()
+        try:
+            data = (
+                None
+                if response is None
+                else frames.encode_response_parts(context.api_key, context.correlation_id, response)
+            )
+        except Exception:
+            self._handler_failed(context, responses)
+            return
+        responses.complete(slot, data)
+        if responses.needs_drain():
+            self._track(responses.drain_if_needed())
+
+    def _handler_failed(self, context: RequestContext, responses: ResponseQueue) -> None:
+        """Called in the ``except`` of a handler's (or its response's encoding's) error:
+        the connection closes, nothing more is answered on it."""
+        log.exception(
+            "handler for %s v%d from %s failed; closing the connection",
+            apis.ApiKey(context.api_key).name,
+            context.api_version,
+            context.peer,
+        )
+        responses.close()
+
+    def _track(self, coro: Coroutine[Any, Any, None]) -> None:
+        """A task for ``coro``, among the connection's handlers until it ends."""
+        assert self._loop is not None
+        task = self._loop.create_task(coro)
         self._handlers.add(task)
         task.add_done_callback(self._handler_done)
 
@@ -512,9 +546,7 @@ class KafkaConnectionProtocol(asyncio.Protocol):
     def _start_authentication(self, sasl: SaslConnection, request: frames.Request) -> None:
         self._authenticating = True
         self._update_reading()
-        task = asyncio.get_running_loop().create_task(self._authentication_step(sasl, request))
-        self._handlers.add(task)
-        task.add_done_callback(self._handler_done)
+        self._track(self._authentication_step(sasl, request))
 
     async def _authentication_step(self, sasl: SaslConnection, request: frames.Request) -> None:
         responses = self._responses
@@ -551,122 +583,3 @@ class KafkaConnectionProtocol(asyncio.Protocol):
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
-
-
-class Slot:
-    """The place of one request's response in its connection's order."""
-
-    __slots__ = ("done", "data", "context")
-
-    def __init__(self, context: RequestContext | None) -> None:
-        self.done = False
-        self.data: tuple[bytes, ...] | None = None
-        self.context = context
-
-
-class ResponseQueue:
-    """One connection's responses, written in request order as soon as the first is ready.
-
-    The handler that completes the response at the head writes it, with every
-    completed one behind it, in one ``writelines``: no writer task in between.
-    At most ``limit`` requests are in flight; the connection stops reading while
-    ``full`` and is told when there is ``room``; ``reserve`` waits for room (an
-    authentication step's answer). Concurrency: event-loop only; no method awaits
-    between taking slots off the queue and writing them.
-    """
-
-    def __init__(
-        self,
-        transport: asyncio.Transport,
-        limit: int,
-        observer: RequestObserver | None,
-        connection: KafkaConnectionProtocol,
-    ) -> None:
-        self._transport = transport
-        self._limit = limit
-        self._observer = observer
-        self._connection = connection
-        self._slots: deque[Slot] = deque()
-        self._room = asyncio.Event()
-        self._room.set()
-        self._awaiting_room = False  # a ``reserve`` waits
-        self.closed = False
-
-    def full(self) -> bool:
-        return len(self._slots) >= self._limit and not self.closed
-
-    def try_reserve(self, context: RequestContext | None = None) -> Slot | None:
-        """A slot at once when there is room (the usual case: no coroutine); else None."""
-        if len(self._slots) >= self._limit and not self.closed:
-            return None
-        slot = Slot(context)
-        self._slots.append(slot)
-        return slot
-
-    async def reserve(self, context: RequestContext | None = None) -> Slot:
-        while len(self._slots) >= self._limit and not self.closed:
-            self._awaiting_room = True
-            self._room.clear()
-            await self._room.wait()
-        slot = Slot(context)
-        self._slots.append(slot)
-        return slot
-
-    def complete(self, slot: Slot, data: tuple[bytes, ...] | None) -> None:
-        """``data`` is the encoded response (buffers written one after the other: see
-        ``frames.encode_response_parts``), or None when the request gets none (acks=0)."""
-        slot.done = True
-        slot.data = data
-        slots = self._slots
-        if slots[0] is not slot:
-            return  # an earlier response is not ready: it writes this one with its own
-        if len(slots) == 1 or not slots[1].done:
-            # The usual case: this response alone goes out.
-            slots.popleft()
-            if data is not None and not self.closed:
-                self._transport.writelines(data)
-            if self._observer is not None and slot.context is not None:
-                self._observer(slot.context, time.monotonic())
-        else:
-            self._write_ready()
-        if self._awaiting_room or self._connection.waits_for_room:
-            self.room()
-
-    def _write_ready(self) -> None:
-        """Every completed response at the head, in one ``writelines``."""
-        slots = self._slots
-        out = []
-        written: list[RequestContext] = []
-        while slots and slots[0].done:
-            head = slots.popleft()
-            if head.data is not None:
-                out.extend(head.data)
-            if head.context is not None:
-                written.append(head.context)
-        if out and not self.closed:
-            self._transport.writelines(out)
-        if self._observer is not None and written:
-            now = time.monotonic()
-            for context in written:
-                self._observer(context, now)
-
-    def room(self) -> None:
-        """Tell whoever waits for room (``reserve``, the connection's reading) if any."""
-        if len(self._slots) < self._limit or self.closed:
-            self._awaiting_room = False
-            self._room.set()
-            self._connection.room()
-
-    def close(self) -> None:
-        """A handler failed: nothing more is answered on this connection."""
-        self.closed = True
-        self._room.set()
-        self._connection.response_queue_closed()
-
-    def needs_drain(self) -> bool:
-        """More than 1 MiB waits in the transport: the writer should wait for it."""
-        return not self.closed and self._transport.get_write_buffer_size() > (1 << 20)
-
-    async def drain_if_needed(self) -> None:
-        if self.needs_drain():
-            await self._connection.drain()

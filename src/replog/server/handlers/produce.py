@@ -32,12 +32,14 @@ from replog.storage.producer_state import VerificationGuard
 
 
 def _has_transactional_records(request) -> bool:  # type: ignore[no-untyped-def]
-    """Kafka ``ProduceRequest.hasTransactionalRecords``: a partition's first batch is."""
-    return any(
-        part.records and first_batch_is_transactional(part.records)
-        for topic in request.topic_data
-        for part in topic.partition_data
-    )
+    """Kafka ``ProduceRequest.hasTransactionalRecords``: a partition's first batch is.
+    (Plain loops: a generator under ``any`` cost more than the check, on every produce.)"""
+    for topic in request.topic_data:
+        for part in topic.partition_data:
+            records = part.records
+            if records and first_batch_is_transactional(records):
+                return True
+    return False
 
 
 async def _verify_transactions(
