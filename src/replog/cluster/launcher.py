@@ -309,8 +309,9 @@ class LocalCluster:
         for broker_id in broker_ids:
             pid = self.broker_pid(broker_id)
             if pid is not None and pid_alive(pid):
-                os.kill(pid, signal.SIGCONT)
-                os.kill(pid, signal.SIGTERM)
+                with contextlib.suppress(ProcessLookupError):  # it may have just exited
+                    os.kill(pid, signal.SIGCONT)
+                    os.kill(pid, signal.SIGTERM)
                 signalled.append((broker_id, pid))
         deadline = time.monotonic() + timeout_s
         for broker_id, pid in signalled:
