@@ -42,6 +42,7 @@ from kio.static.primitive import i32Timedelta
 
 from clients_util import wait_for_leaders
 from cluster_util import wait_for
+from fixtures.cluster import INTERNAL_TOPICS
 from replog.cluster.launcher import LocalCluster
 from replog.protocol import apis, frames
 from replog.protocol.apis import ApiKey
@@ -198,6 +199,7 @@ def cluster(zookeeper, tmp_path_factory) -> Iterator[LocalCluster]:
             zookeeper=f"{zookeeper.connect}/replog-{uuid.uuid4().hex[:8]}",
             extra_listeners=("SASL_PLAINTEXT",),
             overrides={
+                **INTERNAL_TOPICS,
                 "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
                 # the brokers' own PLAINTEXT traffic is anonymous (keep that listener internal)
                 "super.users": "User:ANONYMOUS;User:admin",

@@ -23,6 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from clients_util import wait_for_leaders
 from cluster_util import wait_for
+from fixtures.cluster import INTERNAL_TOPICS
 from replog.cli.acls_cmd import AccessControlEntry, ResourcePattern, plan
 from replog.cli.connection import CommandError
 from replog.cli.main import build_parser
@@ -228,6 +229,7 @@ def cluster(zookeeper, certs: Path, tmp_path_factory) -> Iterator[LocalCluster]:
             zookeeper=chroot,
             extra_listeners=("SASL_SSL",),
             overrides={
+                **INTERNAL_TOPICS,
                 "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
                 # the broker's own PLAINTEXT traffic is anonymous (keep that listener internal)
                 "super.users": "User:ANONYMOUS;User:admin",

@@ -15,7 +15,7 @@ from collections import defaultdict
 
 import pytest
 
-from cluster_util import consume_all, create_topic, producer
+from cluster_util import consume_all, create_topic, producer, wait_for
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -52,6 +52,9 @@ class Load:
             time.sleep(0.01)
         self.producer.flush(120)
 
+    def count(self) -> int:
+        return sum(len(self.acked.get(p, ())) for p in range(PARTITIONS))
+
     def __enter__(self) -> Load:
         self._thread.start()
         return self
@@ -68,14 +71,15 @@ def test_roll_restarts_every_broker_under_load(cluster_factory) -> None:
     cluster.wait_full_isr(60)
     pids_before = {b: cluster.broker_pid(b) for b in cluster.broker_ids}
     with Load(bootstrap) as load:
-        time.sleep(1)
+        wait_for(lambda: load.count() >= 50, what="the load flowing")
         done = subprocess.run(
             [*REPLOG, "cluster", "roll", "--dir", str(cluster.dir)],
             capture_output=True,
             text=True,
             timeout=500,
         )
-        time.sleep(1)
+        mark = load.count()  # records keep being acknowledged by the rolled brokers
+        wait_for(lambda: load.count() >= mark + 50, what="acks after the roll")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     for broker_id in cluster.broker_ids:

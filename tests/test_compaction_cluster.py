@@ -103,9 +103,13 @@ def checkpoint(cluster, broker_id: int) -> int:
 
 def records_on_disk(directory: Path) -> list[tuple[int, bytes | None, bytes | None]] | None:
     """The replica's records from its segment files (read-only); None if a segment went
-    away under the read (a swap), to be retried."""
+    away under the read or a swap is under way (segments renamed ``.swap`` or
+    ``.deleted``: the listing misses their records), to be retried."""
     out = []
-    for path in sorted(directory.glob("*.log")):
+    segments = sorted(directory.glob("*.log"))
+    if _swapping(directory):
+        return None
+    for path in segments:
         try:
             data = path.read_bytes()
         except FileNotFoundError:
@@ -117,8 +121,14 @@ def records_on_disk(directory: Path) -> list[tuple[int, bytes | None, bytes | No
                 )
         except InvalidRecordBatch:
             pass  # a batch being appended at the end of the active segment
+    if _swapping(directory) or sorted(directory.glob("*.log")) != segments:
+        return None
     offsets = [o for o, _, _ in out]
     return out if offsets == sorted(set(offsets)) else None
+
+
+def _swapping(directory: Path) -> bool:
+    return any(p.suffix in (".swap", ".deleted", ".cleaned") for p in directory.iterdir())
 
 
 def check_replica(cluster, broker_id: int, acked: Acked, *, upto: int) -> None:

@@ -21,8 +21,10 @@ from kio.schema.errors import ErrorCode
 
 from cluster_util import ZkView, consume_all, create_topic, leader_of, producer, wait_for
 from replog.cluster.launcher import LocalCluster
+from replog.cluster.processes import pid_alive
 from replog.protocol.client import KafkaConnection
 from replog.protocol.controller_schemas import REQUESTS
+from replog.server.stack_dump import STACKS_DUMPED
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -206,3 +208,22 @@ def test_controlled_shutdown_disabled_just_stops(cluster_factory) -> None:
         )
     finally:
         zk.close()
+
+
+def test_a_broker_past_its_stop_timeout_writes_its_stacks_then_is_killed(cluster_factory) -> None:
+    """With the other replica's broker paused, a broker's controlled shutdown waits (on a
+    controller that does not answer, or on the paused broker's LeaderAndIsr) past a 1 s
+    stop timeout: ``stop_broker`` says False, the broker is gone, and its log holds its
+    asyncio tasks' stacks (SIGUSR1 before the SIGKILL) showing that wait."""
+    cluster = cluster_factory(2)
+    create_topic(cluster.bootstrap_servers(), TOPIC, 1, 2)
+    pid = cluster.broker_pid(0)
+    assert pid is not None
+    cluster.pause_broker(1)
+    assert cluster.stop_broker(0, timeout_s=1) is False
+    assert not pid_alive(pid)
+    text = (cluster.broker_dir(0) / "broker.log").read_text()
+    assert STACKS_DUMPED in text
+    dump = text[text.index("asyncio tasks ---") : text.index(STACKS_DUMPED)]
+    assert "_controlled_shutdown" in dump and "--- threads ---" in dump
+    assert "stopped cleanly" not in text

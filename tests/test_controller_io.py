@@ -755,3 +755,37 @@ def test_event_manager_processes_in_order_across_threads_and_preempts() -> None:
         assert not manager.running
 
     asyncio.run(scenario())
+
+
+def test_events_put_while_or_after_the_event_task_stops_are_preempted() -> None:
+    """A ControlledShutdown put behind the shutdown (the controller's broker stopping
+    while another broker asks it) or after it is answered at once, never left waiting:
+    its broker waited controller.socket.timeout.ms per attempt, and a LocalCluster
+    stopping its brokers together killed one past its 60 s stop timeout."""
+
+    async def scenario() -> None:
+        preempted: list[ControllerEvent] = []
+        gate = asyncio.Event()
+
+        async def process(queued: QueuedEvent) -> None:
+            await gate.wait()
+
+        manager = ControllerEventManager(process, preempted.append)
+        manager.start()
+        manager.put(BrokerChange())
+        await eventually(lambda: manager.current_event is not None, "the first event to start")
+        closing = asyncio.get_running_loop().create_task(manager.close())
+        await eventually(lambda: manager.size() == 1, "the shutdown queued")
+        behind = ControlledShutdown(1, 1)
+        manager.put(behind)
+        assert preempted == []
+        gate.set()
+        await closing
+        assert not manager.running
+        assert preempted == [behind]
+        after = ControlledShutdown(2, 1)
+        manager.put(after)
+        assert preempted == [behind, after]
+        assert manager.size() == 0
+
+    asyncio.run(scenario())

@@ -12,9 +12,45 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from replog.cluster.launcher import LocalCluster
+from replog.cluster.spark_cluster import StandaloneSpark
+
+
+def _run_demo(
+    command: list[str], env: dict[str, str], out: Path, timeout_s: float
+) -> subprocess.CompletedProcess[str]:
+    """Run the demo; past ``timeout_s`` interrupt it (SIGINT: its ``finally`` stops its
+    processes by pid) and fail. Whatever it leaves running (it was killed) is stopped by
+    pid from its run directory: a demo killed by a plain timeout left its ZooKeeper, three
+    brokers, the console and a Spark cluster running for the rest of the session."""
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)
+            try:
+                stdout, stderr = proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                stdout, stderr = proc.communicate()
+            pytest.fail(f"the demo did not end within {timeout_s:.0f} s\n{stdout}{stderr}")
+        return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
+    finally:
+        for run_dir in out.glob("run-*"):
+            if (run_dir / "cluster" / "cluster.json").exists():
+                LocalCluster(run_dir / "cluster").down()
+            if (run_dir / "spark-standalone").is_dir():
+                StandaloneSpark(run_dir / "spark-standalone").down()
 
 
 def test_short_demo_passes_and_reports_its_table(tmp_path: Path) -> None:
@@ -23,27 +59,22 @@ def test_short_demo_passes_and_reports_its_table(tmp_path: Path) -> None:
     differs only in the master; every Spark test runs on both.)"""
     out = tmp_path / "demo-out"
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "replog.demo",
-            "--duration",
-            "12",
-            "--rate",
-            "300",
-            "--restart-after",
-            "4",
-            "--out",
-            str(out),
-            "--spark",
-            "standalone",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=280,
-        env=env,
-    )
+    command = [
+        sys.executable,
+        "-m",
+        "replog.demo",
+        "--duration",
+        "12",
+        "--rate",
+        "300",
+        "--restart-after",
+        "4",
+        "--out",
+        str(out),
+        "--spark",
+        "standalone",
+    ]
+    proc = _run_demo(command, env, out, timeout_s=280)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "RESULT: PASS" in proc.stdout
     [run_dir] = list(out.iterdir())

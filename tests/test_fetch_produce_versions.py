@@ -36,6 +36,7 @@ from clients_util import (
     wait_for_leaders,
 )
 from cluster_util import wait_for
+from fixtures.cluster import INTERNAL_TOPICS
 from replog.cluster.launcher import LocalCluster
 from replog.protocol.apis import ApiKey, make, nested, request_schema
 from replog.protocol.client import KafkaConnection
@@ -292,7 +293,11 @@ def test_last_fetched_epoch_is_checked_before_reading(replog_broker: LocalCluste
 def two_brokers(zookeeper, tmp_path_factory) -> Any:
     cluster = LocalCluster(tmp_path_factory.mktemp("two-brokers"))
     try:
-        cluster.up(2, zookeeper=f"{zookeeper.connect}/replog-{uuid.uuid4().hex[:8]}")
+        cluster.up(
+            2,
+            zookeeper=f"{zookeeper.connect}/replog-{uuid.uuid4().hex[:8]}",
+            overrides=INTERNAL_TOPICS,
+        )
         yield cluster
     finally:
         cluster.down()

@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from clients_util import make_records, produce_confluent, wait_for_leaders
 from cluster_util import wait_for
+from fixtures.cluster import INTERNAL_TOPICS
 from replog.cluster.launcher import LocalCluster, pid_alive
 from replog.protocol.apis import ApiKey
 from replog.server.metrics import STAGES, RequestMetrics, kafka_request_name
@@ -39,7 +40,7 @@ def cluster(zookeeper, tmp_path_factory) -> Iterator[LocalCluster]:
         c.up(
             3,
             zookeeper=f"{zookeeper.connect}/replog-{uuid.uuid4().hex[:8]}",
-            overrides={"replica.lag.time.max.ms": "2000"},
+            overrides={**INTERNAL_TOPICS, "replica.lag.time.max.ms": "2000"},
             metrics=True,
         )
         yield c

@@ -156,7 +156,7 @@ def test_reassign_through_zookeeper_and_cli_under_load(cluster_factory) -> None:
         assert all(partition_dir(cluster, 0, p).is_dir() for p in range(PARTITIONS))
 
         with Load(bootstrap) as load:
-            time.sleep(2)
+            wait_for(lambda: len(load.acked) >= 200, what="the load flowing")
             # 1. Through ZooKeeper: partition 0 to {1, 2} (leader 0 must move).
             started = time.monotonic()
             zk.client.create(
@@ -202,7 +202,8 @@ def test_reassign_through_zookeeper_and_cli_under_load(cluster_factory) -> None:
             )  # fmt: skip
             assert verify.returncode == 0, verify.stderr
             assert f"Reassignment of partition {TOPIC}-1 is completed." in verify.stdout
-            time.sleep(2)
+            mark = len(load.acked)  # records keep being acknowledged after the moves
+            wait_for(lambda: len(load.acked) >= mark + 200, what="acks after the moves")
         assert load.errors == []
         assert len(load.acked) > 500
         print(

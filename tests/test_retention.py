@@ -31,6 +31,7 @@ from clients_util import (
     wait_for,
     watermarks,
 )
+from fixtures.cluster import INTERNAL_TOPICS
 from replog.cluster.launcher import LocalCluster
 from replog.storage.checkpoints import OffsetCheckpointFile
 
@@ -46,6 +47,7 @@ def broker(zookeeper, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loca
             1,
             zookeeper=f"{zookeeper.connect}/replog-{uuid.uuid4().hex[:8]}",
             overrides={
+                **INTERNAL_TOPICS,
                 "log.retention.check.interval.ms": "100",
                 "log.flush.offset.checkpoint.interval.ms": "1000",
             },

@@ -35,6 +35,7 @@ from kio.schema.errors import ErrorCode
 from prometheus_client.parser import text_string_to_metric_families
 
 from clients_util import KCAT, consume_confluent, consumer_confluent, create_topic
+from fixtures.cluster import INTERNAL_TOPICS
 from replog.cluster.launcher import LocalCluster
 from replog.protocol.apis import ApiKey, make, nested, request_schema
 from replog.protocol.client import KafkaConnection
@@ -148,7 +149,7 @@ def replog_broker(zookeeper, tmp_path_factory) -> Iterator[LocalCluster]:
             1,
             zookeeper=f"{zookeeper.connect}/replog-{uuid.uuid4().hex[:8]}",
             metrics=True,
-            overrides=NO_VERIFICATION,
+            overrides={**INTERNAL_TOPICS, **NO_VERIFICATION},
         )
         yield cluster
     finally:

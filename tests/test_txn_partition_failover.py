@@ -24,6 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
 from cluster_util import wait_for
+from fixtures.cluster import INTERNAL_TOPICS
 from replog.cluster.launcher import LocalCluster
 from test_txn_partition_cluster import (
     list_latest,
@@ -43,7 +44,7 @@ def cluster(zookeeper, tmp_path_factory) -> Iterator[LocalCluster]:
         c.up(
             2,
             zookeeper=f"{zookeeper.connect}/replog-{uuid.uuid4().hex[:8]}",
-            overrides={"transaction.partition.verification.enable": "false"},
+            overrides={**INTERNAL_TOPICS, "transaction.partition.verification.enable": "false"},
             broker_overrides={1: {"transaction.partition.verification.enable": "true"}},
         )
         yield c

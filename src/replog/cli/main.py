@@ -70,6 +70,7 @@ def _broker_start(args: argparse.Namespace) -> int:
         return 2
     _setup_logging(args.log_level)
     gc.set_threshold(*BROKER_GC_THRESHOLDS)
+    from replog.server import stack_dump
     from replog.server.broker import Broker
     from replog.server.broker_startup import BrokerStartupError
 
@@ -81,6 +82,7 @@ def _broker_start(args: argparse.Namespace) -> int:
         pass
 
     async def run() -> None:
+        stack_dump.install(asyncio.get_running_loop())  # SIGUSR1: what it waits on
         broker = Broker(config)
         await broker.run_until_stopped()
 

@@ -47,9 +47,13 @@ from replog.cluster.processes import (
 from replog.cluster.zookeeper import MAIN_CLASS as ZOOKEEPER_MAIN
 from replog.cluster.zookeeper import start_zookeeper, stop_zookeeper
 from replog.protocol.client import KafkaConnection
+from replog.server.stack_dump import STACKS_DUMPED
 from replog.zk import data as zk_data
 
 STATE_FILE = "cluster.json"
+
+DUMP_WAIT_S = 5
+"""How long a broker killed past its stop timeout gets to write its stacks first."""
 
 
 MAIN = "replog.cli.main"
@@ -288,10 +292,32 @@ class LocalCluster:
         if pid is None:
             return True
         if not wait_dead(pid, timeout_s):
-            os.kill(pid, signal.SIGKILL)
-            wait_dead(pid, 10)
+            _dump_stacks_then_kill(pid, self.broker_dir(broker_id) / "broker.log")
             return False
         return True
+
+    def stop_brokers(self, broker_ids: list[int], timeout_s: float = 60) -> list[tuple[str, int]]:
+        """Stop several brokers at once, as Kafka's ``kafka-server-stop.sh`` does: SIGCONT
+        (one may be paused) and SIGTERM to each, then wait for them all, SIGKILL to those
+        still running past ``timeout_s``. Returns those stopped (name, pid).
+
+        Their controlled shutdowns overlap: a broker that leads only partitions whose other
+        replicas are stopping too gives up after its retries, as the last broker of a
+        cluster stopped one by one does; one by one, every broker would wait for the
+        previous one's exit."""
+        signalled: list[tuple[int, int]] = []
+        for broker_id in broker_ids:
+            pid = self.broker_pid(broker_id)
+            if pid is not None and pid_alive(pid):
+                with contextlib.suppress(ProcessLookupError):  # it may have just exited
+                    os.kill(pid, signal.SIGCONT)
+                    os.kill(pid, signal.SIGTERM)
+                signalled.append((broker_id, pid))
+        deadline = time.monotonic() + timeout_s
+        for broker_id, pid in signalled:
+            if not wait_dead(pid, max(deadline - time.monotonic(), 0)):
+                _dump_stacks_then_kill(pid, self.broker_dir(broker_id) / "broker.log")
+        return [(f"broker {broker_id}", pid) for broker_id, pid in signalled]
 
     def kill_broker(self, broker_id: int) -> None:
         pid = self._signal_broker(broker_id, signal.SIGKILL)
@@ -348,12 +374,7 @@ class LocalCluster:
         if console and pid_alive(int(console)):
             stopped.append(("console", int(console)))
         self.stop_console()
-        for broker_id in self.broker_ids:
-            pid = self.broker_pid(broker_id)
-            if pid is not None and pid_alive(pid):
-                os.kill(pid, signal.SIGCONT)
-                self.stop_broker(broker_id)
-                stopped.append((f"broker {broker_id}", pid))
+        stopped += self.stop_brokers(self.broker_ids)
         zk_pid = self.state.get("zookeeper_pid")
         if zk_pid and pid_alive(int(zk_pid)):
             stop_zookeeper(int(zk_pid))
@@ -561,6 +582,32 @@ async def _knows_itself(host: str, port: int, broker_id: int) -> bool:
     finally:
         await conn.close()
     return response.controller_id >= 0 and any(b.node_id == broker_id for b in response.brokers)
+
+
+def _dump_stacks_then_kill(pid: int, log_path: Path) -> None:
+    """SIGKILL a broker that outlived its stop timeout, after asking it (SIGUSR1) to
+    write its asyncio tasks' and threads' stacks to its log: what it was waiting on. The
+    dump is awaited up to ``DUMP_WAIT_S`` (a broker whose event loop is stuck never writes
+    it)."""
+    try:
+        start = log_path.stat().st_size
+    except OSError:
+        start = 0
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGUSR1)
+    deadline = time.monotonic() + DUMP_WAIT_S
+    while pid_alive(pid) and time.monotonic() < deadline:
+        try:
+            with open(log_path, "rb") as log:
+                log.seek(start)
+                if STACKS_DUMPED.encode() in log.read():
+                    break
+        except OSError:
+            break
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    wait_dead(pid, 10)
 
 
 @contextlib.contextmanager

@@ -13,6 +13,8 @@ Concurrency rules
 * ``put_threadsafe`` may be called from any thread (kazoo's watch and session threads);
   it only schedules a ``put`` on the loop with ``loop.call_soon_threadsafe`` and returns.
   After the loop is closed the event is dropped (the controller is gone anyway).
+* Once the event task has ended (``close``), events still queued and events put later
+  are preempted, so a request waiting on one is answered (NOT_CONTROLLER) at once.
 * ``process`` exceptions are logged and the loop goes on with the next event; the
   processor decides what an error means (Kafka resigns on ``ControllerMovedException``).
 """
@@ -92,6 +94,9 @@ class ControllerEventManager:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        # Events put behind the shutdown are never processed: answer their callers now
+        # (a ControlledShutdown left here kept its broker waiting controller.socket.timeout.ms).
+        self._clear()
 
     @property
     def running(self) -> bool:
@@ -100,9 +105,10 @@ class ControllerEventManager:
     # --- enqueueing --------------------------------------------------------------------
 
     def put(self, event: ControllerEvent) -> QueuedEvent:
-        """Enqueue ``event`` (event loop thread only)."""
+        """Enqueue ``event`` (event loop thread only); once the event task has ended,
+        preempt it at once instead: nothing would ever process it."""
         queued = QueuedEvent(event)
-        self._queue.put_nowait(queued)
+        self._put_queued(queued, clear=False)
         return queued
 
     def put_threadsafe(self, event: ControllerEvent, clear: bool = False) -> None:
@@ -121,6 +127,9 @@ class ControllerEventManager:
     def _put_queued(self, queued: QueuedEvent, clear: bool) -> None:
         if clear:
             self._clear()
+        if self._task is not None and self._task.done():
+            self._preempt_one(queued.event)
+            return
         self._queue.put_nowait(queued)
 
     def clear_and_put(self, event: ControllerEvent) -> QueuedEvent:
