@@ -162,6 +162,53 @@ class FetchReader:
             results.append(result)
         return results, total
 
+    def _read_again(
+        self,
+        replica_id: int,
+        requests: list[FetchPartitionRequest],
+        parts: list[Partition | None],
+        first: list[FetchResult],
+        changed: set[Partition],
+        max_bytes: int,
+        isolation_level: int,
+        leader_quota: ReplicationQuota | None,
+        broker_epoch: int,
+    ) -> tuple[list[FetchResult], int]:
+        """After a long poll's wait: ``requests`` read again where their partition moved
+        during it (``changed``: its HW, log end, log start or role), where the replica
+        hosted is no longer the one first read (``parts``), where the first read was
+        throttled, or where what it read no longer fits the byte budget; the first read's
+        result elsewhere (nothing it reads moved, so a read now answers the same). A
+        fetch of many partitions where a few moved (a follower's) costs a few reads."""
+        now = now_ms()
+        budget = max_bytes
+        results = []
+        total = 0
+        get_partition = self._get_partition
+        for req, part, result in zip(requests, parts, first, strict=True):
+            records = len(result.records)
+            if (
+                part is None
+                or part in changed
+                or result.throttled
+                or (records and records > budget)
+                or get_partition(req.topic, req.partition) is not part
+            ):
+                result = self.read_partition(
+                    replica_id,
+                    req,
+                    budget if budget > 0 else 0,
+                    now,
+                    isolation_level,
+                    leader_quota,
+                    broker_epoch,
+                )
+                records = len(result.records)
+            budget -= records
+            total += records
+            results.append(result)
+        return results, total
+
     async def fetch(
         self,
         replica_id: int,
@@ -189,8 +236,10 @@ class FetchReader:
             and all(r.error == ErrorCode.none and r.diverging_epoch is None for r in results)
         ):
             watched = []
+            parts = []  # each request's partition at the first read
             for req, result in zip(requests, results, strict=True):
                 part = self._get_partition(req.topic, req.partition)
+                parts.append(part)
                 if part is not None and not result.throttled:
                     watched.append((part, req.fetch_offset))
             operation = DelayedFetch(replica_id, watched, isolation_level)
@@ -198,9 +247,18 @@ class FetchReader:
             await operation.wait(operation.partitions(), max_wait_ms / 1000)
             if wait is not None:
                 wait.waited_s += time.monotonic() - waiting_from
-            # Answered or timed out: one more read, so the answer carries the latest HW.
-            results, total = self._read_all(
-                replica_id, requests, max_bytes, isolation_level, leader_quota, broker_epoch
+            # Answered or timed out: the partitions that moved are read once more, so the
+            # answer carries the latest HW; the others stand as first read.
+            results, total = self._read_again(
+                replica_id,
+                requests,
+                parts,
+                results,
+                operation.changed,
+                max_bytes,
+                isolation_level,
+                leader_quota,
+                broker_epoch,
             )
         if replica_id >= 0 and leader_quota is not None and total:
             self._record_leader_bytes(requests, results, leader_quota)
