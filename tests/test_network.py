@@ -89,7 +89,8 @@ def test_order_and_back_pressure(run: Run) -> None:
             await writer.drain()
             # Request 0 waits: the 15 behind it are read, then reading stops.
             await wait_until(
-                lambda: len(handlers.started) >= MAX_IN_FLIGHT_PER_CONNECTION, "16 started"
+                lambda: len(handlers.started) >= MAX_IN_FLIGHT_PER_CONNECTION,
+                f"{MAX_IN_FLIGHT_PER_CONNECTION} started",
             )
             for _ in range(20):
                 await asyncio.sleep(0)

@@ -12,6 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from replog.protocol.records import simple_batch
 from replog.replication.delayed_operations import DelayedFetch, DelayedProduce, ProduceResult
+from replog.replication.fetch_reader import FetchReader
 from replog.replication.fetch_rules import FetchPartitionRequest
 from replog.replication.machine import PartitionLeadership
 from replog.replication.partition import Partition
@@ -108,5 +109,86 @@ def test_a_long_poll_waits_for_what_its_reader_may_read(tmp_path) -> None:
         follower_fetch(t, 1)
         assert consumer.done
         assert await asyncio.gather(*waits) == [True, True]
+
+    asyncio.run(go())
+
+
+class CountingReader(FetchReader):
+    """The broker's ``FetchReader`` over a dict of partitions, counting its reads."""
+
+    def __init__(self, partitions: dict[tuple[str, int], Partition]) -> None:
+        super().__init__(
+            lambda topic, partition: partitions.get((topic, partition)),
+            lambda topic, partition: ErrorCode.unknown_topic_or_partition,
+            lambda broker_id: True,
+            lambda part, actions: None,
+            lambda part, what, exc: None,
+        )
+        self.reads: list[str] = []
+
+    def read_partition(self, replica_id, request, *args, **kwargs):
+        self.reads.append(request.topic)
+        return super().read_partition(replica_id, request, *args, **kwargs)
+
+
+def test_after_a_long_poll_only_the_partitions_that_moved_are_read_again(tmp_path) -> None:
+    """A consumer's long poll over two partitions: one gets a record and its high
+    watermark moves during the wait. The answer carries its record and new HW; the
+    other, which did not move, is not read a second time (its first read stands)."""
+
+    async def go() -> None:
+        t, u = leader(tmp_path, "t"), leader(tmp_path, "u")
+        reader = CountingReader({("t", 0): t, ("u", 0): u})
+        requests = [
+            FetchPartitionRequest(name, 0, 0, 1 << 20, current_leader_epoch=EPOCH)
+            for name in ("t", "u")
+        ]
+        fetch = asyncio.create_task(reader.fetch(-1, 60_000, 1, 1 << 20, requests))
+        await asyncio.sleep(0)
+        assert reader.reads == ["t", "u"] and not fetch.done()
+        append(t)
+        follower_fetch(t, 1)  # the HW passes the record: the consumer may read it
+        results = await fetch
+        assert reader.reads == ["t", "u", "t"]
+        assert results[0].error is ErrorCode.none
+        assert results[0].high_watermark == 1 and results[0].records
+        assert results[1].error is ErrorCode.none
+        assert results[1].high_watermark == 0 and not results[1].records
+
+    asyncio.run(go())
+
+
+def test_a_long_poll_that_times_out_with_nothing_moved_reads_once(tmp_path) -> None:
+    """Nothing moved during the wait: the timeout answers the first read."""
+
+    async def go() -> None:
+        t = leader(tmp_path, "t")
+        reader = CountingReader({("t", 0): t})
+        request = FetchPartitionRequest("t", 0, 0, 1 << 20, current_leader_epoch=EPOCH)
+        results = await reader.fetch(-1, 10, 1, 1 << 20, [request])
+        assert reader.reads == ["t"]
+        assert results[0].error is ErrorCode.none and results[0].high_watermark == 0
+
+    asyncio.run(go())
+
+
+def test_a_long_poll_answers_a_move_made_after_its_completion(tmp_path) -> None:
+    """A partition that moves between the wait's completion and the waiting task's turn
+    is read again too: its answer carries the move."""
+
+    async def go() -> None:
+        t, u = leader(tmp_path, "t"), leader(tmp_path, "u")
+        reader = CountingReader({("t", 0): t, ("u", 0): u})
+        requests = [
+            FetchPartitionRequest(name, 0, 0, 1 << 20, current_leader_epoch=EPOCH)
+            for name in ("t", "u")
+        ]
+        fetch = asyncio.create_task(reader.fetch(2, 60_000, 1, 1 << 20, requests))
+        await asyncio.sleep(0)
+        append(t)  # the follower's fetch may read t: completed
+        append(u)  # in the same turn, before the fetch resumes
+        results = await fetch
+        assert sorted(reader.reads[2:]) == ["t", "u"]
+        assert results[0].records and results[1].records
 
     asyncio.run(go())

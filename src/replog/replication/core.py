@@ -463,7 +463,39 @@ class LeaderState:
     # -- invariants ------------------------------------------------------------------
 
     def check_invariants(self) -> None:
-        """Always-on checks; raise ``ReplicationInvariantError`` on the first broken one."""
+        """Always-on checks; raise ``ReplicationInvariantError`` on the first broken one.
+
+        Run after every event, a follower's fetch of each partition included: the usual
+        case (no ISR change pending) is checked without building sets or closures, and
+        anything it doubts goes through ``_check_invariants_fully``, which names what
+        broke."""
+        hw = self._high_watermark
+        isr_state = self._isr
+        isr = isr_state.isr
+        if (
+            isr_state.pending is None
+            and isr_state.state is IsrState.COMMITTED
+            and 0 <= hw <= self._log_end_offset
+            and self._log_end_offset >= self.leader_epoch_start_offset
+            and self.broker_id in isr
+        ):
+            assigned = self.assigned_replicas
+            followers = self._followers
+            lost = self._lost_records
+            broker_id = self.broker_id
+            for r in isr:
+                if r not in assigned:
+                    break
+                if r == broker_id or r in lost:
+                    continue
+                follower_leo = followers[r].log_end_offset
+                if follower_leo is not None and hw > follower_leo:
+                    break
+            else:
+                return
+        self._check_invariants_fully()
+
+    def _check_invariants_fully(self) -> None:
         hw, leo = self._high_watermark, self._log_end_offset
         isr, maximal = self._isr.isr, self._isr.maximal_isr
 

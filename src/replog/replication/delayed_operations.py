@@ -139,9 +139,13 @@ class DelayedFetch(DelayedOperation):
     """Kafka ``DelayedFetch``: a long-poll fetch waits until one of its partitions has
     something to read (``PartitionMachine.fetch_ready``) or stops being led here; the
     replica manager then reads them all once more. Partitions the leader throttles
-    are not watched (Kafka counts no throttled bytes)."""
+    are not watched (Kafka counts no throttled bytes).
 
-    __slots__ = ("_isolation_level", "_replica_id", "_watched")
+    ``changed`` collects the watched partitions that moved since the wait began (until
+    the waiting task resumes): the others answer as they did at the first read, so the
+    replica manager reads only these again."""
+
+    __slots__ = ("_isolation_level", "_replica_id", "_watched", "changed")
 
     def __init__(
         self,
@@ -153,9 +157,18 @@ class DelayedFetch(DelayedOperation):
         self._replica_id = replica_id
         self._watched = dict(watched)  # partition -> the fetch offset it waits beyond
         self._isolation_level = isolation_level  # read_committed waits for the LSO
+        self.changed: set[Partition] = set()
 
     def partitions(self) -> list[Partition]:
         return list(self._watched)
+
+    def try_complete(self, changed: Partition | None = None) -> bool:
+        # Noted even once done: a move between the completion and the waiting task's
+        # turn must reach the answer too (each watch list tries a done operation once,
+        # then drops it).
+        if changed is not None:
+            self.changed.add(changed)
+        return super().try_complete(changed)
 
     def ready(self, changed: Partition | None) -> bool:
         replica_id = self._replica_id

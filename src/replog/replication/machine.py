@@ -554,10 +554,11 @@ class PartitionMachine(FollowerEvents):
 
     # -- invariants ------------------------------------------------------------------------------------
 
-    def check_invariants(self) -> None:
-        def fail(msg: str) -> None:
-            raise ReplicationInvariantError(f"replica on broker {self.broker_id}: {msg}")
+    def _fail(self, msg: str) -> None:
+        raise ReplicationInvariantError(f"replica on broker {self.broker_id}: {msg}")
 
+    def check_invariants(self) -> None:
+        fail = self._fail
         hw, leo = self.high_watermark, self.log.log_end_offset
         if hw > leo and self.role is Role.LEADER:
             fail(f"high watermark {hw} above log end offset {leo}")

@@ -42,7 +42,11 @@ from replog.server.response_queue import ResponseQueue, Slot
 
 log = logging.getLogger(__name__)
 
-MAX_IN_FLIGHT_PER_CONNECTION = 16
+# Requests read and unanswered per connection. librdkafka sends one ProduceRequest per
+# partition: at acks=all each waits for a replication round, so the window is how many
+# partitions one round acknowledges (16: 36.9 s to acknowledge one record to each of
+# 3,000 partitions RF 3 on 3 brokers; 128: 3.5 s; bench/README.md, issue 27).
+MAX_IN_FLIGHT_PER_CONNECTION = 128
 SASL_APIS = (apis.ApiKey.SASL_HANDSHAKE, apis.ApiKey.SASL_AUTHENTICATE)
 SSL_HANDSHAKE_TIMEOUT_S = 10.0  # a client that stalls its TLS handshake is dropped
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -11,7 +12,7 @@ from kio.schema.errors import ErrorCode
 from replog.common.topics import INTERNAL_TOPICS
 from replog.protocol import apis
 from replog.protocol.apis import ApiKey, make, nested
-from replog.protocol.frames import UnsupportedVersion, encode_response
+from replog.protocol.frames import EncodedBody, UnsupportedVersion, encode_response
 from replog.security.acl import AclOperation, ResourceType
 from replog.server.handlers.cluster import authorized_cluster_operations
 from replog.server.handlers.context import (
@@ -48,8 +49,18 @@ def _api_versions_body(version: int, error: ErrorCode) -> object:
     )
 
 
+@functools.cache
+def _api_versions_encoded(version: int) -> EncodedBody:
+    """The ApiVersions answer at ``version``, encoded once: it is the same for every
+    connection (the versions served are constants). Header v0 whatever the version
+    (KIP-511), hence not ``flexible``."""
+    body = _api_versions_body(version, ErrorCode.none)
+    frame = encode_response(ApiKey.API_VERSIONS, 0, body)
+    return EncodedBody(frame[8:], flexible=False)  # less the size and correlation id
+
+
 async def handle_api_versions(services: BrokerServices, ctx: RequestContext, request) -> object:
-    return _api_versions_body(ctx.api_version, ErrorCode.none)
+    return _api_versions_encoded(ctx.api_version)
 
 
 def unsupported_version_response(exc: UnsupportedVersion) -> bytes | None:
