@@ -29,6 +29,7 @@ from chaos.nemesis import (
     KNOWN_FAULTS,
     NAMED_ONLY_CRASHES,
     PROXY_FAULTS,
+    TXN_FAULTS,
 )
 from chaos.net import unavailable_reason
 from chaos.timeline import draw, series
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help=f"comma-separated fault kinds to draw (default: all of {', '.join(FAULT_KINDS)}; "
         f"{', '.join(ENSEMBLE_ONLY)} only with --zookeepers 3; "
+        f"{', '.join(TXN_FAULTS)} too with --workload transactions; "
         f"{', '.join(PROXY_FAULTS + NAMED_ONLY_CRASHES)} only when named)",
     )
     parser.add_argument("--zookeepers", type=int, choices=(1, 3), default=3)
@@ -80,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     seed = args.seed if args.seed is not None else secrets.randbelow(1_000_000)
     if args.faults is None:
         kinds = tuple(k for k in FAULT_KINDS if args.zookeepers >= 3 or k not in ENSEMBLE_ONLY)
+        if args.workload == "transactions":
+            kinds += TXN_FAULTS
     else:
         kinds = tuple(k for k in args.faults.split(",") if k)
     unknown = {part for k in kinds for part in k.split("+")} - set(KNOWN_FAULTS)

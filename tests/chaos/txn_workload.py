@@ -46,6 +46,8 @@ TRANSACTION_TIMEOUT_MS = 15000
 CALL_TIMEOUT_S = 15  # init/commit/abort/send_offsets calls
 COMMIT_ATTEMPTS = 3
 ABORT_SHARE = 0.25
+PRODUCERS = 3  # transactional producers, ``chaos-txn-p<n>``
+WORKERS = 2  # consume-transform-produce members, ``chaos-txn-flow-w<n>``
 
 PRODUCER_CONFIG = {
     "acks": "all",
@@ -168,7 +170,7 @@ class TxnProducing:
         topic: str,
         partitions: int,
         seed: int,
-        producers: int = 3,
+        producers: int = PRODUCERS,
         pause_s: float = 0.05,
     ) -> None:
         self.history = history
@@ -192,7 +194,7 @@ class TxnProducing:
         sequence = 0
         while not self._stop.is_set():
             if producer is None:
-                producer = _producer(self.bootstrap, f"chaos-txn-{name}")
+                producer = _producer(self.bootstrap, producer_transactional_id(n))
                 try:
                     producer.init_transactions(CALL_TIMEOUT_S)
                 except KafkaException as exc:
@@ -274,7 +276,7 @@ class TxnFlow:
         source: str,
         sink: str,
         sink_partitions: int,
-        workers: int = 2,
+        workers: int = WORKERS,
         group: str = FLOW_GROUP,
     ) -> None:
         self.history = history
@@ -313,7 +315,7 @@ class TxnFlow:
         state = {"session": 0, "sequence": 0}
         while not self._stop.is_set():
             consumer = self._consumer(name)
-            producer = _producer(self.bootstrap, f"chaos-txn-flow-{name}")
+            producer = _producer(self.bootstrap, flow_transactional_id(name))
 
             def on_assign(_consumer, partitions, name=name):
                 state["session"] += 1
@@ -502,6 +504,21 @@ class TxnWorkload:
 
 def txn_topics() -> tuple[str, str]:
     return INPUT, OUTPUT
+
+
+def producer_transactional_id(n: int) -> str:
+    return f"chaos-txn-p{n}"
+
+
+def flow_transactional_id(worker: str) -> str:
+    return f"chaos-txn-flow-{worker}"
+
+
+def transactional_ids() -> list[str]:
+    """Every transactional id the workload uses (producers first, then the flow's)."""
+    return [producer_transactional_id(n) for n in range(PRODUCERS)] + [
+        flow_transactional_id(f"w{n}") for n in range(WORKERS)
+    ]
 
 
 def create_txn_topics(bootstrap: str, partitions: int, segment_bytes: int = 0) -> None:
