@@ -59,9 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--workload",
         choices=("queue", "transactions"),
-        default="queue",
-        help="transactions: add transactional producers, a consume-transform-produce flow "
-        "and read_committed readers (chaos.txn_workload) to the queue workload",
+        default="transactions",
+        help="transactions (the default): add transactional producers, a "
+        "consume-transform-produce flow and read_committed readers (chaos.txn_workload) to "
+        "the queue workload, and draw the coordinator faults too; queue: the queue workload "
+        "alone (the seeds recorded before the transactional workload became the default "
+        "replay their schedules with it)",
     )
     parser.add_argument(
         "--check", type=Path, default=None, help="only check a saved history.jsonl and report"
@@ -133,7 +136,7 @@ def _extra_args(args: argparse.Namespace) -> str:
         extra.append(f"--partitions {args.partitions}")
     if args.rate != 200:
         extra.append(f"--rate {args.rate}")
-    if args.workload != "queue":
+    if args.workload != "transactions":
         extra.append(f"--workload {args.workload}")
     return f' CHAOS_ARGS="{" ".join(extra)}"' if extra else ""
 
