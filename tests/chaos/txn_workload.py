@@ -14,7 +14,9 @@ flow and read_committed readers, all with confluent-kafka, recording into the ca
   ``read_committed``), each with a transactional producer, copying every input record to
   the output topic in a transaction with ``send_offsets_to_transaction`` (KIP-447 fencing
   by the group's generation). Any failure restarts the worker: a new consumer and a new
-  producer with the same transactional id, resuming from the group's committed offsets.
+  producer with the same transactional id, resuming from the group's committed offsets. A
+  worker stuck in one client call for ``STUCK_S`` is replaced by a new thread that does
+  the same (the stuck one, fenced, leaves when its call returns).
 - read_committed readers (``chaos.txn_readers``) while the faults run and after the heal.
 - ``TxnWorkload`` ties them together for the campaign: ``start``, then ``stop``: the
   producers end their transactions, the input is read to its end, the flow runs until its
