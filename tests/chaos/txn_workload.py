@@ -53,8 +53,11 @@ COMMIT_ATTEMPTS = 3
 # a flow worker in one client call this long is stuck: librdkafka's
 # send_offsets_to_transaction can block past its timeout while the group coordinator is
 # unreachable without a broker state change (librdkafka issues 5456, 5511); the worker
-# is then replaced by one with the same transactional id, which fences it
-STUCK_S = 2 * CALL_TIMEOUT_S
+# is then replaced by one with the same transactional id, which fences it, and its
+# consumer leaves the group after MAX_POLL_INTERVAL_MS without a poll, which hands its
+# partitions to the others
+STUCK_S = CALL_TIMEOUT_S + 5
+MAX_POLL_INTERVAL_MS = 20000
 ABORT_SHARE = 0.25
 PRODUCERS = 3  # transactional producers, ``chaos-txn-p<n>``
 WORKERS = 2  # consume-transform-produce members, ``chaos-txn-flow-w<n>``
@@ -334,7 +337,7 @@ class TxnFlow:
                 "auto.offset.reset": "earliest",
                 "session.timeout.ms": 10000,
                 "heartbeat.interval.ms": 1000,
-                "max.poll.interval.ms": 60000,
+                "max.poll.interval.ms": MAX_POLL_INTERVAL_MS,
                 "enable.partition.eof": False,
                 "logger": CLIENT_LOGGER,
                 **CONSUMER_CONFIG,
