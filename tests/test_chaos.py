@@ -606,22 +606,25 @@ def test_a_short_campaign_loses_no_acknowledged_write(tmp_path):
     small tmpfs), the followers' traffic to a leader delayed by its proxy (so every
     inter-broker connection crosses a proxy, and the drops must still cut them), an OS crash
     under a leader (its unflushed tail cut before the restart), the controller's ZooKeeper
-    session expired; then a full read of every partition. A consumer group and the admin workload run beside the
-    producer."""
+    session expired, the transaction coordinator paused with transactions in PrepareCommit
+    or PrepareAbort; then a full read of every partition. A consumer group, the admin
+    workload and the transactional workload (producers, consume-transform-produce,
+    read_committed readers) run beside the producer."""
     schedule = [
-        ScheduledFault("leader-followers", pick=0, hold_s=8, quiet_s=1),
-        ScheduledFault("kill-leader", pick=1, hold_s=4, quiet_s=1),
-        ScheduledFault("pause-leader", pick=2, hold_s=5, quiet_s=1),
-        ScheduledFault("disk-full", pick=0, hold_s=5, quiet_s=1),
-        ScheduledFault("slow-leader", pick=1, hold_s=4, quiet_s=1),
-        ScheduledFault("crash-leader", pick=2, hold_s=2, quiet_s=1),
+        ScheduledFault("leader-followers", pick=0, hold_s=5, quiet_s=1),
+        ScheduledFault("kill-leader", pick=1, hold_s=3, quiet_s=1),
+        ScheduledFault("pause-leader", pick=2, hold_s=3, quiet_s=1),
+        ScheduledFault("disk-full", pick=0, hold_s=3, quiet_s=1),
+        ScheduledFault("slow-leader", pick=1, hold_s=2, quiet_s=1),
+        ScheduledFault("crash-leader", pick=2, hold_s=1, quiet_s=1),
         ScheduledFault("expire-controller", pick=0, hold_s=0, quiet_s=1),
+        ScheduledFault("pause-coordinator-prepared", pick=0, hold_s=1, quiet_s=1),
     ]
     lines: list[str] = []
     result = run_campaign(
         schedule,
         tmp_path,
-        CampaignConfig(partitions=3, rate=100, recovery_timeout_s=30),
+        CampaignConfig(partitions=3, rate=100, recovery_timeout_s=30, transactions=True),
         log=lines.append,
         title="test campaign",
     )
@@ -641,6 +644,12 @@ def test_a_short_campaign_loses_no_acknowledged_write(tmp_path):
     # the consumer group read during the faults and a new member resumed from its commits
     assert result.groups.ok, text
     assert result.groups.resumed and result.groups.commits_ok > 10, text
+    # transactions under the same faults: none of Jepsen's anomalies, the flow drained its
+    # input and copied each input once, commits and aborts both seen by the readers
+    txns = result.transactions
+    assert txns.ok, text
+    assert txns.committed > 20 and txns.aborted > 3 and txns.reads > 50, text
+    assert txns.drained and txns.flow_transactions > 5, text
     # every fault was carried out and healed, in the history and in the nemesis log
     assert [(w.name, w.stop is not None) for w in result.faults] == [
         ("leader-followers", True),
@@ -650,6 +659,7 @@ def test_a_short_campaign_loses_no_acknowledged_write(tmp_path):
         ("slow-leader", True),
         ("crash-leader", True),
         ("expire-controller", True),
+        ("pause-coordinator-prepared", True),
     ]
     log = (tmp_path / "nemesis.log").read_text()
     assert "cut from" in log and "kill -9 broker" in log and "SIGSTOP broker" in log
@@ -689,6 +699,14 @@ def test_a_short_campaign_loses_no_acknowledged_write(tmp_path):
     expired_log = (tmp_path / "cluster" / f"broker-{expired.group(1)}" / "broker.log").read_text()
     assert "resigned as controller" in expired_log
     assert "registered again after a new ZooKeeper session" in expired_log
+    # the coordinator was paused with a transaction prepared (its markers held back only
+    # until one was seen), which completed after the pause
+    paused = re.search(
+        r"fault #7 pause-coordinator-prepared .*: SIGSTOP broker \d .* with (.*);", log
+    )
+    assert paused is not None and " in Prepare" in paused.group(1), log
+    assert re.search(r"fault #7: transactions seen prepared completed: ", log), log
+    assert txns.under_faults["pause-coordinator-prepared"]["faults"] == 1, text
     for window in result.faults[5:]:
         assert window.isr_full is not None, text  # full ISRs after the heal
     assert (tmp_path / "history.jsonl").stat().st_size > 0
@@ -701,3 +719,31 @@ def test_a_short_campaign_loses_no_acknowledged_write(tmp_path):
     mounts = Path("/proc/self/mounts").read_text()
     assert str(tmp_path) not in mounts  # the small disks were unmounted
     assert (tmp_path / "cluster" / "broker-0" / "data-kept" / "chaos-0").is_dir()
+
+
+def test_a_flow_worker_stuck_in_a_client_call_is_replaced(tmp_path, monkeypatch):
+    """librdkafka's send_offsets_to_transaction can block past its timeout (librdkafka
+    issues 5456, 5511): a flow worker whose one client call lasts longer than STUCK_S is
+    replaced by a worker with the same transactional id (which fences it), recorded
+    under a label of its own so that no transaction or reader name repeats. Here no
+    broker answers, so init_transactions blocks for its whole timeout."""
+    from chaos import txn_workload
+    from chaos.history import History
+
+    monkeypatch.setattr(txn_workload, "STUCK_S", 1.0)
+    monkeypatch.setattr(txn_workload, "CALL_TIMEOUT_S", 3)
+    history = History(tmp_path / "history.jsonl")
+    flow = txn_workload.TxnFlow(history, "127.0.0.1:1", "in", "out", 1, workers=1)
+    flow.start()
+    try:
+        deadline = time.monotonic() + 30
+        while flow.replaced < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        flow.stop()
+        history.close()
+    assert flow.replaced >= 1
+    stuck = [e for e in history.snapshot() if "stuck in a client call" in e.get("what", "")]
+    assert stuck and "init_transactions" in stuck[0]["stacks"], stuck
+    names = [t.name for t in flow._threads]
+    assert names[:2] == ["chaos-flow-w0", "chaos-flow-w0-2"], names

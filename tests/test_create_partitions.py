@@ -139,3 +139,46 @@ def test_create_partitions_online_at_once_and_bad_input(cluster_factory) -> None
         assert sorted(assignment(zk, TOPIC)) == list(range(8))
     finally:
         zk.close()
+
+
+def test_a_retry_racing_its_own_timed_out_attempt_is_told_the_count_is_reached() -> None:
+    """The fault campaign's create-partitions: a first attempt timed out on the client's
+    side but its znode write landed while the retry was between its read and its write.
+    The retry is answered as if it came after (INVALID_PARTITIONS, which a client retrying
+    takes as done), not REASSIGNMENT_IN_PROGRESS; a concurrent change that does not reach
+    the count still is REASSIGNMENT_IN_PROGRESS."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from kio.schema.errors import ErrorCode
+
+    from replog.config import KafkaConfig
+    from replog.server.admin import AdminManager
+    from replog.zk.data import ReplicaAssignment
+
+    class RacingZk:
+        def __init__(self, reached: int) -> None:
+            self.partitions = {0: ReplicaAssignment((0, 1))}
+            self.reached = reached  # partitions the other attempt wrote meanwhile
+
+        def get_replica_assignments(self, topics):
+            return {t: (dict(self.partitions), 1) for t in topics if t == "t"}
+
+        def get_topics_marked_for_deletion(self):
+            return set()
+
+        def set_replica_assignments(self, topic, change, version):
+            self.partitions = {p: ReplicaAssignment((0, 1)) for p in range(self.reached)}
+            return change(self.partitions)  # raises: changed since the read
+
+    brokers = {b: SimpleNamespace(broker_id=b, rack=None) for b in (0, 1, 2)}
+    config = KafkaConfig.from_properties({"zookeeper.connect": "zk"})
+
+    def create(zk: RacingZk, count: int) -> tuple:
+        admin = AdminManager(config, zk, SimpleNamespace(brokers=brokers))  # type: ignore[arg-type]
+        return asyncio.run(admin.create_partitions("t", count, None, 0, False))
+
+    error, message = create(RacingZk(reached=2), 2)
+    assert error == ErrorCode.invalid_partitions and "already has 2 partitions" in message
+    error, _ = create(RacingZk(reached=2), 3)  # changed, yet short of the count
+    assert error == ErrorCode.reassignment_in_progress

@@ -384,3 +384,25 @@ def test_a_flow_that_never_reached_its_last_input_is_not_drained():
     assert "last asked: UNSTABLE_OFFSET_COMMIT" in "\n".join(report_lines(result))
     h.events[-1]["ends"] = {"0": 2}  # input 1 committed yet never copied
     assert set(check_transactions(h.events).found) == {"flow not drained", "not exactly once"}
+
+
+def test_the_report_names_the_nemeses_and_the_transactions_decided_under_each():
+    h = History()
+    h.add("nemesis", phase="start", fault=0, name="kill-coordinator-prepared", detail="")
+    h.txn("p0.1", [(IN, 0, 0)])  # committed while the kill is on
+    h.txn("p0.2", [(IN, 0, None)], outcome="unknown")  # never seen: stays unknown
+    h.add("nemesis", phase="stop", fault=0, name="kill-coordinator-prepared")
+    h.txn("p0.3", [(IN, 0, 2)])  # between faults
+    h.add("nemesis", phase="start", fault=1, name="coordinator-markers", detail="")
+    h.txn("p0.4", [(IN, 0, 3)], outcome="aborted")
+    h.add("nemesis", phase="stop", fault=1, name="coordinator-markers")
+    h.add("nemesis", phase="start", fault=2, name="coordinator-markers", detail="")
+    h.add("nemesis", phase="stop", fault=2, name="coordinator-markers")
+    result = check_transactions(h.events)
+    assert result.under_faults == {
+        "kill-coordinator-prepared": {"faults": 1, "committed": 1, "aborted": 0, "unknown": 1},
+        "coordinator-markers": {"faults": 2, "committed": 0, "aborted": 1, "unknown": 0},
+    }
+    text = "\n".join(report_lines(result))
+    assert "  coordinator-markers: 2 faults; 0/1/0" in text, text
+    assert "  kill-coordinator-prepared: 1 fault; 1/0/1" in text, text

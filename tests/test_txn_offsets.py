@@ -265,16 +265,32 @@ class ListReplicaManager:
         self.partition = ListPartition()
         self.fail_acks_with = ErrorCode.none
         self.on_acks = None  # called while waiting for acks=all
+        self.guard: object | None = None
+        self.verified: list[tuple[bool, object | None]] = []  # each append's verification
 
     def get_partition(self, topic: str, partition: int):
         assert topic == GROUP_METADATA_TOPIC_NAME
         return self.partition if partition == 0 else None
 
     def append_to_leader(
-        self, topic: str, partition: int, batch: bytes, acks: int, now: int, *, from_coordinator
+        self,
+        topic: str,
+        partition: int,
+        batch: bytes,
+        acks: int,
+        now: int,
+        *,
+        from_coordinator,
+        verification_required=False,
+        verification_guard=None,
     ):
         assert acks == -1 and from_coordinator  # no sequence check: the coordinator's batch
+        self.verified.append((verification_required, verification_guard))
         return ProduceResult(ErrorCode.none, base_offset=self.partition.append(batch))
+
+    def maybe_start_transaction_verification(self, topic: str, partition: int, producer_id: int):
+        """KIP-890: ``self.guard`` to verify with (None: the transaction is open here)."""
+        return ErrorCode.none, self.guard
 
     async def wait_for_acks_all(self, results: dict, timeout_ms: int) -> None:
         if self.on_acks is not None:
@@ -537,12 +553,28 @@ class Topics:
         return object() if topic in ("t", "secret") and partition < 2 else None
 
 
-def handle(coordinator: GroupCoordinator, grants: Grants, request) -> dict:
+class Verifier:
+    """The transaction coordinator's answer to KIP-890's verification, and who asked."""
+
+    def __init__(self, answer: ErrorCode) -> None:
+        self.answer = answer
+        self.asked: list[tuple] = []
+
+    async def verify(self, transactional_id, producer_id, producer_epoch, partitions):
+        self.asked.append((transactional_id, producer_id, producer_epoch, tuple(partitions)))
+        return dict.fromkeys(partitions, self.answer)
+
+
+def handle(
+    coordinator: GroupCoordinator, grants: Grants, request, verifier: Verifier | None = None
+) -> dict:
     services = SimpleNamespace(
         config=coordinator.config,
         group_coordinator=coordinator,
         metadata_cache=Topics(),
         allowed=grants.allowed,
+        replica_manager=coordinator.replica_manager,
+        transaction_verifier=verifier,
     )
     ctx = SimpleNamespace(api_version=int(type(request).__version__))
     response = asyncio.run(handle_txn_offset_commit(services, ctx, request))  # type: ignore[arg-type]
@@ -723,3 +755,36 @@ def test_handler_metadata_too_large_after_the_group_check() -> None:
     answer = handle(coordinator, Grants(*ALL), request(1, "m2"))
     assert answer == {TP0: ErrorCode.offset_metadata_too_large, TP1: ErrorCode.none}
     assert not shard.offsets.has_pending("g", TP0) and shard.offsets.has_pending("g", TP1)
+
+
+def test_handler_verifies_the_offsets_partition_before_opening_a_transaction_there() -> None:
+    """KIP-890: a TxnOffsetCommit that would open the producer's transaction on the
+    offsets partition is verified with the transaction coordinator first; a refusal is
+    every partition's answer and nothing is written or pending (a late request after
+    its transaction ended cannot open it again); once verified, the append carries the
+    guard; with the transaction open there already, no one is asked."""
+    coordinator, rm = runtime()
+    coordinator._shards[0] = shard = GroupShard(coordinator, 0, 1)
+    shard.state = ShardState.LOADED
+    request = txn_request(topics=(("t", (0, 1)),))
+    rm.guard = guard = object()
+    refusing = Verifier(ErrorCode.invalid_txn_state)  # not in its ongoing transaction
+    assert handle(coordinator, Grants(*ALL), request, refusing) == {
+        ("t", 0): ErrorCode.invalid_txn_state,
+        ("t", 1): ErrorCode.invalid_txn_state,
+    }
+    assert refusing.asked == [("tx", 42, 0, ((GROUP_METADATA_TOPIC_NAME, 0),))]
+    assert rm.verified == [] and not shard.offsets.has_open_transactions("g")
+    retriable = Verifier(ErrorCode.concurrent_transactions)
+    answer = handle(coordinator, Grants(*ALL), request, retriable)
+    assert set(answer.values()) == {ErrorCode.coordinator_not_available}  # clients retry
+    assert handle(coordinator, Grants(*ALL), request, Verifier(ErrorCode.none)) == {
+        ("t", 0): ErrorCode.none,
+        ("t", 1): ErrorCode.none,
+    }
+    assert rm.verified == [(True, guard)]
+    assert shard.offsets.has_pending("g", ("t", 0))
+    rm.guard = None  # its transaction is open on the partition now
+    unasked = Verifier(ErrorCode.invalid_txn_state)
+    assert set(handle(coordinator, Grants(*ALL), request, unasked).values()) == {ErrorCode.none}
+    assert unasked.asked == [] and rm.verified[-1] == (True, None)

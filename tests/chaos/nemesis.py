@@ -551,6 +551,10 @@ def make_fault(kind: str, pick: int) -> Fault:
         return SlowLink(pick, name=kind)
     if kind == "lossy-leader":
         return SlowLink(pick, name=kind, lossy=True)
+    if kind in TXN_FAULTS:
+        from chaos.coordinator_faults import make_coordinator_fault  # it builds on this module
+
+        return make_coordinator_fault(kind, pick)
     raise ValueError(f"unknown fault {kind!r}")
 
 
@@ -591,6 +595,15 @@ FAULT_KINDS = SINGLE_FAULTS + COMBINED_FAULTS
 PROXY_FAULTS = ("slow-leader", "lossy-leader")
 # OS crashes of others than a leader; drawn only when named, for the same reason
 NAMED_ONLY_CRASHES = ("crash-follower", "crash-controller")
-KNOWN_FAULTS = FAULT_KINDS + PROXY_FAULTS + NAMED_ONLY_CRASHES
+# aimed at the transactional workload's coordinators (``chaos.coordinator_faults``);
+# drawn by default only with the transactional workload
+TXN_FAULTS = (
+    "coordinator-leaders",
+    "coordinator-markers",
+    "coordinator-zookeeper",
+    "kill-coordinator-prepared",
+    "pause-coordinator-prepared",
+)
+KNOWN_FAULTS = FAULT_KINDS + PROXY_FAULTS + NAMED_ONLY_CRASHES + TXN_FAULTS
 # faults that need a ZooKeeper ensemble
 ENSEMBLE_ONLY = ("zookeeper-minority", "zookeeper-leader", "minority-zookeeper-leader")

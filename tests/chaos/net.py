@@ -152,6 +152,37 @@ class Network:
         self._drops.append(drop)
         return drop
 
+    def drop_connections_to(self, source: Node, target: Node, port: int) -> list[Drop]:
+        """Drop the TCP connections ``source`` opens to ``target``'s ``port``, both ways
+        (its packets to the port, the answers from it), filtered in ``source``'s namespace
+        only: the connections ``target`` opens to ``source`` still work."""
+        drops = [
+            Drop(
+                source,
+                target,
+                (
+                    self._add_rule(
+                        source.namespace,
+                        "output",
+                        f"ip daddr {target.address} tcp dport {port} drop",
+                    ),
+                ),
+            ),
+            Drop(
+                target,
+                source,
+                (
+                    self._add_rule(
+                        source.namespace,
+                        "input",
+                        f"ip saddr {target.address} tcp sport {port} drop",
+                    ),
+                ),
+            ),
+        ]
+        self._drops.extend(drops)
+        return drops
+
     def drop_host(self, node: Node) -> list[Drop]:
         """Drop everything between ``node`` and the root namespace (the clients), both ways;
         filtered inside ``node``'s namespace only, so the root namespace is never touched."""

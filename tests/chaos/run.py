@@ -29,6 +29,7 @@ from chaos.nemesis import (
     KNOWN_FAULTS,
     NAMED_ONLY_CRASHES,
     PROXY_FAULTS,
+    TXN_FAULTS,
 )
 from chaos.net import unavailable_reason
 from chaos.timeline import draw, series
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help=f"comma-separated fault kinds to draw (default: all of {', '.join(FAULT_KINDS)}; "
         f"{', '.join(ENSEMBLE_ONLY)} only with --zookeepers 3; "
+        f"{', '.join(TXN_FAULTS)} too with --workload transactions; "
         f"{', '.join(PROXY_FAULTS + NAMED_ONLY_CRASHES)} only when named)",
     )
     parser.add_argument("--zookeepers", type=int, choices=(1, 3), default=3)
@@ -57,9 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--workload",
         choices=("queue", "transactions"),
-        default="queue",
-        help="transactions: add transactional producers, a consume-transform-produce flow "
-        "and read_committed readers (chaos.txn_workload) to the queue workload",
+        default="transactions",
+        help="transactions (the default): add transactional producers, a "
+        "consume-transform-produce flow and read_committed readers (chaos.txn_workload) to "
+        "the queue workload, and draw the coordinator faults too; queue: the queue workload "
+        "alone (the seeds recorded before the transactional workload became the default "
+        "replay their schedules with it)",
     )
     parser.add_argument(
         "--check", type=Path, default=None, help="only check a saved history.jsonl and report"
@@ -80,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     seed = args.seed if args.seed is not None else secrets.randbelow(1_000_000)
     if args.faults is None:
         kinds = tuple(k for k in FAULT_KINDS if args.zookeepers >= 3 or k not in ENSEMBLE_ONLY)
+        if args.workload == "transactions":
+            kinds += TXN_FAULTS
     else:
         kinds = tuple(k for k in args.faults.split(",") if k)
     unknown = {part for k in kinds for part in k.split("+")} - set(KNOWN_FAULTS)
@@ -129,7 +136,7 @@ def _extra_args(args: argparse.Namespace) -> str:
         extra.append(f"--partitions {args.partitions}")
     if args.rate != 200:
         extra.append(f"--rate {args.rate}")
-    if args.workload != "queue":
+    if args.workload != "transactions":
         extra.append(f"--workload {args.workload}")
     return f' CHAOS_ARGS="{" ".join(extra)}"' if extra else ""
 

@@ -134,6 +134,9 @@ class TxnResult:
     # (input topic, partition, committed offset, offset after the last input)
     not_drained: list[tuple[str, int, int, int]] = field(default_factory=list)
     drain_error: str = ""  # the flow's last failed OffsetFetch when it did not drain
+    # fault kind -> {"faults": n, "committed"/"aborted"/"unknown": transactions whose client
+    # learned the outcome while a fault of that kind was on}
+    under_faults: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def anomalies(self) -> dict[str, int]:
         return {
@@ -178,6 +181,7 @@ def check_transactions(events: list[dict[str, Any]]) -> TxnResult:
     reads: list[tuple[str, str, int, int, str]] = []  # (reader, topic, p, offset, value)
     final_reads: dict[str, dict[str, Where]] = defaultdict(dict)  # topic -> value -> where
     drained: list[dict[str, Any]] = []
+    faults: dict[int, list[Any]] = {}  # fault number -> [kind, start, stop or None]
 
     def observe(reader: str, session: int, topic: str, p: int, offset: int, value: str) -> None:
         where = (topic, p, offset)
@@ -236,6 +240,11 @@ def check_transactions(events: list[dict[str, Any]]) -> TxnResult:
             ends[s][tp].append((e["t"], e["offset"]))
         elif kind == "txn-drained":
             drained.append(e)
+        elif kind == "nemesis":
+            if e.get("phase") == "start":
+                faults[e["fault"]] = [e["name"], e["t"], None]
+            elif e.get("fault") in faults:
+                faults[e["fault"]][2] = e["t"]
 
     status = {name: txn.status for name, txn in txns.items()}
     for name, txn in txns.items():
@@ -248,6 +257,7 @@ def check_transactions(events: list[dict[str, Any]]) -> TxnResult:
     result.unknown = sum(1 for t in txns.values() if t.status == "unknown")
     result.records = len(owner)
     result.flow_transactions = sum(1 for t in txns.values() if t.consumed)
+    result.under_faults = _under_faults(txns, status, faults)
 
     for reader, topic, p, offset, value in reads:
         name = owner.get(value)
@@ -427,6 +437,25 @@ def _exactly_once(
     return out
 
 
+def _under_faults(
+    txns: dict[str, Txn], status: dict[str, str], faults: dict[int, list[Any]]
+) -> dict[str, dict[str, int]]:
+    """Per fault kind: how many ran, and the transactions decided (their outcome learned
+    by the client) while one of that kind was on."""
+    out: dict[str, dict[str, int]] = {}
+    for kind, _, _ in faults.values():
+        counts = out.setdefault(kind, {"faults": 0, "committed": 0, "aborted": 0, "unknown": 0})
+        counts["faults"] += 1
+    for name, txn in txns.items():
+        if txn.done is None:
+            continue
+        done = txn.done
+        on = {k for k, start, stop in faults.values() if start <= done and (stop or done) >= done}
+        for kind in on:
+            out[kind][status[name]] += 1
+    return out
+
+
 def report_lines(result: TxnResult) -> list[str]:
     lines = [
         f"transactions: {result.transactions} ({result.committed} committed, {result.aborted} "
@@ -475,4 +504,14 @@ def report_lines(result: TxnResult) -> list[str]:
         lines.append(f"  the flow's committed offsets, last asked: {result.drain_error}")
     if result.unread:
         lines.append(f"  final read short of the end: {result.unread}")
+    if result.under_faults:
+        lines.append(
+            "nemeses that ran, and the transactions decided while one of the kind was on "
+            "(committed/aborted/unknown):"
+        )
+    for kind, n in sorted(result.under_faults.items()):
+        lines.append(
+            f"  {kind}: {n['faults']} fault{'s' if n['faults'] != 1 else ''}; "
+            f"{n['committed']}/{n['aborted']}/{n['unknown']}"
+        )
     return lines

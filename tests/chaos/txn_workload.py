@@ -14,7 +14,9 @@ flow and read_committed readers, all with confluent-kafka, recording into the ca
   ``read_committed``), each with a transactional producer, copying every input record to
   the output topic in a transaction with ``send_offsets_to_transaction`` (KIP-447 fencing
   by the group's generation). Any failure restarts the worker: a new consumer and a new
-  producer with the same transactional id, resuming from the group's committed offsets.
+  producer with the same transactional id, resuming from the group's committed offsets. A
+  worker stuck in one client call for ``STUCK_S`` is replaced by a new thread that does
+  the same (the stuck one, fenced, leaves when its call returns).
 - read_committed readers (``chaos.txn_readers``) while the faults run and after the heal.
 - ``TxnWorkload`` ties them together for the campaign: ``start``, then ``stop``: the
   producers end their transactions, the input is read to its end, the flow runs until its
@@ -26,9 +28,12 @@ append to the shared ``History``.
 
 from __future__ import annotations
 
+import os
 import random
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -45,7 +50,21 @@ FLOW_GROUP = "chaos-txn-flow"
 TRANSACTION_TIMEOUT_MS = 15000
 CALL_TIMEOUT_S = 15  # init/commit/abort/send_offsets calls
 COMMIT_ATTEMPTS = 3
+# a flow worker in one client call this long is stuck: librdkafka's
+# send_offsets_to_transaction can block past its timeout while the group coordinator is
+# unreachable without a broker state change (librdkafka issues 5456, 5511); the worker
+# is then replaced by one with the same transactional id, which fences it, and its
+# consumer leaves the group after MAX_POLL_INTERVAL_MS without a poll, which hands its
+# partitions to the others
+STUCK_S = CALL_TIMEOUT_S + 5
+MAX_POLL_INTERVAL_MS = 20000
 ABORT_SHARE = 0.25
+PRODUCERS = 3  # transactional producers, ``chaos-txn-p<n>``
+WORKERS = 2  # consume-transform-produce members, ``chaos-txn-flow-w<n>``
+
+# CHAOS_TXN_DEBUG=eos (librdkafka debug contexts) puts the transactional clients' debug
+# lines in the run's clients.log, to study a run that went wrong
+CLIENT_DEBUG = os.environ.get("CHAOS_TXN_DEBUG", "")
 
 PRODUCER_CONFIG = {
     "acks": "all",
@@ -67,8 +86,21 @@ def _producer(bootstrap: str, transactional_id: str) -> Producer:
             "transactional.id": transactional_id,
             "logger": CLIENT_LOGGER,
             **PRODUCER_CONFIG,
+            **({"debug": CLIENT_DEBUG} if CLIENT_DEBUG else {}),
         }
     )
+
+
+def stacks(threads: list[threading.Thread]) -> str:
+    """Where each of ``threads`` is now (for a workload that does not finish)."""
+    frames = sys._current_frames()
+    out = []
+    for thread in threads:
+        frame = frames.get(thread.ident or -1)
+        if frame is not None:
+            where = "".join(traceback.format_stack(frame)[-4:])
+            out.append(f"{thread.name}:\n{where}")
+    return "\n".join(out)
 
 
 def _error(exc: BaseException) -> KafkaError | None:
@@ -94,8 +126,9 @@ class _Transactions:
     ``commit`` returns whether the transaction committed and whether the producer can go
     on (False: replace it); ``abort`` whether the producer can go on."""
 
-    def __init__(self, history: History) -> None:
+    def __init__(self, history: History, beat: Callable[[], None] = lambda: None) -> None:
         self.history = history
+        self.beat = beat  # called before each client call (the flow's stuck-worker watch)
 
     def delivery(self, txn: str) -> Callable[[KafkaError | None, Any], None]:
         def on_delivery(err: KafkaError | None, msg: Any) -> None:
@@ -117,6 +150,7 @@ class _Transactions:
         err: KafkaError | None = None
         for _ in range(COMMIT_ATTEMPTS):
             try:
+                self.beat()
                 producer.commit_transaction(CALL_TIMEOUT_S)
                 self.history.append("txn", phase="ok", txn=txn)
                 return True, True
@@ -148,6 +182,7 @@ class _Transactions:
         last = "abort not attempted"
         for _ in range(COMMIT_ATTEMPTS):
             try:
+                self.beat()
                 producer.abort_transaction(CALL_TIMEOUT_S)
                 return None
             except KafkaException as exc:
@@ -168,7 +203,7 @@ class TxnProducing:
         topic: str,
         partitions: int,
         seed: int,
-        producers: int = 3,
+        producers: int = PRODUCERS,
         pause_s: float = 0.05,
     ) -> None:
         self.history = history
@@ -192,7 +227,7 @@ class TxnProducing:
         sequence = 0
         while not self._stop.is_set():
             if producer is None:
-                producer = _producer(self.bootstrap, f"chaos-txn-{name}")
+                producer = _producer(self.bootstrap, producer_transactional_id(n))
                 try:
                     producer.init_transactions(CALL_TIMEOUT_S)
                 except KafkaException as exc:
@@ -274,7 +309,7 @@ class TxnFlow:
         source: str,
         sink: str,
         sink_partitions: int,
-        workers: int = 2,
+        workers: int = WORKERS,
         group: str = FLOW_GROUP,
     ) -> None:
         self.history = history
@@ -284,14 +319,14 @@ class TxnFlow:
         self.sink_partitions = sink_partitions
         self.group = group
         self.committed = 0
-        self._txns = _Transactions(history)
+        self.replaced = 0
+        self._txns = _Transactions(history, beat=self._beat)
         self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(
-                target=self._run, args=(f"w{n}",), name=f"chaos-flow-w{n}", daemon=True
-            )
-            for n in range(workers)
-        ]
+        self._names = [f"w{n}" for n in range(workers)]
+        self._threads: list[threading.Thread] = []  # every worker thread started
+        self._current: dict[str, threading.Thread] = {}  # worker name -> its thread now
+        self._beats: dict[int, float] = {}  # thread ident -> start of its current call
+        self._watcher = threading.Thread(target=self._watch, name="chaos-flow-watch", daemon=True)
 
     def _consumer(self, name: str) -> Consumer:
         return Consumer(
@@ -302,18 +337,53 @@ class TxnFlow:
                 "auto.offset.reset": "earliest",
                 "session.timeout.ms": 10000,
                 "heartbeat.interval.ms": 1000,
-                "max.poll.interval.ms": 60000,
+                "max.poll.interval.ms": MAX_POLL_INTERVAL_MS,
                 "enable.partition.eof": False,
                 "logger": CLIENT_LOGGER,
                 **CONSUMER_CONFIG,
             }
         )
 
+    def _beat(self) -> None:
+        self._beats[threading.get_ident()] = time.monotonic()
+
+    def _spawn(self, name: str) -> None:
+        incarnation = sum(1 for t in self._threads if t.name.startswith(f"chaos-flow-{name}"))
+        suffix = f"-{incarnation + 1}" if incarnation else ""
+        thread = threading.Thread(
+            target=self._run, args=(name,), name=f"chaos-flow-{name}{suffix}", daemon=True
+        )
+        self._threads.append(thread)
+        self._current[name] = thread
+        thread.start()
+
+    def _mine(self, name: str) -> bool:
+        """Whether the calling thread is still worker ``name`` (not replaced)."""
+        return self._current.get(name) is threading.current_thread()
+
+    def _watch(self) -> None:
+        """Replace a worker stuck in one client call for ``STUCK_S`` (see its comment)."""
+        while not self._stop.wait(1):
+            for name in self._names:
+                thread = self._current[name]
+                since = self._beats.get(thread.ident or -1)
+                if not thread.is_alive() or since is None:
+                    continue
+                if time.monotonic() - since > STUCK_S:
+                    self.history.append(
+                        "info",
+                        what=f"flow {name} stuck in a client call; replaced",
+                        stacks=stacks([thread]),
+                    )
+                    self.replaced += 1
+                    self._spawn(name)
+
     def _run(self, name: str) -> None:
         state = {"session": 0, "sequence": 0}
-        while not self._stop.is_set():
+        while not self._stop.is_set() and self._mine(name):
+            self._beat()
             consumer = self._consumer(name)
-            producer = _producer(self.bootstrap, f"chaos-txn-flow-{name}")
+            producer = _producer(self.bootstrap, flow_transactional_id(name))
 
             def on_assign(_consumer, partitions, name=name):
                 state["session"] += 1
@@ -325,12 +395,14 @@ class TxnFlow:
                 )
 
             try:
+                self._beat()
                 producer.init_transactions(CALL_TIMEOUT_S)
                 consumer.subscribe([self.source], on_assign=on_assign)
                 self._loop(name, consumer, producer, state)
             except KafkaException as exc:
                 self.history.append("info", what=f"flow {name} restarts", error=str(exc))
             finally:
+                self._beat()
                 _discard(producer)
                 try:
                     consumer.close()
@@ -339,8 +411,12 @@ class TxnFlow:
             self._stop.wait(0.5)
 
     def _loop(self, name: str, consumer: Consumer, producer: Producer, state: dict) -> None:
-        """Copy batches until ``stop`` or the first failure (return: the worker restarts)."""
-        while not self._stop.is_set():
+        """Copy batches until ``stop`` or the first failure (return: the worker restarts).
+        Its transactions and reads are recorded under the thread's label (``w0``, a
+        replacement ``w0-2``), so that a replaced worker's names never repeat."""
+        who = threading.current_thread().name.removeprefix("chaos-flow-")
+        while not self._stop.is_set() and self._mine(name):
+            self._beat()
             batch = []
             for msg in consumer.consume(num_messages=20, timeout=0.5):
                 if msg.error():
@@ -352,9 +428,9 @@ class TxnFlow:
             if not batch:
                 continue
             state["sequence"] += 1
-            txn = f"{name}.{state['session']}.{state['sequence']}"
+            txn = f"{who}.{state['session']}.{state['sequence']}"
             producer.begin_transaction()
-            self.history.append("txn", phase="invoke", producer=name, txn=txn)
+            self.history.append("txn", phase="invoke", producer=who, txn=txn)
             on_delivery = self._txns.delivery(txn)
             nexts: dict[int, int] = {}
             try:
@@ -363,7 +439,7 @@ class TxnFlow:
                     self.history.append(
                         "txn-consume",
                         txn=txn,
-                        reader=name,
+                        reader=who,
                         session=state["session"],
                         topic=self.source,
                         partition=p,
@@ -383,6 +459,7 @@ class TxnFlow:
                     )
                     _produce(producer, self.sink, out, value, on_delivery)
                 offsets = [TopicPartition(self.source, p, o) for p, o in sorted(nexts.items())]
+                self._beat()
                 producer.send_offsets_to_transaction(
                     offsets, consumer.consumer_group_metadata(), CALL_TIMEOUT_S
                 )
@@ -396,7 +473,7 @@ class TxnFlow:
                 return
             self.committed += 1
 
-    def drain(self, ends: dict[int, int], timeout_s: float = 90) -> dict[int, int] | None:
+    def drain(self, ends: dict[int, int], timeout_s: float = 150) -> dict[int, int] | None:
         """Wait until the group's committed offsets reach ``ends`` (partition -> the offset
         after the last input record); record and return them, or None on timeout."""
         consumer = Consumer(
@@ -439,13 +516,21 @@ class TxnFlow:
         )
 
     def start(self) -> None:
-        for thread in self._threads:
-            thread.start()
+        for name in self._names:
+            self._spawn(name)
+        self._watcher.start()
 
     def stop(self) -> None:
+        """Ask the workers to stop; each gets one client call's time to finish (a worker
+        blocked in a client call longer than that is left, a daemon thread)."""
         self._stop.set()
-        for thread in self._threads:
-            thread.join(4 * CALL_TIMEOUT_S * COMMIT_ATTEMPTS)
+        self._watcher.join(5)
+        for thread in list(self._current.values()):
+            thread.join(2 * CALL_TIMEOUT_S)
+
+    def stuck(self) -> str:
+        """The stacks of the workers still running (empty when none is)."""
+        return stacks([t for t in self._threads if t.is_alive()])
 
 
 class TxnWorkload:
@@ -484,7 +569,11 @@ class TxnWorkload:
         log(f"transactional producers stopped: {self.producing.committed} commits")
         last = final_read(self.history, self.bootstrap, INPUT, self.partitions, session=1)
         drained = self.flow.drain(last)
+        if drained is None:
+            self.history.append("info", what="flow not drained: workers", stacks=self.flow.stuck())
         self.flow.stop()
+        if self.flow.stuck():
+            log(f"flow workers still running after stop:\n{self.flow.stuck()}")
         log(
             f"flow {'drained' if drained is not None else 'NOT drained'} "
             f"({self.flow.committed} commits); committed offsets {drained}, inputs {last}"
@@ -502,6 +591,21 @@ class TxnWorkload:
 
 def txn_topics() -> tuple[str, str]:
     return INPUT, OUTPUT
+
+
+def producer_transactional_id(n: int) -> str:
+    return f"chaos-txn-p{n}"
+
+
+def flow_transactional_id(worker: str) -> str:
+    return f"chaos-txn-flow-{worker}"
+
+
+def transactional_ids() -> list[str]:
+    """Every transactional id the workload uses (producers first, then the flow's)."""
+    return [producer_transactional_id(n) for n in range(PRODUCERS)] + [
+        flow_transactional_id(f"w{n}") for n in range(WORKERS)
+    ]
 
 
 def create_txn_topics(bootstrap: str, partitions: int, segment_bytes: int = 0) -> None:

@@ -556,6 +556,13 @@ class AdminManager:
         except NoNodeError:
             return ErrorCode.unknown_topic_or_partition, f"The topic '{topic}' does not exist."
         except _Changed:
+            # Another CreatePartitions wrote first, often this client's own earlier attempt
+            # that timed out on its side: answer as if this one came after it, so a retry
+            # whose count is reached already gets INVALID_PARTITIONS (Kafka's answer then).
+            now = await asyncio.to_thread(self.zk.get_replica_assignments, [topic])
+            current = {p: a.replicas for p, a in now.get(topic, ({},))[0].items()}
+            if current and len(current) >= count:
+                return self._plan_partitions(topic, current, count, assignments)[:2]
             return (
                 ErrorCode.reassignment_in_progress,
                 f"The partitions of topic '{topic}' changed meanwhile; try again.",

@@ -49,6 +49,7 @@ from replog.coordinator.group.offsets_topic import partition_for
 from replog.protocol.records import ATTR_TRANSACTIONAL, build_batch, encode_record, iter_batches
 from replog.protocol.wire import CodecError
 from replog.replication.delayed_operations import DelayedHighWatermark
+from replog.storage.producer_state import VerificationGuard
 from replog.storage.record_reader import iter_records
 
 if TYPE_CHECKING:
@@ -440,12 +441,15 @@ class GroupCoordinator:
         records: list[Record],
         producer: TransactionalProducer,
         on_appended: Callable[[int], None],
+        verification: Verification | None = None,
     ) -> tuple[ErrorCode, int]:
         """As ``append``, as a transactional batch of ``producer`` (Kafka writes a
         TxnOffsetCommit's records so: the partition checks the producer epoch, and the
         transaction's marker decides them). ``on_appended(first offset)`` runs as soon as
-        the leader appended them, before the wait for acks=all."""
-        return await self._append(shard, records, producer, on_appended)
+        the leader appended them, before the wait for acks=all. ``verification``: KIP-890's
+        check with the transaction coordinator was made (its guard must still be current
+        for a batch that opens a transaction on the partition)."""
+        return await self._append(shard, records, producer, on_appended, verification)
 
     async def _append(
         self,
@@ -453,6 +457,7 @@ class GroupCoordinator:
         records: list[Record],
         producer: TransactionalProducer,
         on_appended: Callable[[int], None] | None,
+        verification: Verification | None = None,
     ) -> tuple[ErrorCode, int]:
         if not records:
             return ErrorCode.none, -1
@@ -475,7 +480,19 @@ class GroupCoordinator:
         )
         rm = self.replica_manager
         key = (GROUP_METADATA_TOPIC_NAME, shard.partition)
-        result = rm.append_to_leader(key[0], key[1], batch, -1, now, from_coordinator=True)
+        if verification is None:
+            result = rm.append_to_leader(key[0], key[1], batch, -1, now, from_coordinator=True)
+        else:
+            result = rm.append_to_leader(
+                key[0],
+                key[1],
+                batch,
+                -1,
+                now,
+                verification_required=True,
+                verification_guard=verification.guard,
+                from_coordinator=True,
+            )
         if result.error == ErrorCode.none:
             if on_appended is not None and shard.active:
                 on_appended(result.base_offset)
@@ -568,6 +585,15 @@ class TransactionalProducer:
 
 
 NON_TRANSACTIONAL = TransactionalProducer(-1, -1)
+
+
+@dataclass(frozen=True)
+class Verification:
+    """A transactional write verified with the transaction coordinator (KIP-890): the
+    partition's guard from before the check (None: the producer's transaction was already
+    open there), which a marker written since makes stale."""
+
+    guard: VerificationGuard | None
 
 
 def offset_commit_record(

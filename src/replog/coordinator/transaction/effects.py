@@ -18,7 +18,9 @@ markers to send. The broker carries them out and reports back:
   partition leader; report each partition's result with ``markers_written``, a lost
   connection with ``markers_undelivered``, partitions without a leader (deleted) with
   ``markers_partitions_deleted``; every request once (as Kafka's completion handler
-  runs once per request), since the core matches answers by transactional id.
+  runs once per request), since the core matches answers by transactional id. A
+  marker with ``attempt`` above 0 is the core asking again after a retriable error
+  or a lost request: send it only after ``marker_retry_backoff_ms(attempt)``.
 - ``needs_producer_id``: InitProducerId needs a new producer id; allocate one (the
   broker's ``ProducerIdManager``, blocks from ``/latest_producer_id_block``) and call
   again with ``new_producer_id``. The state is checked again then, so an await between
@@ -94,6 +96,25 @@ class SendTxnMarkers:
     producer_epoch: int
     result: TransactionResult
     partitions: frozenset[TopicPartition]
+    attempt: int = 0  # 0: first send; n: the n-th time these partitions are asked again
+
+
+# Kafka's client defaults for ``retry.backoff.ms`` and ``retry.backoff.max.ms`` (KIP-580)
+MARKER_RETRY_BACKOFF_MS = 100
+MARKER_RETRY_BACKOFF_MAX_MS = 1000
+
+
+def marker_retry_backoff_ms(
+    attempt: int,
+    backoff_ms: int = MARKER_RETRY_BACKOFF_MS,
+    max_backoff_ms: int = MARKER_RETRY_BACKOFF_MAX_MS,
+) -> int:
+    """How long to wait before the ``attempt``-th resend of a marker: none for the first
+    send, then ``backoff_ms`` doubling with each attempt up to ``max_backoff_ms``
+    (KIP-580's exponential backoff, without its jitter: the core stays deterministic)."""
+    if attempt <= 0:
+        return 0
+    return min(max_backoff_ms, backoff_ms << min(attempt - 1, 30))
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,11 @@ For each marker the partitions are split by their current leader (``leader_of``)
   (connection refused or lost, timed out) reports each of its markers ``undelivered``;
   the core asks for them again and they go to whoever leads then, after a backoff.
 
+A marker the core asks for again (``attempt`` above 0: a retriable error such as
+NOT_ENOUGH_REPLICAS, or a lost request) waits ``marker_retry_backoff_ms(attempt)``
+before it is routed (``retrying_count`` counts those waiting), so a leader that cannot
+take it yet is not asked again at once, round after round.
+
 The leader is this broker too at times; the marker then goes through the network to
 itself, as in Kafka.
 
@@ -34,7 +39,7 @@ from typing import Protocol
 from kio.schema.errors import ErrorCode
 from kio.schema.write_txn_markers.v1 import request as wtm_req
 
-from replog.coordinator.transaction.effects import SendTxnMarkers
+from replog.coordinator.transaction.effects import SendTxnMarkers, marker_retry_backoff_ms
 from replog.coordinator.transaction.transaction_log import group_partitions
 from replog.protocol.client import KafkaConnection
 from replog.security.client_security import PLAINTEXT, ClientSecurity
@@ -88,6 +93,7 @@ class TransactionMarkerChannel:
         self._senders: dict[int, asyncio.Task[None]] = {}
         self._connections: dict[int, KafkaConnection] = {}
         self._timers: set[asyncio.TimerHandle] = set()
+        self._retry_timers: set[asyncio.TimerHandle] = set()
         self._closed = False
 
     def unknown_destination_count(self) -> int:
@@ -99,9 +105,30 @@ class TransactionMarkerChannel:
         """Markers queued for a broker's next request."""
         return sum(len(q) for q in self._queues.values())
 
+    def retrying_count(self) -> int:
+        """Markers asked again, waiting out their backoff before they are routed."""
+        return len(self._retry_timers)
+
     def send(self, marker: SendTxnMarkers) -> None:
+        """Route ``marker`` to its partitions' leaders: at once the first time, after
+        ``marker_retry_backoff_ms(marker.attempt)`` when the core asks again."""
         if self._closed:
             return
+        delay_ms = marker_retry_backoff_ms(marker.attempt)
+        if delay_ms <= 0:
+            self._route(marker)
+            return
+        loop = asyncio.get_running_loop()
+
+        def fire() -> None:
+            self._retry_timers.discard(handle)
+            if not self._closed:
+                self._route(marker)
+
+        handle = loop.call_later(delay_ms / 1000, fire)
+        self._retry_timers.add(handle)
+
+    def _route(self, marker: SendTxnMarkers) -> None:
         by_leader: dict[int, set[TopicPartition]] = defaultdict(set)
         deleted, leaderless = [], set()
         for tp in marker.partitions:
@@ -135,7 +162,8 @@ class TransactionMarkerChannel:
 
         def fire() -> None:
             self._timers.discard(handle)
-            self.send(marker)
+            if not self._closed:
+                self._route(marker)
 
         handle = loop.call_later(delay_s, fire)
         self._timers.add(handle)
@@ -225,9 +253,10 @@ class TransactionMarkerChannel:
 
     async def close(self) -> None:
         self._closed = True
-        for handle in self._timers:
+        for handle in (*self._timers, *self._retry_timers):
             handle.cancel()
         self._timers.clear()
+        self._retry_timers.clear()
         for task in self._senders.values():
             task.cancel()
         for task in self._senders.values():

@@ -20,6 +20,14 @@ UNSUPPORTED_FOR_MESSAGE_FORMAT, UNSUPPORTED_VERSION               removed (the p
 anything else (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, ...)           raises: Kafka's fatal
 ================================================================  =========================
 
+A marker asked again (a retriable error, or a request without an answer) carries one
+``attempt`` more than the one it answers, and the channel waits
+``marker_retry_backoff_ms(attempt)`` before sending it: 100 ms doubling up to 1 s, as
+``retry.backoff.ms`` / ``retry.backoff.max.ms`` (KIP-580), instead of asking a leader
+under ``min.insync.replicas`` again at once, round after round, until its ISR grows
+back. A marker that succeeds on some partitions of a broker and fails on others is
+retried only for the failed ones.
+
 When no partition is left, CompleteCommit/CompleteAbort is appended; on
 COORDINATOR_NOT_AVAILABLE it is appended again (Kafka's retry queue), on NOT_COORDINATOR
 or COORDINATOR_LOAD_IN_PROGRESS dropped (the next coordinator completes the transaction
@@ -173,7 +181,7 @@ class PendingMarkers:
         again, to the partitions' current leaders, unless the coordinator moved on."""
         if self._pending_for(marker) is None:
             return Outcome()
-        return Outcome(markers=(marker,))
+        return Outcome(markers=(_resend(marker, marker.partitions),))
 
     def partitions_deleted(
         self, marker: SendTxnMarkers, partitions: Iterable[TopicPartition]
@@ -223,6 +231,8 @@ class PendingMarkers:
 
 
 def _resend(marker: SendTxnMarkers, partitions: Iterable[TopicPartition]) -> SendTxnMarkers:
+    """``marker`` asked again for ``partitions``: one attempt more, so that the channel
+    backs off before sending it (``marker_retry_backoff_ms``)."""
     return SendTxnMarkers(
         marker.transactional_id,
         marker.coordinator_epoch,
@@ -230,4 +240,5 @@ def _resend(marker: SendTxnMarkers, partitions: Iterable[TopicPartition]) -> Sen
         marker.producer_epoch,
         marker.result,
         frozenset(partitions),
+        attempt=marker.attempt + 1,
     )

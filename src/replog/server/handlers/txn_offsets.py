@@ -14,7 +14,12 @@ Read (TOPIC_AUTHORIZATION_FAILED) and existence of each partition
 (UNKNOWN_TOPIC_OR_PARTITION); the rest goes to the group coordinator
 (``coordinator.group.txn_offsets``), whose error (NOT_COORDINATOR, ILLEGAL_GENERATION,
 FENCED_INSTANCE_ID, INVALID_PRODUCER_EPOCH from the partition, ...) every one of those
-partitions carries; a metadata string over ``offset.metadata.max.bytes`` is
+partitions carries. With ``transaction.partition.verification.enable`` it first verifies
+the offsets partition with the transaction coordinator (KIP-890, ``_verify``): a
+partition not in the producer's ongoing transaction is INVALID_TXN_STATE, a fenced epoch
+INVALID_PRODUCER_EPOCH, the coordinator's retriable errors COORDINATOR_NOT_AVAILABLE and
+a lost verification COORDINATOR_LOAD_IN_PROGRESS (Kafka's
+``maybeConvertOffsetCommitError``, which clients retry); a metadata string over ``offset.metadata.max.bytes`` is
 OFFSET_METADATA_TOO_LARGE for its partition alone when the group accepts the commit.
 """
 
@@ -24,15 +29,57 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from replog.coordinator.group.coordinator import TransactionalProducer
+from replog.common.topics import GROUP_METADATA_TOPIC_NAME
+from replog.coordinator.group.coordinator import TransactionalProducer, Verification
 from replog.coordinator.group.records import NO_EXPIRE_TIMESTAMP, OffsetCommitValue, storable
 from replog.coordinator.group.txn_offsets import GroupFence, commit_transactional_offsets
 from replog.protocol.apis import ApiKey, make, nested
 from replog.security.acl import AclOperation, ResourceType
 from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class
 from replog.server.network import RequestContext
+from replog.server.txn_verification import produce_error
 
 NO_LEADER_EPOCH = -1
+# Kafka ``GroupMetadataManager.maybeConvertOffsetCommitError`` for a verification's error
+_VERIFICATION_ERRORS = {
+    ErrorCode.network_exception: ErrorCode.coordinator_load_in_progress,
+    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
+}
+
+
+def _verifier(services: BrokerServices, transactional_id: str):
+    """KIP-890: the check ``commit_transactional_offsets`` makes before it opens the
+    producer's transaction on the group's offsets partition (Kafka
+    ``maybeStartTransactionVerificationForPartition``)."""
+
+    async def verify(
+        partition: int, producer: TransactionalProducer
+    ) -> tuple[ErrorCode, Verification | None]:
+        key = (GROUP_METADATA_TOPIC_NAME, partition)
+        rm = services.replica_manager
+        error, guard = rm.maybe_start_transaction_verification(*key, producer.producer_id)
+        if error is not ErrorCode.none:
+            return _VERIFICATION_ERRORS.get(error, error), None
+        if guard is None:  # its transaction is open on the partition already
+            return ErrorCode.none, Verification(None)
+        verifier = services.transaction_verifier
+        if verifier is None:
+            code = ErrorCode.coordinator_not_available
+        else:
+            answers = await verifier.verify(
+                transactional_id, producer.producer_id, producer.producer_epoch, [key]
+            )
+            code = answers[key]
+        if code is ErrorCode.none:
+            return ErrorCode.none, Verification(guard)
+        code = produce_error(code)
+        return _VERIFICATION_ERRORS.get(code, code), None
+
+    return verify
 
 
 async def handle_txn_offset_commit(
@@ -97,8 +144,13 @@ async def handle_txn_offset_commit(
         producer = TransactionalProducer(
             int(request.producer_id), int(request.producer_epoch), str(request.transactional_id)
         )
+        verify = (
+            _verifier(s, str(request.transactional_id))
+            if s.config.transaction_partition_verification_enable
+            else None
+        )
         error = await commit_transactional_offsets(
-            s.group_coordinator, group_id, producer, fence, writes
+            s.group_coordinator, group_id, producer, fence, writes, verify
         )
         for tp, _ in writes:
             errors[tp] = error
