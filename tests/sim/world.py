@@ -69,6 +69,7 @@ from replog.controller.decisions import PREFERRED_ELECTION, UNCLEAN_ELECTION
 from replog.replication.follower import FollowerPhase
 from replog.replication.truncation import check_epoch_entries
 from sim.broker import Role, SimBroker, TruncationRule
+from sim.consumer import Consumers
 from sim.controller import INELIGIBLE, NO_LEADER, SimController, SimControllerDriver
 from sim.network import (
     ControllerWork,
@@ -139,6 +140,13 @@ class SimConfig:
     broker_isr_propagation: bool = False
     # the brokers' delete.topic.enable (false: the controller drops deletion requests)
     delete_topic_enable: bool = True
+    # consumers fetching at v12 with last_fetched_epoch (KIP-595) in fetch sessions
+    # (sim/consumer.py), on a random stream of their own; and the brokers' session cache
+    # (max.incremental.fetch.session.cache.slots, min.incremental.fetch.session.eviction.ms)
+    consumers: int = 0
+    consumer_fetch_probability: float = 0.3
+    fetch_session_cache_slots: int = 1_000
+    fetch_session_eviction_ms: int = 120_000
     # after heal(): a leader, a full ISR, identical logs and an acknowledged produce within
     # this much simulated time (runs take 0.3-2.5 s; catching up 3,000 records at 25 per
     # fetch takes ~5 s)
@@ -224,6 +232,7 @@ class World:
         self.faults_enabled = True
         self.produce_enabled = True
         self.stats: dict[str, int] = {}
+        self.consumers = Consumers(self, config.consumers)
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -900,6 +909,7 @@ class World:
                 raise AssertionError("simulation ran out of events")
             self.restart(self.rng.choice(down).id)
         self.check_invariants()
+        self.consumers.maybe_fetch()
 
     def run(self, steps: int) -> None:
         for _ in range(steps):
