@@ -66,7 +66,7 @@ from sim.network import (
     Timer,
     ZkPartitionState,
 )
-from sim.sessions import check_session_cache
+from sim.sessions import check_fetch_ready, check_session_cache
 
 if TYPE_CHECKING:
     from sim.world import World
@@ -588,6 +588,7 @@ class SimBroker:
         for cached in context.partitions():
             read = cached.read_request()
             offset = read.fetch_offset
+            ready = self.machine.fetch_ready(req.src, read.fetch_offset)
             decision = self.machine.on_fetch(
                 req.src,
                 read.fetch_offset,
@@ -595,6 +596,7 @@ class SimBroker:
                 self._clock(),
                 broker_epoch=req.broker_epoch,
             )
+            check_fetch_ready(self.world, self, f"b{req.src}", ready, decision)
             error = decision.error
             if error is ErrorCode.none and decision.bounds is not None:
                 if decision.follower_lost_records:

@@ -46,7 +46,7 @@ from replog.replication.fetch_session_handler import FetchSessionHandler
 from replog.server.fetch_session import CachedPartition
 from sim.broker import FETCH_MAX_BYTES, MAX_RECORDS_PER_FETCH, NO_LEADER
 from sim.network import Record
-from sim.sessions import check_session_cache
+from sim.sessions import check_fetch_ready, check_session_cache
 
 if TYPE_CHECKING:
     from sim.broker import SimBroker
@@ -178,6 +178,7 @@ class Consumers:
                     f"its position is {consumer.position}",
                 )
                 return
+            ready = broker.machine.fetch_ready(CONSUMER_REPLICA_ID, read.fetch_offset)
             decision = broker.machine.on_fetch(
                 CONSUMER_REPLICA_ID,
                 read.fetch_offset,
@@ -185,6 +186,7 @@ class Consumers:
                 now,
                 last_fetched_epoch=read.last_fetched_epoch,
             )
+            check_fetch_ready(world, broker, f"consumer {consumer.id}", ready, decision)
             records: tuple[Record, ...] = ()
             if decision.error is ErrorCode.none and decision.bounds is not None:
                 start = decision.bounds.start_offset

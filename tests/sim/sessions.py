@@ -1,6 +1,6 @@
-"""Kafka's fetch session cache rules (KIP-227), checked from outside the shipped
-``FetchSessionCache`` around each fetch the simulated brokers answer, followers' and
-consumers' alike.
+"""Rules of the leader's fetch path checked from outside, around each fetch the simulated
+brokers answer, followers' and consumers' alike: Kafka's fetch session cache (KIP-227)
+and the long-poll readiness a waiting fetch asks (``PartitionMachine.fetch_ready``).
 
 Concurrency: pure checks, called by the single-threaded world.
 """
@@ -9,10 +9,40 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kio.schema.errors import ErrorCode
+
 from replog.server.fetch_session import FetchSession, FetchSessionCache
 
 if TYPE_CHECKING:
+    from replog.replication.actions import FetchDecision
+    from sim.broker import SimBroker
     from sim.world import World
+
+
+def check_fetch_ready(
+    world: World, broker: SimBroker, fetcher: str, ready: bool, decision: FetchDecision
+) -> None:
+    """``fetch_ready_disagrees``: a fetch that would wait (Kafka ``DelayedFetch``) is
+    ready exactly when the read it waits for is not empty, while the broker leads. Asked
+    before the read: ``ready`` is ``fetch_ready``'s answer for the fetch's offset."""
+    ls = broker.machine.leader_state
+    if ls is None or not ls.is_leading:
+        if not ready:
+            world.violation(
+                "fetch_ready_disagrees", f"{fetcher} at b{broker.id}: not leading, not ready"
+            )
+        return
+    if decision.error is not ErrorCode.none or decision.bounds is None:
+        return
+    if decision.diverging_epoch is not None or decision.throttled:
+        return
+    has_data = not decision.bounds.is_empty
+    if ready != has_data:
+        world.violation(
+            "fetch_ready_disagrees",
+            f"{fetcher} at b{broker.id}: ready={ready}, the read is "
+            f"[{decision.bounds.start_offset}, {decision.bounds.end_offset})",
+        )
 
 
 def check_session_cache(
