@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Iterator
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -47,12 +48,21 @@ from replog.replication.core import LeaderState
 from replog.replication.fetch_session_handler import FetchSessionHandler
 from replog.server.fetch_session import IncrementalFetchContext
 from sim.broker import NO_LEADER, TruncationRule
+from sim.logcheck import every_log_record_formats
 from sim.network import ControllerWork
 from sim.regressions import REGRESSIONS, Regression
 from sim.run import DEFAULT_STEPS, PROFILES, failure_kind, run_random
 from sim.script import all_fetching, commit, payloads, scripted, three_replicas
 from sim.world import PROBE, SimConfig, SimInvariantViolation, World
 from sim.zookeeper import PARTITION
+
+
+@pytest.fixture(autouse=True)
+def _log_records_format() -> Iterator[None]:
+    """Every log record the runs make the shipped code write formats (sim/logcheck.py)."""
+    with every_log_record_formats():
+        yield
+
 
 # Seeds for make test: a fixed short set (about 1 s of wall time per run).
 FIXED_SEEDS = (0, 1, 2)

@@ -36,6 +36,7 @@ from replog.replication.machine import PartitionMachine
 from replog.replication.truncation import high_watermark_truncation
 from replog.server import fetch_session
 from sim.broker import TruncationRule
+from sim.logcheck import every_log_record_formats
 from sim.run import PROFILES, failure_kind, run_random
 from sim.script import commit, payloads, scripted, three_replicas
 from sim.world import SimInvariantViolation, World
@@ -55,6 +56,13 @@ def _quiet_controller_logs(caplog) -> Iterator[None]:
     """Failed elections are logged at WARNING thousands of times; keep reports readable."""
     caplog.set_level(logging.ERROR)
     yield
+
+
+@pytest.fixture(autouse=True)
+def _log_records_format(_quiet_controller_logs) -> Iterator[None]:
+    """Every log record the runs make the shipped code write formats (sim/logcheck.py)."""
+    with every_log_record_formats():
+        yield
 
 
 def first_violation(
