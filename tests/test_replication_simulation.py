@@ -750,7 +750,7 @@ def test_min_insync_replicas_changed_live() -> None:
     """A live min.insync.replicas change (a topic config the brokers apply at once): with
     b3 down and the ISR [1, 2], raising it to 3 refuses acks=all appends
     (NOT_ENOUGH_REPLICAS); back to 2, they are acknowledged again. A value below 1 is
-    refused."""
+    refused; at 1 the leader alone, out of an ISR of one, acknowledges."""
     world = three_replicas()
     world.crash(3)
     world.run_until(lambda: world.brokers[1].leader_state.in_sync_replicas == (1, 2))
@@ -765,9 +765,16 @@ def test_min_insync_replicas_changed_live() -> None:
     commit(world, 1, "y")
     with pytest.raises(ValueError):
         world.brokers[1].machine.set_min_insync_replicas(0)
+    # down to 1: the leader alone acknowledges (the world's acks=all check follows it)
+    world.config.min_insync_replicas = 1
+    for b in world.brokers.values():
+        b.machine.set_min_insync_replicas(1)
+    world.crash(2)
+    world.run_until(lambda: world.brokers[1].leader_state.in_sync_replicas == (1,))
+    commit(world, 1, "z")
     world.heal_and_converge()
     world.check_acked_everywhere()
-    assert payloads(world, 3) == ["m0", "y", PROBE]
+    assert payloads(world, 3) == ["m0", "y", "z", PROBE]
 
 
 @pytest.mark.parametrize("flushed", [1, 0])

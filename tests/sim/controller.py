@@ -579,6 +579,17 @@ class SimController:
         outcome = outcomes[PARTITION]
         self.elect_leaders_answers.append(outcome)
         self.trace(f"ElectLeaders (type {election_type}): {outcome}")
+        failed = (
+            ErrorCode.preferred_leader_not_available,
+            ErrorCode.eligible_leaders_not_available,
+        )
+        if outcome.error_code in failed and f"{PARTITION[0]}-{PARTITION[1]}" not in (
+            outcome.message or ""
+        ):
+            # Kafka: ApiError(..., "Failed to elect leader for partition t-0 ...")
+            self.world.violation(
+                "election_answer_message", f"ElectLeaders answered {outcome}: no partition named"
+            )
         assert self.processing is not None
         if election_type == decisions.PREFERRED_ELECTION:
             self.check_preferred_leader(self.processing, "ElectLeaders (preferred)", outcome)
