@@ -572,6 +572,23 @@ def test_controlled_shutdown_moves_leadership_before_the_answer() -> None:
     world.check_acked_everywhere()
 
 
+def test_controlled_shutdown_sent_to_a_broker_that_is_not_the_controller() -> None:
+    """b3's ControlledShutdown reaches b2, whose controller is inactive (the broker's
+    metadata named an old controller): b2 answers NOT_CONTROLLER (the
+    ``shutdown_answer_not_controller`` invariant), and nothing moves."""
+    world = three_replicas()
+    inactive = world.controller.controllers[2]
+    assert not inactive.is_active and world.controller.state.leader == 1
+    b3 = world.brokers[3]
+    inactive.process(world.controller.controlled_shutdown(3, b3.broker_epoch, b3.incarnation))
+    assert [(b, a.error_code) for b, a in world.controller.controlled_shutdown_answers] == [
+        (3, ErrorCode.not_controller)
+    ]
+    assert world.controller.state.leader == 1 and world.controller.state.isr == (1, 2, 3)
+    world.heal_and_converge()
+    world.check_acked_everywhere()
+
+
 def offline_partition() -> World:
     """b2 and b3 fail (the ISR shrinks to [1]), then b1: b2 and b3 come back, out of sync,
     and the partition stays without a leader: no clean election can give it one."""
