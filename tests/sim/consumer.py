@@ -108,7 +108,34 @@ class Consumers:
         broker = self.world.brokers[target]
         if not broker.alive or broker.paused or broker.log_dir_failed:
             return
+        if self.rng.random() < 0.03:  # it leaves this broker for now: closes its session
+            self.close_session(consumer, broker)
+            return
         self.fetch(consumer, broker, st.leader_epoch)
+
+    def close_session(self, consumer: SimConsumer, broker: SimBroker) -> None:
+        """The last request of a session (its id at the final epoch, no partitions), as
+        the shipped ``FetchSessionHandler.close`` makes it. ``fetch_session_not_closed``:
+        the broker no longer holds the session afterwards."""
+        metadata = consumer.session(broker.id).close()
+        if metadata is None:
+            return
+        context = broker.fetch_manager.new_context(
+            CONSUMER_FETCH_VERSION, metadata, False, [], [], self.world.local_now(broker.id)
+        )
+        self.world.count("consumer_session_closed")
+        if context.error is not ErrorCode.none or context.partitions():
+            self.world.violation(
+                "fetch_session_not_closed",
+                f"consumer {consumer.id} at b{broker.id}: closing {metadata} answered "
+                f"{context.error.name} with {len(context.partitions())} partitions",
+            )
+        if broker.fetch_manager.cache.get(metadata.session_id) is not None:
+            self.world.violation(
+                "fetch_session_not_closed",
+                f"consumer {consumer.id} at b{broker.id}: session {metadata.session_id} "
+                "still held after its close",
+            )
 
     def fetch(self, consumer: SimConsumer, broker: SimBroker, leader_epoch: int) -> None:
         world = self.world
