@@ -26,6 +26,10 @@ Invariants (``World.violation``):
   client's session handler holds (a full fetch's, or the session's after the incremental
   fetch's additions, updates and forgotten partitions); ``fetch_session_stale_offset``:
   the offset it reads at is the one the client last sent.
+* ``consumer_answer_lso``: an answer without error carries the HW as its last stable
+  offset (no transaction is ever open in the simulated world).
+* ``fetch_session_epoch_reused``: an incremental request sent again (a retry) is answered
+  INVALID_FETCH_SESSION_EPOCH, and the session stays.
 * ``fetch_session_answer``: an answer names only partitions the fetch's session holds (the
   handler refuses others), and a full answer names every partition asked.
 
@@ -252,13 +256,43 @@ class Consumers:
             return
         if session_id:
             world.count("consumer_fetch_in_session")
+            if not data.metadata.is_full and self.rng.random() < 0.05:
+                self._repeat(consumer, broker, data.metadata, session_id)
         for _, read, decision, records in answers:
             if decision is not None:
                 self._on_answer(consumer, broker, read, decision, records)
 
+    def _repeat(self, consumer, broker, metadata, session_id: int) -> None:
+        """The same incremental request again (a client retrying one whose answer it
+        thinks lost): ``fetch_session_epoch_reused``: the broker answers
+        INVALID_FETCH_SESSION_EPOCH and keeps the session."""
+        context = broker.fetch_manager.new_context(
+            CONSUMER_FETCH_VERSION, metadata, False, [], [], self.world.local_now(broker.id)
+        )
+        self.world.count("consumer_fetch_repeated")
+        if context.error is not ErrorCode.invalid_fetch_session_epoch or (
+            broker.fetch_manager.cache.get(session_id) is None
+        ):
+            self.world.violation(
+                "fetch_session_epoch_reused",
+                f"consumer {consumer.id} at b{broker.id}: {metadata} again answered "
+                f"{context.error.name}, session kept: "
+                f"{broker.fetch_manager.cache.get(session_id) is not None}",
+            )
+
     def _on_answer(self, consumer, broker, read, decision, records) -> None:
         world = self.world
         diverging = decision.diverging_epoch
+        if (
+            decision.error is ErrorCode.none
+            and decision.last_stable_offset != decision.high_watermark
+        ):
+            # no transaction is ever open here: the last stable offset is the HW
+            world.violation(
+                "consumer_answer_lso",
+                f"consumer {consumer.id} at b{broker.id}: answered LSO "
+                f"{decision.last_stable_offset}, HW {decision.high_watermark}",
+            )
         checked = read.last_fetched_epoch >= 0 and decision.bounds is None
         if diverging is not None or (checked and decision.error is ErrorCode.offset_out_of_range):
             world.count("consumer_divergence")
