@@ -66,7 +66,7 @@ from sim.network import (
     Timer,
     ZkPartitionState,
 )
-from sim.sessions import check_fetch_ready, check_session_cache
+from sim.sessions import check_fetch_ready, check_follower_answer, check_session_cache
 
 if TYPE_CHECKING:
     from sim.world import World
@@ -589,14 +589,18 @@ class SimBroker:
             read = cached.read_request()
             offset = read.fetch_offset
             ready = self.machine.fetch_ready(req.src, read.fetch_offset)
+            ls = self.machine.leader_state
+            in_sync = ls is not None and req.src in ls.in_sync_replicas
             decision = self.machine.on_fetch(
                 req.src,
                 read.fetch_offset,
                 read.current_leader_epoch,
                 self._clock(),
                 broker_epoch=req.broker_epoch,
+                replication_throttled=self.world.over_replication_quota(),
             )
             check_fetch_ready(self.world, self, f"b{req.src}", ready, decision)
+            check_follower_answer(self.world, self, req.src, in_sync, decision)
             error = decision.error
             if error is ErrorCode.none and decision.bounds is not None:
                 if decision.follower_lost_records:

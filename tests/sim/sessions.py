@@ -1,6 +1,7 @@
 """Rules of the leader's fetch path checked from outside, around each fetch the simulated
 brokers answer, followers' and consumers' alike: Kafka's fetch session cache (KIP-227)
-and the long-poll readiness a waiting fetch asks (``PartitionMachine.fetch_ready``).
+the long-poll readiness a waiting fetch asks (``PartitionMachine.fetch_ready``), and the
+replication throttle's answers.
 
 Concurrency: pure checks, called by the single-threaded world.
 """
@@ -94,3 +95,38 @@ def check_session_cache(
             )
         else:
             world.count("fetch_session_evicted")
+
+
+def check_follower_answer(
+    world: World, broker: SimBroker, follower: int, in_sync: bool, decision: FetchDecision
+) -> None:
+    """What a follower's fetch is answered, the replication throttle included (Kafka
+    ``shouldLeaderThrottle``: only a follower out of the ISR is throttled, and then gets
+    nothing to read):
+
+    * ``throttled_in_sync``: a follower in the ISR when it fetched is never throttled;
+    * ``throttled_with_records``: a throttled answer has nothing to read;
+    * ``follower_answer_lso``: an answer without error carries a last stable offset, at
+      most the HW it answers (which the fetch itself may have moved past the LSO read
+      before it; no transaction is ever open here).
+    """
+    if decision.throttled:
+        world.count("fetch_throttled")
+        if in_sync:
+            world.violation(
+                "throttled_in_sync", f"b{follower} in the ISR throttled by b{broker.id}"
+            )
+        if decision.bounds is None or not decision.bounds.is_empty:
+            world.violation(
+                "throttled_with_records",
+                f"b{follower} throttled by b{broker.id}: {decision.bounds}",
+            )
+    lso = decision.last_stable_offset
+    if decision.error is ErrorCode.none and not (
+        isinstance(lso, int) and 0 <= lso <= decision.high_watermark
+    ):
+        world.violation(
+            "follower_answer_lso",
+            f"b{follower} at b{broker.id}: answered LSO {decision.last_stable_offset}, "
+            f"HW {decision.high_watermark}",
+        )

@@ -147,6 +147,9 @@ class SimConfig:
     consumer_fetch_probability: float = 0.3
     fetch_session_cache_slots: int = 1_000
     fetch_session_eviction_ms: int = 120_000
+    # the leader's replication quota (leader.replication.throttled.replicas): how often a
+    # follower's fetch finds the leader over it (its own random stream; 0: never)
+    replication_throttle: float = 0.0
     # after heal(): a leader, a full ISR, identical logs and an acknowledged produce within
     # this much simulated time (runs take 0.3-2.5 s; catching up 3,000 records at 25 per
     # fetch takes ~5 s)
@@ -233,6 +236,7 @@ class World:
         self.produce_enabled = True
         self.stats: dict[str, int] = {}
         self.consumers = Consumers(self, config.consumers)
+        self._throttle_rng = random.Random(seed * 104_729 + 3)
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -881,6 +885,11 @@ class World:
             self.trace(f"b{target}: disk slow until t={until}")
         elif cfg.clock_jumps:
             self.jump_clock(target, rng.randint(100, 3 * cfg.replica_lag_time_max_ms))
+
+    def over_replication_quota(self) -> bool:
+        """Whether the leader's replication quota meter is over its bound for this fetch."""
+        throttle = self.config.replication_throttle
+        return bool(throttle) and self._throttle_rng.random() < throttle
 
     def produce(self, broker: int | None = None, payload: str | None = None) -> str:
         self.produced += 1
