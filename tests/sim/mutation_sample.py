@@ -14,6 +14,10 @@ mutants first) cannot bias the rate towards the fast ones.
     mutmut run $(cat sample.txt)            # or a part of it: see ``order``
     python tests/sim/mutation_sample.py estimate --prefix 8
 
+Survivors can be run again against newer tests one by one (``MUTANT_UNDER_TEST=name
+pytest ...`` in the mutants/ copy, the tests that should now fail them); a file of
+``KILLED<TAB>name`` lines from such runs (``--recheck``) counts them as killed.
+
 ``exclude`` lists module name parts left out of the population (``delete_records``:
 ``make mutation-sim`` does not mutate it; the simulator has no DeleteRecords).
 """
@@ -72,9 +76,14 @@ def order(prefix: int) -> None:
                 print(n)  # survivors too: tests may have been added since
 
 
-def estimate(prefix: int | None) -> None:
+def estimate(prefix: int | None, rechecks: list[str]) -> None:
     state = json.loads(STATE.read_text())
     codes = _verdicts()
+    for path in rechecks:  # "KILLED<TAB>mutant" lines: a later test run killed a survivor
+        for line in Path(path).read_text().splitlines():
+            verdict, mutant = line.split("\t")[:2]
+            if verdict == "KILLED" and codes.get(mutant) not in NO_VERDICT:
+                codes[mutant] = 1
     population = state["population"]
     total = sum(len(v) for v in population.values())
     est = var = 0.0
@@ -117,13 +126,19 @@ def main(argv: list[str] | None = None) -> int:
     o.add_argument("--prefix", type=int, required=True)
     e = sub.add_parser("estimate")
     e.add_argument("--prefix", type=int)
+    e.add_argument(
+        "--recheck",
+        action="append",
+        default=[],
+        help="a file of 'KILLED<TAB>mutant' lines: survivors killed since by newer tests",
+    )
     args = parser.parse_args(argv)
     if args.command == "sample":
         sample(args.size, args.seed, args.exclude)
     elif args.command == "order":
         order(args.prefix)
     else:
-        estimate(args.prefix)
+        estimate(args.prefix, args.recheck)
     return 0
 
 
