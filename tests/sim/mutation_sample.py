@@ -76,9 +76,12 @@ def order(prefix: int) -> None:
                 print(n)  # survivors too: tests may have been added since
 
 
-def estimate(prefix: int | None, rechecks: list[str]) -> None:
+def estimate(prefix: int | None, rechecks: list[str], equivalent: list[str]) -> None:
     state = json.loads(STATE.read_text())
     codes = _verdicts()
+    # mutants judged equivalent by reading them (message text): left out of their
+    # stratum's verdicts, the stratum's size kept (their share is assumed alike elsewhere)
+    left_out = {n for path in equivalent for n in Path(path).read_text().split()}
     for path in rechecks:  # "KILLED<TAB>mutant" lines: a later test run killed a survivor
         for line in Path(path).read_text().splitlines():
             verdict, mutant = line.split("\t")[:2]
@@ -95,6 +98,7 @@ def estimate(prefix: int | None, rechecks: list[str]) -> None:
         have = [n for n in chosen if codes.get(n) not in NO_VERDICT]
         if prefix is not None and len(have) < len(chosen):
             have = []  # an incomplete prefix is not a random sample: the stratum is unmeasured
+        have = [n for n in have if n not in left_out]
         killed = sum(codes[n] in KILLED for n in have)
         survivors = [n.split(".", 2)[2] for n in have if codes[n] not in KILLED]
         if not have:
@@ -132,13 +136,19 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="a file of 'KILLED<TAB>mutant' lines: survivors killed since by newer tests",
     )
+    e.add_argument(
+        "--equivalent",
+        action="append",
+        default=[],
+        help="a file of mutant names judged equivalent, left out of the verdicts",
+    )
     args = parser.parse_args(argv)
     if args.command == "sample":
         sample(args.size, args.seed, args.exclude)
     elif args.command == "order":
         order(args.prefix)
     else:
-        estimate(args.prefix, args.recheck)
+        estimate(args.prefix, args.recheck, args.equivalent)
     return 0
 
 
