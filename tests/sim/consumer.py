@@ -45,9 +45,10 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from replog.protocol.fetch_metadata import FetchMetadata
-from replog.replication.fetch_rules import FetchPartitionRequest
+from replog.replication.fetch_rules import READ_COMMITTED, READ_UNCOMMITTED, FetchPartitionRequest
 from replog.replication.fetch_session_handler import FetchSessionHandler
 from replog.server.fetch_session import CachedPartition
+from replog.storage.producer_state import last_stable_offset
 from sim.broker import FETCH_MAX_BYTES, MAX_RECORDS_PER_FETCH, NO_LEADER
 from sim.network import Record
 from sim.sessions import check_fetch_ready, check_session_cache
@@ -209,12 +210,22 @@ class Consumers:
                     f"its position is {consumer.position}",
                 )
                 return
-            ready = broker.machine.fetch_ready(CONSUMER_REPLICA_ID, read.fetch_offset)
+            # the first consumer reads committed: its bound is the LSO, the HW here (no
+            # transaction is ever open), as the broker reads it (first unstable: none)
+            committed_only = consumer.id == -1
+            ls = broker.machine.leader_state
+            lso = (
+                last_stable_offset(ls.high_watermark, broker.log.log_start_offset, None)
+                if committed_only and ls is not None
+                else None
+            )
+            ready = broker.machine.fetch_ready(CONSUMER_REPLICA_ID, read.fetch_offset, lso)
             decision = broker.machine.on_fetch(
                 CONSUMER_REPLICA_ID,
                 read.fetch_offset,
                 read.current_leader_epoch,
                 now,
+                isolation_level=READ_COMMITTED if committed_only else READ_UNCOMMITTED,
                 last_fetched_epoch=read.last_fetched_epoch,
             )
             check_fetch_ready(world, broker, f"consumer {consumer.id}", ready, decision)
