@@ -51,7 +51,7 @@ def module_of(mutant: str) -> str:
     return mutant.split(".x")[0]
 
 
-def sample(size: int, seed: int, exclude: list[str]) -> None:
+def sample(size: int, seed: int, exclude: list[str], order_seed: int | None) -> None:
     names = sorted(n for n in _verdicts() if not any(x in n for x in exclude))
     strata: dict[str, list[str]] = collections.defaultdict(list)
     for n in names:
@@ -61,6 +61,11 @@ def sample(size: int, seed: int, exclude: list[str]) -> None:
     for m, members in sorted(strata.items()):
         k = min(len(members), max(6, round(len(members) * size / len(names))))
         order[m] = rng.sample(members, k)  # a random order: prefixes are random samples
+    if order_seed is not None:  # a second, independent order (as the 2026-11-28 figure's)
+        shuffle = random.Random(order_seed)
+        for m in sorted(order):
+            order[m] = sorted(order[m])
+            shuffle.shuffle(order[m])
     STATE.write_text(json.dumps({"seed": seed, "population": strata, "order": order}))
     for m in order:
         print("\n".join(order[m]))
@@ -126,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--size", type=int, default=300)
     s.add_argument("--seed", type=int, required=True)
     s.add_argument("--exclude", action="append", default=["delete_records"])
+    s.add_argument("--order-seed", type=int)
     o = sub.add_parser("order")
     o.add_argument("--prefix", type=int, required=True)
     e = sub.add_parser("estimate")
@@ -144,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.command == "sample":
-        sample(args.size, args.seed, args.exclude)
+        sample(args.size, args.seed, args.exclude, args.order_seed)
     elif args.command == "order":
         order(args.prefix)
     else:
