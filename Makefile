@@ -68,6 +68,7 @@ sim: $(STAMP)
 # MUTATION_SIM_MODULES="replog.controller.core_election*"). Each starts from a fresh
 # mutants/ (the two selections' test maps differ). One child, at the lowest priority: hours
 # on a shared machine. Kill rate: `mutmut results --all true`; see tests/sim/MUTATION.md.
+# A stratified random sample instead (the figure there): tests/sim/mutation_sample.py.
 MUTATION_UNIT_TESTS := tests/test_replication_core.py tests/test_controller_decisions.py \
 	tests/test_controller_election.py tests/test_replication_machine.py \
 	tests/test_delete_records_rules.py

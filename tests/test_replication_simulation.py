@@ -17,14 +17,17 @@ high-watermark truncation, the zombie leader of seed 000, and one scenario per
 world fault (controller failover, one-way link, broker cut from ZooKeeper), a
 reassignment resumed by a new controller half way, a controlled shutdown, unclean
 leader election three ways, another topic created, grown and deleted across a
-controller failover.
+controller failover, a consumer told where its log diverges (KIP-595) after a loss.
+The "consumers" profile adds consumers that fetch with ``last_fetched_epoch`` in fetch
+sessions of several partitions, from brokers whose session cache has two slots
+(``sim/consumer.py``, ``sim/sessions.py``).
 
 Longer searches: ``PYTHONPATH=tests .venv/bin/python -m sim.run --seconds 600``.
 
 Environment:
   REPLOG_SIM_SEEDS=N     run seeds 0..N-1 per profile instead of the fixed set
   REPLOG_SIM_SEED=S      run only seed S (replay a failure)
-  REPLOG_SIM_STEPS=K     steps per run (default 20000)
+  REPLOG_SIM_STEPS=K     steps per run (default 20000; SHORT_STEPS for newer profiles)
   REPLOG_SIM_PROFILE=P   run only profile P (see sim/run.py's PROFILES)
   REPLOG_SIM_TRACE=all   keep the whole step trace for the failure report (default: last 600)
 """
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Iterator
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -44,12 +48,21 @@ from replog.replication.core import LeaderState
 from replog.replication.fetch_session_handler import FetchSessionHandler
 from replog.server.fetch_session import IncrementalFetchContext
 from sim.broker import NO_LEADER, TruncationRule
+from sim.logcheck import every_log_record_formats
 from sim.network import ControllerWork
 from sim.regressions import REGRESSIONS, Regression
 from sim.run import DEFAULT_STEPS, PROFILES, failure_kind, run_random
 from sim.script import all_fetching, commit, payloads, scripted, three_replicas
 from sim.world import PROBE, SimConfig, SimInvariantViolation, World
 from sim.zookeeper import PARTITION
+
+
+@pytest.fixture(autouse=True)
+def _log_records_format() -> Iterator[None]:
+    """Every log record the runs make the shipped code write formats (sim/logcheck.py)."""
+    with every_log_record_formats():
+        yield
+
 
 # Seeds for make test: a fixed short set (about 1 s of wall time per run).
 FIXED_SEEDS = (0, 1, 2)
@@ -69,12 +82,22 @@ def _profiles() -> list[str]:
 
 
 STEPS = int(os.environ.get("REPLOG_SIM_STEPS", str(DEFAULT_STEPS)))
+# make test's share: profiles added after the suite reached its time bound run shorter
+# unless REPLOG_SIM_STEPS says otherwise (make mutation-sim and make sim run them in full)
+SHORT_STEPS = {"consumers": 3_000}
+
+
+def _steps(profile: str) -> int:
+    if "REPLOG_SIM_STEPS" in os.environ:
+        return STEPS
+    return SHORT_STEPS.get(profile, STEPS)
 
 
 @pytest.mark.parametrize("profile", _profiles())
 @pytest.mark.parametrize("seed", _seeds())
 def test_random_simulation(profile: str, seed: int) -> None:
-    world = run_random(seed, PROFILES[profile], STEPS, label=profile)
+    steps = _steps(profile)
+    world = run_random(seed, PROFILES[profile], steps, label=profile)
     print(f"profile={profile} seed={seed} {world.summary()}")
     # the run did something: records were committed and acknowledged through faults
     assert len(world.committed) > 50 and len(world.acked) > 50, world.summary()
@@ -87,6 +110,14 @@ def test_random_simulation(profile: str, seed: int) -> None:
     # followers fetch in KIP-227 sessions (the shipped FetchSessionHandler and FetchManager):
     # some answers leave the partition out, as nothing was new
     assert world.stats.get("fetch_session_nothing_new", 0) > 0, world.summary()
+    if PROFILES[profile].consumers:  # consumers read with last_fetched_epoch, in sessions
+        assert world.stats.get("consumer_read", 0) > 0, world.summary()
+        assert world.stats.get("consumer_fetch_in_session", 0) > 0, world.summary()
+        # the two-slot cache evicted sessions, and their fetchers started new ones
+        assert world.stats.get("fetch_session_evicted", 0) > 0, world.summary()
+        assert world.stats.get("consumer_session_fetch_session_id_not_found", 0) > 0
+    if steps < DEFAULT_STEPS:
+        return  # a short run (make mutation-sim's) may draw none of the rarer operations
     if PROFILES[profile].reassignments:  # and the controller's operations were driven
         assert world.stats.get("reassignment", 0) > 0, world.summary()
         assert world.stats.get("controlled_shutdown", 0) > 0, world.summary()
@@ -541,6 +572,23 @@ def test_controlled_shutdown_moves_leadership_before_the_answer() -> None:
     world.check_acked_everywhere()
 
 
+def test_controlled_shutdown_sent_to_a_broker_that_is_not_the_controller() -> None:
+    """b3's ControlledShutdown reaches b2, whose controller is inactive (the broker's
+    metadata named an old controller): b2 answers NOT_CONTROLLER (the
+    ``shutdown_answer_not_controller`` invariant), and nothing moves."""
+    world = three_replicas()
+    inactive = world.controller.controllers[2]
+    assert not inactive.is_active and world.controller.state.leader == 1
+    b3 = world.brokers[3]
+    inactive.process(world.controller.controlled_shutdown(3, b3.broker_epoch, b3.incarnation))
+    assert [(b, a.error_code) for b, a in world.controller.controlled_shutdown_answers] == [
+        (3, ErrorCode.not_controller)
+    ]
+    assert world.controller.state.leader == 1 and world.controller.state.isr == (1, 2, 3)
+    world.heal_and_converge()
+    world.check_acked_everywhere()
+
+
 def offline_partition() -> World:
     """b2 and b3 fail (the ISR shrinks to [1]), then b1: b2 and b3 come back, out of sync,
     and the partition stays without a leader: no clean election can give it one."""
@@ -719,7 +767,7 @@ def test_min_insync_replicas_changed_live() -> None:
     """A live min.insync.replicas change (a topic config the brokers apply at once): with
     b3 down and the ISR [1, 2], raising it to 3 refuses acks=all appends
     (NOT_ENOUGH_REPLICAS); back to 2, they are acknowledged again. A value below 1 is
-    refused."""
+    refused; at 1 the leader alone, out of an ISR of one, acknowledges."""
     world = three_replicas()
     world.crash(3)
     world.run_until(lambda: world.brokers[1].leader_state.in_sync_replicas == (1, 2))
@@ -734,6 +782,62 @@ def test_min_insync_replicas_changed_live() -> None:
     commit(world, 1, "y")
     with pytest.raises(ValueError):
         world.brokers[1].machine.set_min_insync_replicas(0)
+    # down to 1: the leader alone acknowledges (the world's acks=all check follows it)
+    world.config.min_insync_replicas = 1
+    for b in world.brokers.values():
+        b.machine.set_min_insync_replicas(1)
+    world.crash(2)
+    world.run_until(lambda: world.brokers[1].leader_state.in_sync_replicas == (1,))
+    commit(world, 1, "z")
     world.heal_and_converge()
     world.check_acked_everywhere()
-    assert payloads(world, 3) == ["m0", "y", PROBE]
+    assert payloads(world, 3) == ["m0", "y", "z", PROBE]
+
+
+@pytest.mark.parametrize("flushed", [1, 0])
+def test_consumer_told_where_its_log_diverges_after_a_loss(flushed: int) -> None:
+    """KIP-595 at the leader, for a consumer that sends ``last_fetched_epoch``: it read m0
+    and m1 at epoch 1; both replicas crash and the new leader kept ``flushed`` of them
+    (a power failure: the loss is accepted). With m0 kept the leader answers a diverging
+    epoch (epoch 1 ends at 1) and the consumer goes back to 1; with nothing kept, epoch 1
+    is unknown: OFFSET_OUT_OF_RANGE, and the consumer starts over. Then it reads the new
+    leader's log, and nothing else."""
+    world = scripted(
+        TruncationRule.LEADER_EPOCH, flush_on_append=False, flush_interval_ms=None, consumers=1
+    )
+    consumer = world.consumers.consumers[0]
+    a, b = world.brokers[1], world.brokers[2]
+    commit(world, 1, "m0")
+    commit(world, 1, "m1")
+    epoch = world.controller.state.leader_epoch
+    for _ in range(3):  # a full fetch opens the session; the next ones are incremental
+        world.consumers.fetch(consumer, a, epoch)
+    assert [r.payload for r in consumer.records] == ["m0", "m1"]
+    assert {r.epoch for r in consumer.records} == {epoch}
+    a.log.flushed = a.log.log_end_offset
+    a.log.hw_checkpoint = a.high_watermark
+    b.log.flushed = flushed
+    world.crash(1)
+    world.crash(2, lose_unflushed=True)
+    world.accept_loss_beyond(flushed, "the only ISR member left lost its unflushed tail")
+    world.restart(2)
+    world.run_until(lambda: b.is_acting_leader)
+    commit(world, 2, "n0")
+    commit(world, 2, "n1")
+    epoch = world.controller.state.leader_epoch
+    world.consumers.fetch(consumer, b, epoch)  # the session with b is new: a full fetch
+    assert world.stats.get("consumer_divergence") == 1, world.summary()
+    assert [r.payload for r in consumer.records] == ["m0"][:flushed]
+    world.consumers.fetch(consumer, b, epoch)
+    assert (
+        [r.payload for r in consumer.records]
+        == payloads(world, 2)
+        == ["m0"][:flushed]
+        + [
+            "n0",
+            "n1",
+        ]
+    )
+    world.restart(1)
+    world.heal_and_converge()
+    assert payloads(world, 1) == payloads(world, 2)

@@ -28,12 +28,15 @@ from replog.controller.core_apply import MAX_WRITE_ATTEMPTS, DecisionExecutor
 from replog.controller.core_requests import ApplyRecord, Send, zk_call
 from replog.controller.effects import ControllerDecision
 from replog.controller.election import ElectionResult
+from replog.replication import fetch_decision
 from replog.replication import machine as machine_module
 from replog.replication.core import AcksAllStatus, HwChange, LeaderState, ReplicationInvariantError
 from replog.replication.follower import FollowerPhase
 from replog.replication.machine import PartitionMachine
 from replog.replication.truncation import high_watermark_truncation
+from replog.server import fetch_session
 from sim.broker import TruncationRule
+from sim.logcheck import every_log_record_formats
 from sim.run import PROFILES, failure_kind, run_random
 from sim.script import commit, payloads, scripted, three_replicas
 from sim.world import SimInvariantViolation, World
@@ -53,6 +56,13 @@ def _quiet_controller_logs(caplog) -> Iterator[None]:
     """Failed elections are logged at WARNING thousands of times; keep reports readable."""
     caplog.set_level(logging.ERROR)
     yield
+
+
+@pytest.fixture(autouse=True)
+def _log_records_format(_quiet_controller_logs) -> Iterator[None]:
+    """Every log record the runs make the shipped code write formats (sim/logcheck.py)."""
+    with every_log_record_formats():
+        yield
 
 
 def first_violation(
@@ -708,3 +718,63 @@ def test_controlled_shutdown_answered_without_moving_leadership(monkeypatch) -> 
     monkeypatch.setattr(decisions, "on_controlled_shutdown", nothing_moved)
     kind = assert_caught(profile=OPERATIONS_PROFILE)
     assert kind == "shutdown_leader", kind
+
+
+# -- (h) KIP-595 at the leader, KIP-227 sessions and their cache -----------------------------------
+# The "consumers" profile: consumers fetch with last_fetched_epoch, in sessions of one to
+# three partitions, from brokers whose session cache has two slots.
+CONSUMERS_PROFILE = "consumers"
+CONSUMERS_SEEDS = range(3)
+
+
+def test_unbroken_session_and_divergence_rules_pass_the_same_seeds() -> None:
+    """Control for (h)."""
+    others: list[str] = []
+    found = first_violation(others, CONSUMERS_PROFILE, CONSUMERS_SEEDS)
+    assert found is None and others == [], (found, others)
+
+
+def test_divergence_at_the_end_of_the_last_fetched_epoch(monkeypatch) -> None:
+    """Rule (KIP-595): a fetcher diverges when the leader's end of its last fetched epoch
+    is below its fetch offset. Break: at the fetch offset too (a consumer at the end of
+    an epoch is told to go back though its log agrees)."""
+    original = fetch_decision.check_last_fetched_epoch
+
+    def off_by_one(*, last_fetched_epoch, fetch_offset, log_start_offset, epoch_end):
+        return original(
+            last_fetched_epoch=last_fetched_epoch,
+            fetch_offset=fetch_offset + 1,
+            log_start_offset=log_start_offset,
+            epoch_end=epoch_end,
+        )
+
+    monkeypatch.setattr(fetch_decision, "check_last_fetched_epoch", off_by_one)
+    kind = assert_caught(profile=CONSUMERS_PROFILE, seeds=CONSUMERS_SEEDS)
+    assert kind == "consumer_false_divergence", kind
+
+
+def test_incremental_fetch_forgets_partitions(monkeypatch) -> None:
+    """Rule (KIP-227): an incremental fetch's forgotten partitions leave the session.
+    Break: they stay, and the broker reads partitions the client no longer asks for."""
+    original = fetch_session.FetchSession.update
+    monkeypatch.setattr(
+        fetch_session.FetchSession,
+        "update",
+        lambda self, fetch_data, to_forget: original(self, fetch_data, []),
+    )
+    kind = assert_caught(profile=CONSUMERS_PROFILE, seeds=CONSUMERS_SEEDS)
+    assert kind == "fetch_session_partitions", kind
+
+
+def test_followers_sessions_are_privileged(monkeypatch) -> None:
+    """Rule (KIP-227): a follower's new session evicts a consumer's; a consumer's evicts
+    only a session unused for min.incremental.fetch.session.eviction.ms (or a consumer's
+    older one). Break: the cache evicts nothing but stale sessions."""
+    original = fetch_session.FetchSessionCache._try_evict
+
+    def stale_only(self, privileged, size, now_ms):
+        return original(self, False, 0, now_ms)
+
+    monkeypatch.setattr(fetch_session.FetchSessionCache, "_try_evict", stale_only)
+    kind = assert_caught(profile=CONSUMERS_PROFILE, seeds=CONSUMERS_SEEDS)
+    assert kind == "fetch_session_follower_refused", kind

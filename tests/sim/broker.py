@@ -66,6 +66,7 @@ from sim.network import (
     Timer,
     ZkPartitionState,
 )
+from sim.sessions import check_fetch_ready, check_follower_answer, check_session_cache
 
 if TYPE_CHECKING:
     from sim.world import World
@@ -76,8 +77,6 @@ MAX_RECORDS_PER_FETCH = 25
 FETCH_VERSION = 11  # sessions by topic name (the shipped follower fetches at v15 by topic id; the
 # leader-side session rules it exercises are the same; the broker epoch travels in the sim's own messages)
 FETCH_MAX_BYTES = 1 << 20
-SESSION_CACHE_SLOTS = 1_000  # Kafka's max.incremental.fetch.session.cache.slots
-SESSION_EVICTION_MS = 120_000  # Kafka's min.incremental.fetch.session.eviction.ms
 
 
 class DurableLog:
@@ -196,8 +195,8 @@ class SimBroker:
         self.fetch_sessions: dict[int, FetchSessionHandler] = {}
         self.fetch_manager = FetchManager(
             FetchSessionCache(
-                SESSION_CACHE_SLOTS,
-                SESSION_EVICTION_MS,
+                cfg.fetch_session_cache_slots,
+                cfg.fetch_session_eviction_ms,
                 random.Random(self.world.seed * 1_000_003 + self.id * 1_009 + self.incarnation),
             )
         )
@@ -571,6 +570,8 @@ class SimBroker:
             if req.names_partition
             else []
         )
+        cache = self.fetch_manager.cache
+        before = dict(cache.sessions)
         context = self.fetch_manager.new_context(
             FETCH_VERSION,
             FetchMetadata(req.session_id, req.session_epoch),
@@ -587,13 +588,19 @@ class SimBroker:
         for cached in context.partitions():
             read = cached.read_request()
             offset = read.fetch_offset
+            ready = self.machine.fetch_ready(req.src, read.fetch_offset)
+            ls = self.machine.leader_state
+            in_sync = ls is not None and req.src in ls.in_sync_replicas
             decision = self.machine.on_fetch(
                 req.src,
                 read.fetch_offset,
                 read.current_leader_epoch,
                 self._clock(),
                 broker_epoch=req.broker_epoch,
+                replication_throttled=self.world.over_replication_quota(),
             )
+            check_fetch_ready(self.world, self, f"b{req.src}", ready, decision)
+            check_follower_answer(self.world, self, req.src, in_sync, decision)
             error = decision.error
             if error is ErrorCode.none and decision.bounds is not None:
                 if decision.follower_lost_records:
@@ -612,12 +619,23 @@ class SimBroker:
                 False,
             )
         session_error = context.response_error()
+        session_id = context.response_session_id(self._clock())
+        check_session_cache(
+            self.world,
+            cache,
+            before,
+            requester=f"b{req.src} at b{self.id}",
+            privileged=True,
+            session_id=session_id,
+            own_session=req.session_id,
+            now_ms=self._clock(),
+        )
         self._reply_fetch(
             req,
             error,
             records,
             base_offset=offset,
-            session_id=context.response_session_id(self._clock()),
+            session_id=session_id,
             session_error=session_error,
             names_partition=answered and session_error is ErrorCode.none,
         )

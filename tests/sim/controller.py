@@ -135,6 +135,7 @@ class SimControllerDriver:
         self.plane = plane
         self.zk = plane.zk
         self.generation = generation
+        self.inactive_at_start = False  # whether the event being processed found it inactive
         self.core = ControllerCore(
             broker_id,
             _config(broker_id, plane.world.config.delete_topic_enable),
@@ -167,6 +168,7 @@ class SimControllerDriver:
             changes = decisions.broker_changes(self.core.context, self.zk.get_all_brokers())
             failed = {*changes.dead, *changes.bounced} if changes else set()
         outer, self.plane.processing = self.plane.processing, self
+        self.inactive_at_start = self.core.context is None
         self.plane.leader_before_event = self.plane.state.leader
         try:
             self.drive(self.core.process(event, world.now / 1000))
@@ -325,6 +327,7 @@ class SimController:
         self._cached: tuple[tuple[Any, ...] | None, ZkPartitionState | None] = (None, None)
         self._events: dict[str, ev.ControllerEvent] = {}  # ControllerWork kind -> event
         self.processing: SimControllerDriver | None = None  # the controller handling an event
+        self.controlled_shutdown_answers: list[tuple[int, decisions.ControlledShutdownResult]] = []
         # the brokers' unclean.leader.election.enable (a dynamic broker config; scripted)
         self.unclean_leader_election_default = False
         self.elect_leaders_answers: list[decisions.ElectionOutcome] = []
@@ -532,6 +535,19 @@ class SimController:
         could lead. A deposed controller that has not noticed yet (its session expired)
         answers from what it knew, in Kafka too: its answers are not checked."""
         by = self.processing
+        self.controlled_shutdown_answers.append((broker, answer))
+        if (
+            by is not None
+            and by.inactive_at_start
+            and answer.error_code != ErrorCode.not_controller
+        ):
+            # Kafka: a broker that is not the controller answers NOT_CONTROLLER, and the
+            # shutting-down broker asks again (controlled.shutdown.max.retries)
+            self.world.violation(
+                "shutdown_answer_not_controller",
+                f"c{by.broker_id}, not the controller, answered b{broker}'s controlled "
+                f"shutdown with {answer}",
+            )
         deposed = by is None or (
             by.broker_id != self.zk.controller_owner
             or by.controller_epoch != self.zk.controller_epoch
@@ -579,6 +595,17 @@ class SimController:
         outcome = outcomes[PARTITION]
         self.elect_leaders_answers.append(outcome)
         self.trace(f"ElectLeaders (type {election_type}): {outcome}")
+        failed = (
+            ErrorCode.preferred_leader_not_available,
+            ErrorCode.eligible_leaders_not_available,
+        )
+        if outcome.error_code in failed and f"{PARTITION[0]}-{PARTITION[1]}" not in (
+            outcome.message or ""
+        ):
+            # Kafka: ApiError(..., "Failed to elect leader for partition t-0 ...")
+            self.world.violation(
+                "election_answer_message", f"ElectLeaders answered {outcome}: no partition named"
+            )
         assert self.processing is not None
         if election_type == decisions.PREFERRED_ELECTION:
             self.check_preferred_leader(self.processing, "ElectLeaders (preferred)", outcome)

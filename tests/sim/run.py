@@ -62,6 +62,17 @@ PROFILES: dict[str, SimConfig] = {
         log_dir_failures=True,
         broker_isr_propagation=True,
     ),
+    # consumers reading with last_fetched_epoch (KIP-595) and a two-slot fetch session
+    # cache: followers' sessions evict consumers', sessions older than 2 s evict others;
+    # leaders over their replication quota at 30 % of the fetches (throttled replicas)
+    "consumers": SimConfig(
+        flush_on_append=True,
+        lossy_crashes=False,
+        consumers=3,
+        fetch_session_cache_slots=2,
+        fetch_session_eviction_ms=2_000,
+        replication_throttle=0.3,
+    ),
     # mostly ZooKeeper and controller trouble: more faults, calmer network
     "control": SimConfig(
         flush_on_append=False,

@@ -69,6 +69,7 @@ from replog.controller.decisions import PREFERRED_ELECTION, UNCLEAN_ELECTION
 from replog.replication.follower import FollowerPhase
 from replog.replication.truncation import check_epoch_entries
 from sim.broker import Role, SimBroker, TruncationRule
+from sim.consumer import Consumers
 from sim.controller import INELIGIBLE, NO_LEADER, SimController, SimControllerDriver
 from sim.network import (
     ControllerWork,
@@ -139,6 +140,16 @@ class SimConfig:
     broker_isr_propagation: bool = False
     # the brokers' delete.topic.enable (false: the controller drops deletion requests)
     delete_topic_enable: bool = True
+    # consumers fetching at v12 with last_fetched_epoch (KIP-595) in fetch sessions
+    # (sim/consumer.py), on a random stream of their own; and the brokers' session cache
+    # (max.incremental.fetch.session.cache.slots, min.incremental.fetch.session.eviction.ms)
+    consumers: int = 0
+    consumer_fetch_probability: float = 0.3
+    fetch_session_cache_slots: int = 1_000
+    fetch_session_eviction_ms: int = 120_000
+    # the leader's replication quota (leader.replication.throttled.replicas): how often a
+    # follower's fetch finds the leader over it (its own random stream; 0: never)
+    replication_throttle: float = 0.0
     # after heal(): a leader, a full ISR, identical logs and an acknowledged produce within
     # this much simulated time (runs take 0.3-2.5 s; catching up 3,000 records at 25 per
     # fetch takes ~5 s)
@@ -224,6 +235,8 @@ class World:
         self.faults_enabled = True
         self.produce_enabled = True
         self.stats: dict[str, int] = {}
+        self.consumers = Consumers(self, config.consumers)
+        self._throttle_rng = random.Random(seed * 104_729 + 3)
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -873,6 +886,11 @@ class World:
         elif cfg.clock_jumps:
             self.jump_clock(target, rng.randint(100, 3 * cfg.replica_lag_time_max_ms))
 
+    def over_replication_quota(self) -> bool:
+        """Whether the leader's replication quota meter is over its bound for this fetch."""
+        throttle = self.config.replication_throttle
+        return bool(throttle) and self._throttle_rng.random() < throttle
+
     def produce(self, broker: int | None = None, payload: str | None = None) -> str:
         self.produced += 1
         payload = payload or f"m{self.produced}"
@@ -900,6 +918,7 @@ class World:
                 raise AssertionError("simulation ran out of events")
             self.restart(self.rng.choice(down).id)
         self.check_invariants()
+        self.consumers.maybe_fetch()
 
     def run(self, steps: int) -> None:
         for _ in range(steps):
