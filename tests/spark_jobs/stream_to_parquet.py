@@ -3,11 +3,11 @@
     python tests/spark_jobs/stream_to_parquet.py BOOTSTRAP TOPIC CHECKPOINT OUT MASTER \
         [OUT_TOPIC EOS_CHECKPOINT]
 
-Streams ``TOPIC`` (``format("replog")``, 100 records per micro-batch) into a parquet table at
+Streams ``TOPIC`` (``format("replog")``, 200 records per micro-batch) into a parquet table at
 ``OUT`` with ``Trigger.AvailableNow`` and ``CHECKPOINT``. With ``OUT_TOPIC``, a second
 query in the same driver streams ``TOPIC`` into the replog topic ``OUT_TOPIC`` through the
 ``replog`` sink with ``deliveryGuarantee=exactlyOnce`` (checkpoint ``EOS_CHECKPOINT``, 200
-records per micro-batch):
+records per micro-batch too):
 each row's value is ``partition:offset`` of its input record, its key the input's key.
 When both are done it reads the table back (through Spark, which reads only the files its
 sink log committed) and prints one JSON line: ``{"rows": N, "distinct": D}`` (D: distinct
@@ -54,7 +54,7 @@ def main() -> None:
         )
 
     queries = [
-        source(100)
+        source(200)
         .writeStream.format("parquet")
         .option("path", out)
         .option("checkpointLocation", checkpoint)
@@ -63,7 +63,7 @@ def main() -> None:
     ]
     if out_topic is not None:
         queries.append(
-            source(200)  # fewer, larger micro-batches: the test's time grows less
+            source(200)
             .select(
                 "key",
                 F.concat_ws(":", F.col("partition"), F.col("offset")).alias("value"),
