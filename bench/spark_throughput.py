@@ -8,8 +8,12 @@ Measures, on one local[2] SparkSession:
 
 1. produce: a plain confluent-kafka producer filling the topic (for scale);
 2. task read: ``read_range`` in this process, one partition after another (no Spark);
-3. Spark batch read: ``spark.read.format("replog")`` summing value lengths;
-4. Spark batch write of the same number of rows held in Spark's cache (the sink alone);
+3. Spark batch read: ``spark.read.format("replog")`` summing value lengths, with
+   ``kafka.isolation.level`` read_uncommitted and read_committed alternately (the ratio
+   of each pair of runs, committed / uncommitted, and its median are printed);
+4. Spark batch write of the same number of rows held in Spark's cache (the sink alone),
+   ``deliveryGuarantee`` atLeastOnce and exactlyOnce alternately (ratio exactlyOnce /
+   atLeastOnce, the issue's goal >= 0.7);
 5. Spark read + write: ``df.write.format("replog")`` of the rows read from the topic.
 
 3 to 5 run after a warm-up (Python workers, the writer's driver-side workers), each
@@ -38,7 +42,9 @@ from common import replog_cluster, work_dir
 @contextmanager
 def replog_broker() -> Iterator[tuple[str, int | None]]:
     """A one-broker replog cluster under bench/out/, stopped by pid afterwards."""
-    with work_dir("spark") as directory, replog_cluster(directory, 1) as cluster:
+    # One broker: __transaction_state must accept writes with one in-sync replica.
+    overrides = {"transaction.state.log.min.isr": "1"}
+    with work_dir("spark") as directory, replog_cluster(directory, 1, overrides) as cluster:
         yield cluster.bootstrap_servers(), cluster.broker_pid(cluster.broker_ids[0])
 
 
@@ -147,29 +153,57 @@ def create_topic(admin: Any, topic: str, partitions: int) -> None:
         future.result(timeout=30)
 
 
+def measure(once: Callable[[], None], n: int, broker_pid: int | None) -> tuple[float, float, float]:
+    """One run of ``once``: rows/s, and CPU per row (us) of Spark (driver, JVM, Python
+    workers) and of the broker."""
+    broker = {broker_pid} if broker_pid else set()
+    s0, b0 = cpu_seconds(descendants(os.getpid())), cpu_seconds(broker)
+    t0 = time.perf_counter()
+    once()
+    rate = n / (time.perf_counter() - t0)
+    # Processes started meanwhile (Python workers) count whole; ones gone are missed.
+    return rate, cpu_since(s0, descendants(os.getpid())) / n * 1e6, cpu_since(b0, broker) / n * 1e6
+
+
+def report(label: str, runs: list[tuple[float, float, float]], broker_pid: int | None) -> float:
+    """Print the median rate (and each run's) and the median CPU per row; return the rate.
+    CPU per row depends less than rows/s on what else the machine runs."""
+    rates = [r for r, _, _ in runs]
+    median = statistics.median(rates)
+    each = " ".join(f"{r / 1000:,.0f}k" for r in rates)
+    cpu = f"Spark {statistics.median(c for _, c, _ in runs):.1f} us/row"
+    if broker_pid:
+        cpu += f", broker {statistics.median(b for _, _, b in runs):.1f} us/row"
+    print(f"{label:<34}{median:12,.0f} rows/s  (median of {len(runs)}: {each}; {cpu})", flush=True)
+    return median
+
+
 def timed(
     label: str, n: int, repeat: int, once: Callable[[], None], broker_pid: int | None
 ) -> float:
-    """Run ``once`` ``repeat`` times; print the median rate (and each run's) and the median
-    CPU per row of Spark (driver, JVM, Python workers) and of the broker; return the rate.
-    CPU per row depends less than rows/s on what else the machine runs."""
-    rates, spark_cpu, broker_cpu = [], [], []
+    """Run ``once`` ``repeat`` times and :func:`report` it."""
+    return report(label, [measure(once, n, broker_pid) for _ in range(repeat)], broker_pid)
+
+
+def timed_pair(
+    labels: tuple[str, str],
+    n: int,
+    repeat: int,
+    runs: tuple[Callable[[], None], Callable[[], None]],
+    broker_pid: int | None,
+) -> float:
+    """Run two variants alternately (a, b, a, b, ...) so the machine's load weighs on both
+    alike; report each and return the median of the per-pair ratios b / a."""
+    first: list[tuple[float, float, float]] = []
+    second: list[tuple[float, float, float]] = []
     for _ in range(repeat):
-        broker = {broker_pid} if broker_pid else set()
-        s0, b0 = cpu_seconds(descendants(os.getpid())), cpu_seconds(broker)
-        t0 = time.perf_counter()
-        once()
-        rates.append(n / (time.perf_counter() - t0))
-        # Processes started meanwhile (Python workers) count whole; ones gone are missed.
-        spark_cpu.append(cpu_since(s0, descendants(os.getpid())) / n * 1e6)
-        broker_cpu.append(cpu_since(b0, broker) / n * 1e6)
-    median = statistics.median(rates)
-    each = " ".join(f"{r / 1000:,.0f}k" for r in rates)
-    cpu = f"Spark {statistics.median(spark_cpu):.1f} us/row"
-    if broker_pid:
-        cpu += f", broker {statistics.median(broker_cpu):.1f} us/row"
-    print(f"{label:<29}{median:12,.0f} rows/s  (median of {repeat}: {each}; {cpu})", flush=True)
-    return median
+        first.append(measure(runs[0], n, broker_pid))
+        second.append(measure(runs[1], n, broker_pid))
+    report(labels[0], first, broker_pid)
+    report(labels[1], second, broker_pid)
+    ratio = statistics.median(b[0] / a[0] for a, b in zip(first, second, strict=True))
+    print(f"{'  ratio ' + labels[1].split('(')[-1].rstrip('):'):<34}{ratio:12.2f}", flush=True)
+    return ratio
 
 
 def run(bootstrap: str, broker_pid: int | None, args: argparse.Namespace) -> None:
@@ -231,20 +265,32 @@ def run(bootstrap: str, broker_pid: int | None, args: argparse.Namespace) -> Non
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
 
-    def write(frame: Any) -> None:
+    committed = (
+        spark.read.format("replog")
+        .option("bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("endingOffsets", ending)
+        .option("kafka.isolation.level", "read_committed")
+        .load()
+    )
+
+    def write(frame: Any, guarantee: str = "atLeastOnce") -> None:
         out = f"{topic}-copy-{uuid.uuid4().hex[:6]}"
         create_topic(admin, out, args.partitions)
         (
             frame.write.format("replog")
             .option("bootstrap.servers", bootstrap)
             .option("topic", out)
+            .option("deliveryGuarantee", guarantee)
             .mode("append")
             .save()
         )
 
     # Warm up each job shape: Python workers, the writer's driver-side workers, JVM code.
     df.selectExpr("count(*)").collect()
+    committed.selectExpr("count(*)").collect()
     write(cached.limit(1000))
+    write(cached.limit(1000), "exactlyOnce")
     small = json.dumps({topic: {str(p): min(e, 250) for p, e in ends.items()}})
     write(
         spark.read.format("replog")
@@ -255,13 +301,30 @@ def run(bootstrap: str, broker_pid: int | None, args: argparse.Namespace) -> Non
         .select("key", "value")
     )  # not limit(): it stops the reading Python workers mid-stream
 
-    def read() -> None:
-        row = df.selectExpr("count(*) AS n", "sum(length(value)) AS b").collect()[0]
+    def read(frame: Any = df) -> None:
+        row = frame.selectExpr("count(*) AS n", "sum(length(value)) AS b").collect()[0]
         assert row["n"] == n
 
+    isolation, guarantee = [], []
     for _ in range(args.rounds):  # alternated, so the machine's load weighs on both alike
-        timed("Spark read (local[2]):", n, args.repeat, read, broker_pid)
-        timed("Spark write (cached rows):", n, args.repeat, lambda: write(cached), broker_pid)
+        isolation.append(
+            timed_pair(
+                ("Spark read (read_uncommitted):", "Spark read (read_committed):"),
+                n,
+                args.repeat,
+                (read, lambda: read(committed)),
+                broker_pid,
+            )
+        )
+        guarantee.append(
+            timed_pair(
+                ("Spark write cached (atLeastOnce):", "Spark write cached (exactlyOnce):"),
+                n,
+                args.repeat,
+                (lambda: write(cached), lambda: write(cached, "exactlyOnce")),
+                broker_pid,
+            )
+        )
         timed(
             "Spark read + write:",
             n,
@@ -269,6 +332,12 @@ def run(bootstrap: str, broker_pid: int | None, args: argparse.Namespace) -> Non
             lambda: write(df.select("key", "value")),
             broker_pid,
         )
+    print(
+        f"median ratios over {args.rounds} round(s): read_committed / read_uncommitted "
+        f"{statistics.median(isolation):.2f}, exactlyOnce / atLeastOnce sink "
+        f"{statistics.median(guarantee):.2f}",
+        flush=True,
+    )
     print(f"load average after: {os.getloadavg()[0]:.2f}", flush=True)
     spark.stop()
 

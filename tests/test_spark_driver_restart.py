@@ -8,6 +8,12 @@ The job (``tests/spark_jobs/stream_to_parquet.py``) reads a replog topic with
 but not committed is written again, and only the committed files are read. It runs on
 ``local[2]`` and on a standalone ``spark://`` cluster (executors in worker processes).
 The driver runs in a process group of its own, killed whole (the driver and its JVM).
+
+The same driver runs a second query from the same topic into a replog topic through the
+``replog`` sink with ``deliveryGuarantee=exactlyOnce``: read with ``read_committed``, the
+output topic holds every input record exactly once, although the killed driver may have
+left transactions open (aborted by the restarted tasks' fencing) or committed a batch
+that its commit log does not record (written again by nobody: the tasks find it recorded).
 """
 
 from __future__ import annotations
@@ -29,7 +35,10 @@ from replog.cluster.launcher import wait_dead
 from replog.cluster.spark_cluster import StandaloneSpark
 
 JOB = Path(__file__).parent / "spark_jobs" / "stream_to_parquet.py"
-RECORDS = 1_200  # 12 micro-batches of 100
+# 6 micro-batches of 200 in each query: with the exactly-once query beside the parquet
+# one, as many micro-batches in all as the parquet query alone ran before (12 of 100).
+RECORDS = 1_200
+BATCHES = RECORDS // 200
 
 
 @pytest.fixture(params=["local", "standalone"])
@@ -55,23 +64,91 @@ def _driver(args: list[str], log: Path) -> subprocess.Popen:
         )
 
 
+def _output(bootstrap: str, topic: str, isolation_level: str) -> list[bytes]:
+    """Every value of ``topic`` read with ``isolation_level`` (markers never show)."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": isolation_level,
+        }
+    )
+    try:
+        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        values: list[bytes] = []
+        done: set[int] = set()
+        while len(done) < len(partitions):
+            message = consumer.poll(30)
+            assert message is not None, f"no record nor end of {topic} within 30 s"
+            if message.error() is not None:
+                assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
+                done.add(message.partition())
+                continue
+            values.append(message.value())
+        return values
+    finally:
+        consumer.close()
+
+
+def _first_transaction(bootstrap: str, topic: str) -> None:
+    """One exactly-once write of a row to a scratch topic: the broker's first transaction
+    creates ``__transaction_state`` and ``__consumer_offsets``, slow on a loaded machine,
+    which would otherwise hold up the query's first micro-batch while the other runs on."""
+    import pyarrow as pa
+
+    from replog.spark.exactly_once import TaskTransaction, write_batches_exactly_once
+    from replog.spark.producer import WriteSettings
+
+    create_topic(bootstrap, topic, 1)
+    settings = WriteSettings(bootstrap, topic, {}, "warm-up-")
+    rows = [pa.record_batch({"value": pa.array([b"warm-up"], pa.binary())})]
+    outcome = write_batches_exactly_once(rows, settings, TaskTransaction(topic, 0, 0))
+    assert outcome.records == 1
+
+
+def _logged(checkpoint: Path, log: str) -> int:
+    directory = checkpoint / log
+    return sum(1 for p in directory.iterdir() if p.name.isdigit()) if directory.exists() else 0
+
+
 def _commits(checkpoint: Path) -> int:
-    commits = checkpoint / "commits"
-    return sum(1 for p in commits.iterdir() if p.name.isdigit()) if commits.exists() else 0
+    return _logged(checkpoint, "commits")
+
+
+def _eos_batch_running(checkpoint: Path) -> bool:
+    """The exactly-once query committed a micro-batch and runs the next: Spark logged its
+    offsets, not yet its commit, so the kill leaves its tasks' transactions open or
+    committed without the batch being recorded as done."""
+    committed = _commits(checkpoint)
+    return committed >= 1 and _logged(checkpoint, "offsets") > committed
 
 
 def test_driver_killed_mid_stream_restarts_from_its_checkpoint(
     master: str, bootstrap_servers: str, tmp_path: Path
 ) -> None:
     topic = f"driver-restart-{uuid.uuid4().hex[:8]}"
+    out_topic = f"{topic}-eos"
     create_topic(bootstrap_servers, topic, 3)
+    create_topic(bootstrap_servers, out_topic, 3)
     produce_confluent(bootstrap_servers, topic, make_records("d", RECORDS, 3, 1_700_000_000_000))
+    _first_transaction(bootstrap_servers, f"{topic}-warm-up")
     checkpoint, out = tmp_path / "checkpoint", tmp_path / "table"
+    eos_checkpoint = tmp_path / "eos-checkpoint"
     args = [bootstrap_servers, topic, str(checkpoint), str(out), master]
+    args += [out_topic, str(eos_checkpoint)]
 
     first = _driver(args, tmp_path / "driver-1.log")
     try:
-        wait_for(lambda: _commits(checkpoint) >= 3, 180, "three committed micro-batches")
+        wait_for(
+            lambda: _commits(checkpoint) >= 2 and _eos_batch_running(eos_checkpoint),
+            180,
+            "two committed micro-batches, and the exactly-once query running its second or later",
+        )
     finally:
         os.killpg(first.pid, signal.SIGKILL)  # the driver and its JVM, mid-stream
         first.wait(30)
@@ -79,7 +156,8 @@ def test_driver_killed_mid_stream_restarts_from_its_checkpoint(
             first.stdout.close()
     assert wait_dead(first.pid, 10)
     committed = _commits(checkpoint)
-    assert committed < RECORDS // 100, "the first driver finished before it was killed"
+    assert committed < BATCHES, "the first driver finished before it was killed"
+    assert _commits(eos_checkpoint) < BATCHES, "the exactly-once query had finished"
 
     second = _driver(args, tmp_path / "driver-2.log")
     try:
@@ -92,3 +170,11 @@ def test_driver_killed_mid_stream_restarts_from_its_checkpoint(
     result = json.loads(output.decode().strip().splitlines()[-1])
     assert result == {"rows": RECORDS, "distinct": RECORDS}
     assert _commits(checkpoint) > committed  # it continued rather than starting over
+
+    # Every input record exactly once in the exactly-once query's output, read committed.
+    # (Read uncommitted, the output also holds what the killed driver's tasks wrote in
+    # transactions that were then aborted, if the kill caught any open.)
+    inputs = sorted(f"{p}:{o}".encode() for p in range(3) for o in range(RECORDS // 3))
+    assert sorted(_output(bootstrap_servers, out_topic, "read_committed")) == inputs
+    uncommitted = _output(bootstrap_servers, out_topic, "read_uncommitted")
+    assert set(uncommitted) == set(inputs) and len(uncommitted) >= RECORDS

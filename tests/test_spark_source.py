@@ -280,17 +280,25 @@ def test_stream_sink_copies_a_topic(spark: Any, bootstrap_servers: str, tmp_path
         .option("bootstrap.servers", bootstrap_servers)
         .option("topic", sink_topic)
         .option("kafka.batch.num.messages", "1")
+        .option("deliveryGuarantee", "exactlyOnce")  # one transaction per task
         .option("checkpointLocation", str(tmp_path / "checkpoint"))
         .start()
     )
     try:
         query.processAllAvailable()
+        produced.extend(produce(bootstrap_servers, source_topic, 2, 50, 20, headers=False))
+        query.processAllAvailable()  # a second micro-batch, the same transactional ids
     finally:
         query.stop()
-    copied = reader(spark, bootstrap_servers, subscribe=sink_topic).load().collect()
-    got = sorted((r["partition"], r["key"] or b"", r["value"]) for r in copied)
+    copied = reader(
+        spark,
+        bootstrap_servers,
+        subscribe=sink_topic,
+        **{"kafka.isolation.level": "read_committed"},
+    )
+    got = sorted((r["partition"], r["key"] or b"", r["value"]) for r in copied.load().collect())
     want = sorted((r[1], r[3] or b"", r[4].upper()) for r in produced)
-    assert got == want  # no task was retried here, so every record exactly once
+    assert got == want  # every record exactly once
 
 
 def test_stream_offsets_gone_backwards_is_data_loss(
@@ -358,6 +366,136 @@ def test_unknown_topic_without_fail_on_data_loss_reads_nothing(
     assert df.load().collect() == []
 
 
+# ------------------------------------------------------- transactions: isolation levels
+
+
+def _transactional(bootstrap: str, transactional_id: str) -> Any:
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 5}
+    )
+    producer.init_transactions(60)
+    return producer
+
+
+def _transaction(producer: Any, topic: str, values: list[bytes], commit: bool | None) -> None:
+    """One transaction over partition 0: committed, aborted, or left open (``None``)."""
+    producer.begin_transaction()
+    for value in values:
+        producer.produce(topic, value=value, partition=0)
+    assert producer.flush(30) == 0  # in the log before the end (abort purges queued ones)
+    if commit:
+        producer.commit_transaction(60)
+    elif commit is not None:
+        producer.abort_transaction(60)
+
+
+def _values(prefix: str, count: int) -> list[bytes]:
+    return [f"{prefix}{i}".encode() for i in range(count)]
+
+
+@pytest.fixture
+def transactional_topic(bootstrap_servers: str) -> Any:
+    """A one-partition topic holding plain records, a committed transaction, an aborted
+    one, another committed one, then an open transaction followed by a plain record
+    (markers leave gaps in the offsets). Yields (topic, what read_committed sees, what
+    read_uncommitted sees, the open producer); the open transaction is aborted after."""
+    topic = _topic("txn-read")
+    create_topic(bootstrap_servers, topic, 1)
+    produce(bootstrap_servers, topic, 1, 0, 4, headers=False)
+    plain = [f"value-{i}".encode() for i in range(4)]
+    committed = _transactional(bootstrap_servers, f"{topic}-a")
+    _transaction(committed, topic, _values("c", 5), True)
+    _transaction(committed, topic, _values("x", 3), False)
+    _transaction(committed, topic, _values("d", 4), True)
+    open_producer = _transactional(bootstrap_servers, f"{topic}-b")
+    _transaction(open_producer, topic, _values("o", 3), None)
+    produce(bootstrap_servers, topic, 1, 4, 1, headers=False)  # behind the open one
+    stable = plain + _values("c", 5) + _values("d", 4)
+    everything = stable[: 4 + 5] + _values("x", 3) + _values("d", 4) + _values("o", 3)
+    everything.append(b"value-4")
+    try:
+        yield topic, stable, everything, open_producer
+    finally:
+        open_producer.abort_transaction(60)
+
+
+def _read_values(spark: Any, bootstrap: str, topic: str, **options: str) -> list[bytes]:
+    rows = reader(spark, bootstrap, subscribe=topic, **options).load().collect()
+    return [bytes(r["value"]) for r in sorted(rows, key=lambda r: r["offset"])]
+
+
+def test_batch_read_with_both_isolation_levels(
+    spark: Any, bootstrap_servers: str, transactional_topic: Any
+) -> None:
+    topic, stable, everything, _ = transactional_topic
+    # read_uncommitted (the default, as in Spark's Kafka source): aborted and open
+    # transactions' records too, up to the high watermark; never a marker.
+    assert _read_values(spark, bootstrap_servers, topic) == everything
+    committed = {"kafka.isolation.level": "read_committed"}
+    # read_committed: up to the last stable offset (the open transaction's first
+    # offset), aborted records dropped; minPartitions cuts ranges that end on markers
+    # and inside the aborted transaction: every record still comes once.
+    assert _read_values(spark, bootstrap_servers, topic, **committed) == stable
+    assert _read_values(spark, bootstrap_servers, topic, minPartitions="7", **committed) == stable
+
+
+def test_stream_read_committed_waits_for_the_open_transaction(
+    spark: Any, bootstrap_servers: str, transactional_topic: Any, tmp_path: Path
+) -> None:
+    topic, stable, everything, open_producer = transactional_topic
+
+    def start(level: str) -> Any:
+        stream = (
+            spark.readStream.format("replog")
+            .option("bootstrap.servers", bootstrap_servers)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .option("kafka.isolation.level", level)
+            .option("maxOffsetsPerTrigger", "3")  # micro-batches ending on markers
+            .load()
+        )
+        return (
+            stream.writeStream.format("parquet")
+            .option("path", str(tmp_path / level / "out"))
+            .option("checkpointLocation", str(tmp_path / level / "checkpoint"))
+            .start()
+        )
+
+    def values(level: str) -> list[bytes]:
+        rows = spark.read.parquet(str(tmp_path / level / "out")).select("offset", "value")
+        return [bytes(r[1]) for r in sorted(rows.collect())]
+
+    committed, uncommitted = start("read_committed"), start("read_uncommitted")
+    try:
+        committed.processAllAvailable()
+        uncommitted.processAllAvailable()
+        assert values("read_committed") == stable
+        assert values("read_uncommitted") == everything
+        open_producer.commit_transaction(60)  # the open transaction and what follows it
+        open_producer.begin_transaction()  # (the fixture aborts this empty one)
+        committed.processAllAvailable()
+        assert values("read_committed") == stable + _values("o", 3) + [b"value-4"]
+    finally:
+        committed.stop()
+        uncommitted.stop()
+
+
+def test_read_range_of_only_aborted_records_and_a_marker_yields_nothing(
+    bootstrap_servers: str, transactional_topic: Any
+) -> None:
+    from replog.spark.consumer import ReadSettings, read_range
+
+    topic = transactional_topic[0]
+    settings = ReadSettings(bootstrap_servers, {}, True, False, 30_000, "read_committed")
+    # Offsets: 0-3 plain, 4-8 committed, 9 marker, 10-12 aborted, 13 marker, 14-17 ...
+    aborted = list(read_range(OffsetRange(topic, 0, 10, 14), settings))
+    assert sum(b.num_rows for b in aborted) == 0
+    tail = list(read_range(OffsetRange(topic, 0, 8, 14), settings))  # ends on a marker
+    assert [v for b in tail for v in b.column("value").to_pylist()] == [b"c4"]
+
+
 # ----------------------------------------------------------------------- bad options
 
 
@@ -420,7 +558,7 @@ def test_java_murmur2_matches_kafkas_test_vectors() -> None:
 
 
 def _read_topic(
-    bootstrap: str, topic: str, partitions: int
+    bootstrap: str, topic: str, partitions: int, isolation_level: str = "read_uncommitted"
 ) -> list[tuple[int, bytes | None, bytes]]:
     """Every record of the topic as (partition, key, value), in offset order per partition."""
     from confluent_kafka import Consumer, TopicPartition
@@ -435,7 +573,7 @@ def _read_topic(
         ]
     finally:
         consumer.close()
-    settings = ReadSettings(bootstrap, {}, True, False, 30_000)
+    settings = ReadSettings(bootstrap, {}, True, False, 30_000, isolation_level)
     out = []
     for p, end in enumerate(ends):
         for batch in read_range(OffsetRange(topic, p, 0, end), settings):
@@ -489,6 +627,127 @@ def test_sink_task_fails_when_a_record_is_not_delivered(bootstrap_servers: str) 
         write_batches([batch], WriteSettings(bootstrap_servers, topic, {}))
 
 
+def _eos_batches(prefix: str, count: int, rows_per_batch: int = 50) -> list[Any]:
+    import pyarrow as pa
+
+    values = [f"{prefix}{i}".encode() for i in range(count)]
+    return [
+        pa.record_batch({"value": pa.array(values[a : a + rows_per_batch], pa.binary())})
+        for a in range(0, count, rows_per_batch)
+    ]
+
+
+def _committed_values(bootstrap: str, topic: str, partitions: int) -> list[bytes]:
+    return sorted(v for _, _, v in _read_topic(bootstrap, topic, partitions, "read_committed"))
+
+
+def test_exactly_once_task_writes_a_batch_once(bootstrap_servers: str) -> None:
+    """A task of a batch already committed for its partition (a replay after a driver
+    crash, or a retry of a task that committed) writes nothing; the next batch writes."""
+    from replog.spark.exactly_once import TaskTransaction, write_batches_exactly_once
+    from replog.spark.producer import WriteSettings
+
+    topic = _topic("eos-task")
+    create_topic(bootstrap_servers, topic, 2)
+    # Small batches: several produce requests in flight as a transaction starts on a
+    # partition (the broker verifies the first with the coordinator, KIP-890, and must
+    # not let the later ones overtake it).
+    settings = WriteSettings(bootstrap_servers, topic, {"batch.num.messages": "10"}, "test-")
+    query = uuid.uuid4().hex
+    first = write_batches_exactly_once(
+        _eos_batches("a", 120), settings, TaskTransaction(query, 3, 0)
+    )
+    assert (first.records, first.replayed) == (120, False)
+    assert first.transactional_id == f"test-{query}-0"
+    again = write_batches_exactly_once(
+        _eos_batches("a", 120), settings, TaskTransaction(query, 3, 0)
+    )
+    assert (again.records, again.replayed) == (0, True)
+    older = write_batches_exactly_once(_eos_batches("z", 5), settings, TaskTransaction(query, 2, 0))
+    assert older.replayed
+    # Another Spark partition of the same batch has its own transactional id and record.
+    other = write_batches_exactly_once(
+        _eos_batches("b", 30), settings, TaskTransaction(query, 3, 1)
+    )
+    assert (other.records, other.replayed) == (30, False)
+    nxt = write_batches_exactly_once(_eos_batches("c", 10), settings, TaskTransaction(query, 4, 0))
+    assert (nxt.records, nxt.replayed) == (10, False)
+    empty = write_batches_exactly_once([], settings, TaskTransaction(query, 5, 0))
+    assert (empty.records, empty.transactional_id) == (0, None)  # no transaction at all
+    want = sorted(_values("a", 120) + _values("b", 30) + _values("c", 10))
+    assert _committed_values(bootstrap_servers, topic, 2) == want
+    assert sorted(v for _, _, v in _read_topic(bootstrap_servers, topic, 2)) == want
+
+
+def test_exactly_once_task_fences_a_dead_attempts_open_transaction(bootstrap_servers: str) -> None:
+    """A task attempt that died with its transaction open (its executor or driver was
+    killed) is fenced by the next attempt, its rows aborted, never read committed."""
+    from confluent_kafka import KafkaException
+
+    from replog.spark.exactly_once import (
+        TaskTransaction,
+        transactional_id,
+        write_batches_exactly_once,
+    )
+    from replog.spark.producer import WriteSettings
+
+    topic = _topic("eos-zombie")
+    create_topic(bootstrap_servers, topic, 1)
+    settings = WriteSettings(bootstrap_servers, topic, {}, "test-")
+    query = uuid.uuid4().hex
+    zombie = _transactional(bootstrap_servers, transactional_id("test-", query, 0))
+    _transaction(zombie, topic, _values("a", 40), None)  # written, never committed
+    outcome = write_batches_exactly_once(
+        _eos_batches("a", 40), settings, TaskTransaction(query, 0, 0)
+    )
+    assert (outcome.records, outcome.replayed) == (40, False)
+    with pytest.raises(KafkaException, match="(?i)fenced"):
+        zombie.commit_transaction(30)
+    assert _committed_values(bootstrap_servers, topic, 1) == sorted(_values("a", 40))
+    # The dead attempt's rows are in the log, aborted: read_uncommitted shows them twice.
+    everything = sorted(v for _, _, v in _read_topic(bootstrap_servers, topic, 1))
+    assert everything == sorted(_values("a", 40) * 2)
+
+
+def test_exactly_once_speculative_copy_fences_the_first_attempt(bootstrap_servers: str) -> None:
+    """Two attempts of one task at once (speculation): the later one's InitProducerId
+    fences the earlier, which fails; the rows are committed once."""
+    from replog.spark.exactly_once import TaskTransaction, write_batches_exactly_once
+    from replog.spark.producer import WriteSettings
+
+    topic = _topic("eos-speculative")
+    create_topic(bootstrap_servers, topic, 1)
+    settings = WriteSettings(bootstrap_servers, topic, {}, "test-")
+    task = TaskTransaction(uuid.uuid4().hex, 7, 0)
+    batches = _eos_batches("s", 200)
+    first_started, second_done = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def slow_rows() -> Any:
+        yield batches[0]
+        first_started.set()
+        assert second_done.wait(120)
+        yield from batches[1:]
+
+    def first_attempt() -> None:
+        try:
+            write_batches_exactly_once(slow_rows(), settings, task)
+        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+            errors.append(exc)
+
+    thread = threading.Thread(target=first_attempt)
+    thread.start()
+    try:
+        assert first_started.wait(120)
+        second = write_batches_exactly_once(batches, settings, task)
+    finally:
+        second_done.set()
+        thread.join(180)
+    assert (second.records, second.replayed) == (200, False)
+    assert len(errors) == 1 and "fenced" in str(errors[0]).lower(), errors
+    assert _committed_values(bootstrap_servers, topic, 1) == sorted(_values("s", 200))
+
+
 sink_rows = st.lists(
     st.tuples(st.sampled_from(["a", "b"]), st.sampled_from([None, 0, 1])), max_size=40
 )
@@ -533,6 +792,45 @@ def test_write_without_topic_fails_naming_the_option(spark: Any, bootstrap_serve
 
 
 # -------------------------------------------------------------- pure offset planning
+
+
+def test_isolation_level_and_delivery_guarantee_options() -> None:
+    from replog.spark.options import DeliveryGuarantee, IsolationLevel, parse_sink_options
+
+    base = {"bootstrap.servers": "b", "subscribe": "t"}
+    assert parse_source_options(base, streaming=True).isolation_level is (
+        IsolationLevel.READ_UNCOMMITTED
+    )
+    committed = parse_source_options(
+        {**base, "kafka.isolation.level": "READ_COMMITTED"}, streaming=False
+    )
+    assert committed.isolation_level is IsolationLevel.READ_COMMITTED
+    with pytest.raises(OptionError, match="'kafka.isolation.level'"):
+        parse_source_options({**base, "kafka.isolation.level": "serializable"}, streaming=False)
+
+    sink = {"bootstrap.servers": "b", "topic": "t"}
+    plain = parse_sink_options(sink)
+    assert plain.delivery_guarantee is DeliveryGuarantee.AT_LEAST_ONCE
+    for spelling in ("exactlyOnce", "EXACTLY_ONCE", "exactly-once"):
+        eos = parse_sink_options({**sink, "deliveryGuarantee": spelling})
+        assert eos.delivery_guarantee is DeliveryGuarantee.EXACTLY_ONCE
+        assert eos.transactional_id_prefix == "spark-replog-"
+    prefixed = parse_sink_options(
+        {**sink, "deliveryGuarantee": "exactlyOnce", "transactionalIdPrefix": "etl-"}
+    )
+    assert prefixed.transactional_id_prefix == "etl-"
+    bad = [
+        ({"deliveryGuarantee": "twice"}, "'deliveryGuarantee'"),
+        ({"transactionalIdPrefix": "etl-"}, "'transactionalIdPrefix'"),
+        (
+            {"deliveryGuarantee": "exactlyOnce", "transactionalIdPrefix": " "},
+            "'transactionalIdPrefix'",
+        ),
+        ({"kafka.transactional.id": "mine"}, "'kafka.transactional.id'"),
+    ]
+    for options, named in bad:
+        with pytest.raises(OptionError, match=named):
+            parse_sink_options({**sink, **options})
 
 
 def test_offset_json_and_limits_are_checked() -> None:

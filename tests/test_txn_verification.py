@@ -248,3 +248,36 @@ def test_no_coordinator_known() -> None:
             await verifier.close()
 
     asyncio.run(run())
+
+
+def test_a_producers_requests_take_turns_in_arrival_order() -> None:
+    """``TransactionalAppendOrder``: a transactional id's produce requests verify and
+    append one at a time in arrival order, so a request waiting for its verification is
+    not overtaken by a later one that needs none (it would be OUT_OF_ORDER_SEQUENCE_NUMBER);
+    other ids are not held up, and an id's entry goes once its requests are done."""
+    from replog.server.txn_verification import TransactionalAppendOrder
+
+    async def go() -> tuple[list[str], int]:
+        order = TransactionalAppendOrder()
+        appended: list[str] = []
+        verified = asyncio.Event()
+
+        async def request(tid: str, name: str, verify: bool) -> None:
+            async with order.turn(tid):
+                if verify:
+                    await verified.wait()  # the coordinator answers later
+                appended.append(name)
+
+        first = asyncio.ensure_future(request("t", "seq 0 (verifying)", True))
+        await asyncio.sleep(0)
+        later = asyncio.ensure_future(request("t", "seq 1", False))
+        other = asyncio.ensure_future(request("u", "other id", False))
+        await asyncio.wait_for(other, 5)
+        assert appended == ["other id"]  # t's later request waits behind the first
+        verified.set()
+        await asyncio.wait_for(asyncio.gather(first, later), 5)
+        return appended, len(order._locks)
+
+    appended, left = asyncio.run(go())
+    assert appended == ["other id", "seq 0 (verifying)", "seq 1"]
+    assert left == 0

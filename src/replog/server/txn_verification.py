@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -236,3 +236,29 @@ def _verify_request(batch: list[_Verification]) -> object:
             )
         )
     return make(cls, transactions=tuple(transactions))
+
+
+class TransactionalAppendOrder:
+    """Per transactional id, produce requests verify and append one at a time, in the
+    order they reached the lock (their arrival order: a handler takes its turn before its
+    first await). The lock is held over the verification and the appends, not over an
+    acks=all wait.
+
+    Concurrency: owned by the event loop; the entry of an id lives while requests use it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def turn(self, transactional_id: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(transactional_id, (asyncio.Lock(), 0))
+        self._locks[transactional_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[transactional_id]
+            if users == 1:
+                del self._locks[transactional_id]
+            else:
+                self._locks[transactional_id] = (lock, users - 1)

@@ -40,10 +40,18 @@ class ReadSettings:
     fail_on_data_loss: bool
     include_headers: bool
     poll_timeout_ms: int
+    isolation_level: str = "read_uncommitted"
 
 
 def consumer_config(settings: ReadSettings) -> dict[str, object]:
-    """A plain assign-only consumer: the group id is required by the client, never joined."""
+    """A plain assign-only consumer: the group id is required by the client, never joined.
+
+    Its ``isolation.level`` is the source's (librdkafka's own default would be
+    read_committed; Kafka's and Spark's is read_uncommitted): under read_committed,
+    librdkafka fetches up to the last stable offset and drops the records of aborted
+    transactions, using the aborted transactions the Fetch response lists, as Kafka's
+    consumer does. Control records (transaction markers) are never handed out either way,
+    so offsets have gaps; :func:`read_range` reads by offset, not by count."""
     config: dict[str, object] = dict(settings.client_config)
     config.update(
         {
@@ -53,6 +61,7 @@ def consumer_config(settings: ReadSettings) -> dict[str, object]:
             "enable.auto.offset.store": False,
             "auto.offset.reset": "error",
             "enable.partition.eof": True,
+            "isolation.level": settings.isolation_level,
         }
     )
     return config
@@ -158,7 +167,9 @@ def read_range(rng: OffsetRange, settings: ReadSettings) -> Iterator[pa.RecordBa
                 error = message.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
-                        # Past control records (transaction markers) the end may hold none.
+                        # At the end of what can be read (the high watermark, or the
+                        # last stable offset under read_committed): past markers and
+                        # aborted records the range's tail may hold no record to hand out.
                         next_offset = max(next_offset, message.offset())
                         continue
                     if error.code() in reset_codes:

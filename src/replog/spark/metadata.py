@@ -1,7 +1,8 @@
 """Driver-side broker queries for the ``replog`` source: partitions and earliest/latest offsets.
 
 A thin I/O shell around ``confluent_kafka.admin.AdminClient`` (Metadata and ListOffsets
-requests only: no consumer group, no commits). The decisions live in
+requests, with the source's isolation level; OffsetFetch for ``startingOffsets=committed``;
+no commits). The decisions live in
 :mod:`replog.spark.offsets`.
 
 Concurrency: one :class:`BrokerMetadata` per driver-side reader, used from one thread.
@@ -13,7 +14,7 @@ import logging
 from collections.abc import Iterable, Mapping
 
 from replog.spark.offsets import PartitionOffsets, TopicPartition
-from replog.spark.options import OptionError, Subscription, SubscriptionKind
+from replog.spark.options import IsolationLevel, OptionError, Subscription, SubscriptionKind
 
 log = logging.getLogger("replog.spark")
 
@@ -38,12 +39,18 @@ def report_data_loss(losses: Iterable[str], fail_on_data_loss: bool) -> None:
 class BrokerMetadata:
     """Lists a subscription's partitions and their earliest/latest offsets."""
 
-    def __init__(self, bootstrap_servers: str, client_config: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        client_config: Mapping[str, str],
+        isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+    ) -> None:
         from confluent_kafka.admin import AdminClient
 
-        config = dict(client_config)
+        config = {k: v for k, v in client_config.items() if k != "isolation.level"}
         config["bootstrap.servers"] = bootstrap_servers
         self._admin = AdminClient(config)
+        self._isolation_level = isolation_level
 
     def partitions(
         self, subscription: Subscription, fail_on_data_loss: bool
@@ -84,7 +91,9 @@ class BrokerMetadata:
         return self._list_offsets(partitions, OffsetSpec.earliest())
 
     def latest(self, partitions: Iterable[TopicPartition]) -> PartitionOffsets:
-        """Each partition's last stable offset (read_committed): where reading stops."""
+        """Where reading stops: each partition's high watermark, or under read_committed
+        its last stable offset (ListOffsets with the isolation level, as Spark's
+        ``KafkaOffsetReaderAdmin`` asks)."""
         from confluent_kafka.admin import OffsetSpec
 
         return self._list_offsets(partitions, OffsetSpec.latest())
@@ -107,16 +116,21 @@ class BrokerMetadata:
         }
 
     def _list_offsets(self, partitions: Iterable[TopicPartition], spec: object) -> PartitionOffsets:
-        from confluent_kafka import IsolationLevel
+        from confluent_kafka import IsolationLevel as KafkaIsolationLevel
         from confluent_kafka import TopicPartition as KafkaTopicPartition
 
         wanted = sorted(set(partitions))
         if not wanted:
             return {}
         request = {KafkaTopicPartition(t, p): spec for t, p in wanted}
+        level = (
+            KafkaIsolationLevel.READ_COMMITTED
+            if self._isolation_level is IsolationLevel.READ_COMMITTED
+            else KafkaIsolationLevel.READ_UNCOMMITTED
+        )
         futures = self._admin.list_offsets(
             request,
-            isolation_level=IsolationLevel.READ_COMMITTED,
+            isolation_level=level,
             request_timeout=REQUEST_TIMEOUT_S,
         )
         out: PartitionOffsets = {}

@@ -66,6 +66,22 @@ class OffsetKind(Enum):
     COMMITTED = "committed"  # a consumer group's committed offsets (startingOffsets only)
 
 
+class IsolationLevel(Enum):
+    """``kafka.isolation.level``, as Kafka's consumer spells it (default read_uncommitted,
+    as in Spark's Kafka source): read_committed reads up to the last stable offset and
+    skips aborted transactions' records."""
+
+    READ_UNCOMMITTED = "read_uncommitted"
+    READ_COMMITTED = "read_committed"
+
+
+class DeliveryGuarantee(Enum):
+    """The sink's ``deliveryGuarantee`` (Flink's ``DeliveryGuarantee`` names)."""
+
+    AT_LEAST_ONCE = "atLeastOnce"
+    EXACTLY_ONCE = "exactlyOnce"
+
+
 @dataclass(frozen=True)
 class OffsetSpec:
     """``earliest``, ``latest`` or per-partition offsets (``-2`` earliest, ``-1`` latest)."""
@@ -89,6 +105,11 @@ class SourceOptions:
     poll_timeout_ms: int
     client_config: Mapping[str, str]
     group_id: str | None = None  # ``kafka.group.id`` with ``startingOffsets=committed``
+    isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
+
+
+#: The sink's transactional ids start with this unless ``transactionalIdPrefix`` is set.
+DEFAULT_TRANSACTIONAL_ID_PREFIX = "spark-replog-"
 
 
 @dataclass(frozen=True)
@@ -98,6 +119,8 @@ class SinkOptions:
     bootstrap_servers: str
     topic: str | None
     client_config: Mapping[str, str]
+    delivery_guarantee: DeliveryGuarantee = DeliveryGuarantee.AT_LEAST_ONCE
+    transactional_id_prefix: str = DEFAULT_TRANSACTIONAL_ID_PREFIX
 
 
 def normalize(options: Mapping[str, str]) -> dict[str, str]:
@@ -124,7 +147,7 @@ def client_config(opts: Mapping[str, str], reserved: frozenset[str]) -> dict[str
             continue
         name = key[len("kafka.") :]
         if name in reserved or name == "group.id":
-            raise OptionError(f"option '{key}' is not supported: the replog source manages it")
+            raise OptionError(f"option '{key}' is not supported: replog manages it")
         config[name] = value
     return config
 
@@ -236,6 +259,20 @@ def _parse_positive(opts: Mapping[str, str], name: str) -> int | None:
     return value
 
 
+def parse_isolation_level(opts: Mapping[str, str]) -> IsolationLevel:
+    """``kafka.isolation.level``: read_uncommitted (default) or read_committed."""
+    raw = opts.get("kafka.isolation.level")
+    if raw is None:
+        return IsolationLevel.READ_UNCOMMITTED
+    try:
+        return IsolationLevel(raw.strip().lower())
+    except ValueError:
+        raise OptionError(
+            f"option 'kafka.isolation.level' must be 'read_uncommitted' or 'read_committed', "
+            f"got {raw!r}"
+        ) from None
+
+
 def _group_id(opts: dict[str, str], starting: OffsetSpec) -> str | None:
     """``kafka.group.id``, taken out of ``opts``: the group whose committed offsets
     ``startingOffsets=committed`` starts from (the source's own consumers stay out of it)."""
@@ -256,6 +293,7 @@ def check_read_options(options: Mapping[str, str]) -> None:
     _parse_positive(opts, "kafkaConsumer.pollTimeoutMs")
     _parse_bool(opts, "failOnDataLoss", True)
     _parse_bool(opts, "includeHeaders", False)
+    parse_isolation_level(opts)
     client_config(opts, _RESERVED_CONSUMER_KEYS)
 
 
@@ -291,11 +329,34 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         poll_timeout_ms=poll if poll is not None else 120_000,
         client_config=client_config(opts, _RESERVED_CONSUMER_KEYS),
         group_id=group_id,
+        isolation_level=parse_isolation_level(opts),
+    )
+
+
+#: Client settings the sink owns; a ``kafka.`` option may not set them.
+_RESERVED_PRODUCER_KEYS = frozenset(
+    {"enable.idempotence", "acks", "delivery.report.only.error", "transactional.id"}
+)
+
+
+def parse_delivery_guarantee(opts: Mapping[str, str]) -> DeliveryGuarantee:
+    """``deliveryGuarantee``: ``atLeastOnce`` (default) or ``exactlyOnce``; Flink's
+    spellings ``at-least-once``/``exactly-once`` (any case, ``_`` or ``-``) too."""
+    raw = opts.get("deliveryguarantee")
+    if raw is None:
+        return DeliveryGuarantee.AT_LEAST_ONCE
+    squashed = raw.strip().lower().replace("-", "").replace("_", "")
+    for guarantee in DeliveryGuarantee:
+        if guarantee.value.lower() == squashed:
+            return guarantee
+    raise OptionError(
+        f"option 'deliveryGuarantee' must be 'atLeastOnce' or 'exactlyOnce', got {raw!r}"
     )
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
-    """Check write options: ``bootstrap.servers`` and an optional default ``topic``."""
+    """Check write options: ``bootstrap.servers``, an optional default ``topic``, the
+    ``deliveryGuarantee`` and, for exactlyOnce, ``transactionalIdPrefix``."""
     opts = normalize(options)
     for name in ("subscribe", "subscribepattern", "assign"):
         if name in opts:
@@ -303,10 +364,19 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     topic = opts.get("topic")
     if topic is not None and not topic.strip():
         raise OptionError("option 'topic' must not be empty")
+    guarantee = parse_delivery_guarantee(opts)
+    prefix = opts.get("transactionalidprefix")
+    if prefix is not None:
+        if guarantee is not DeliveryGuarantee.EXACTLY_ONCE:
+            raise OptionError(
+                "option 'transactionalIdPrefix' needs option 'deliveryGuarantee' exactlyOnce"
+            )
+        if not prefix.strip():
+            raise OptionError("option 'transactionalIdPrefix' must not be empty")
     return SinkOptions(
         bootstrap_servers=bootstrap_servers(opts),
         topic=topic.strip() if topic else None,
-        client_config=client_config(
-            opts, frozenset({"enable.idempotence", "acks", "delivery.report.only.error"})
-        ),
+        client_config=client_config(opts, _RESERVED_PRODUCER_KEYS),
+        delivery_guarantee=guarantee,
+        transactional_id_prefix=(prefix or DEFAULT_TRANSACTIONAL_ID_PREFIX).strip(),
     )

@@ -49,6 +49,8 @@ class WriteSettings:
     bootstrap_servers: str
     topic: str | None
     client_config: Mapping[str, str]
+    #: Set for ``deliveryGuarantee=exactlyOnce`` (:mod:`replog.spark.exactly_once`).
+    transactional_id_prefix: str | None = None
 
 
 def producer_config(settings: WriteSettings) -> dict[str, object]:
@@ -184,13 +186,35 @@ def write_batches(batches: Iterable[pa.RecordBatch], settings: WriteSettings) ->
 
     config = producer_config(settings)
     producer = Producer(config)
+    report = DeliveryReport()
+    sent, _ = queue_batches(producer, config, batches, settings.topic, report)
+    remaining = producer.flush(FLUSH_TIMEOUT_S)
+    if report.failed or remaining:
+        raise DeliveryError(
+            f"replog sink: {report.failed} of {sent} records failed delivery, {remaining} "
+            f"still unacknowledged after flush; first errors: {report.errors}"
+        )
+    return sent
+
+
+def queue_batches(
+    producer: Any,
+    config: Mapping[str, object],
+    batches: Iterable[pa.RecordBatch],
+    topic_option: str | None,
+    report: DeliveryReport,
+) -> tuple[int, set[str]]:
+    """Queue every row in librdkafka (a run per ``produce_batch`` call, at most as many
+    rows as the queue holds); stop early once a delivery failed. Returns how many rows
+    were queued and to which topics. The caller flushes (or commits the transaction)."""
     queue_limit = int(str(config.get("queue.buffering.max.messages", 100_000)))
     chunk = max(1, min(CHUNK_ROWS, queue_limit))
-    report = DeliveryReport()
     sent = 0
+    topics: set[str] = set()
     for batch in batches:
-        for run in plan_runs(batch, settings.topic):
+        for run in plan_runs(batch, topic_option):
             rows, with_headers = messages(run)
+            topics.add(run.topic)
             if with_headers:
                 _produce_each(producer, run, rows, report)
             else:
@@ -203,13 +227,7 @@ def write_batches(batches: Iterable[pa.RecordBatch], settings: WriteSettings) ->
         producer.poll(0)
         if report.failed:
             break
-    remaining = producer.flush(FLUSH_TIMEOUT_S)
-    if report.failed or remaining:
-        raise DeliveryError(
-            f"replog sink: {report.failed} of {sent} records failed delivery, {remaining} "
-            f"still unacknowledged after flush; first errors: {report.errors}"
-        )
-    return sent
+    return sent, topics
 
 
 def _produce_batch(

@@ -8,7 +8,9 @@ Spark's Python Data Source API (PySpark >= 4.2) drives these classes:
   (:mod:`replog.spark.offsets`, :mod:`replog.spark.metadata`) and read it in a task
   (:mod:`replog.spark.consumer`), yielding Arrow batches.
 - Writers produce each task's rows with an idempotent producer
-  (:mod:`replog.spark.producer`). Delivery guarantees are in ``README.md`` beside this file.
+  (:mod:`replog.spark.producer`), or with ``deliveryGuarantee=exactlyOnce`` in one
+  fenced transaction per task (:mod:`replog.spark.exactly_once`). Delivery guarantees
+  are in ``README.md`` beside this file.
 
 Concurrency: Spark calls each reader or writer from one thread of one Python worker;
 instances are pickled to executors, so broker clients are created lazily and never pickled.
@@ -17,6 +19,7 @@ instances are pickled to executors, so broker clients are created lazily and nev
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +53,7 @@ from pyspark.sql.types import (
 )
 
 from replog.spark.consumer import ReadSettings, read_range
+from replog.spark.exactly_once import TaskTransaction, write_batches_exactly_once
 from replog.spark.metadata import BrokerMetadata, report_data_loss
 from replog.spark.offsets import (
     OffsetRange,
@@ -64,6 +68,7 @@ from replog.spark.offsets import (
     to_json,
 )
 from replog.spark.options import (
+    DeliveryGuarantee,
     OptionError,
     SourceOptions,
     check_read_options,
@@ -120,7 +125,8 @@ class ReplogDataSource(DataSource):
                 "save mode 'overwrite' is not supported by replog: a log is only appended to "
                 "(use mode 'append')"
             )
-        return ReplogBatchWriter(self._write_settings(schema))
+        # A batch write is one "micro-batch" 0 of a query id drawn here, once per write.
+        return ReplogBatchWriter(self._write_settings(schema), uuid.uuid4().hex)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> ReplogStreamWriter:
         return ReplogStreamWriter(self._write_settings(schema))
@@ -128,7 +134,13 @@ class ReplogDataSource(DataSource):
     def _write_settings(self, schema: StructType) -> WriteSettings:
         sink = parse_sink_options(self.options)
         check_sink_schema(schema, has_topic_option=sink.topic is not None)
-        return WriteSettings(sink.bootstrap_servers, sink.topic, dict(sink.client_config))
+        exactly_once = sink.delivery_guarantee is DeliveryGuarantee.EXACTLY_ONCE
+        return WriteSettings(
+            sink.bootstrap_servers,
+            sink.topic,
+            dict(sink.client_config),
+            sink.transactional_id_prefix if exactly_once else None,
+        )
 
 
 def check_sink_schema(schema: StructType, *, has_topic_option: bool) -> None:
@@ -180,6 +192,7 @@ def _settings(opts: SourceOptions) -> ReadSettings:
         fail_on_data_loss=opts.fail_on_data_loss,
         include_headers=opts.include_headers,
         poll_timeout_ms=opts.poll_timeout_ms,
+        isolation_level=opts.isolation_level.value,
     )
 
 
@@ -192,7 +205,9 @@ class _MetadataMixin:
     @property
     def metadata(self) -> BrokerMetadata:
         if self._metadata is None:
-            self._metadata = BrokerMetadata(self.opts.bootstrap_servers, self.opts.client_config)
+            self._metadata = BrokerMetadata(
+                self.opts.bootstrap_servers, self.opts.client_config, self.opts.isolation_level
+            )
         return self._metadata
 
     def __getstate__(self) -> dict[str, Any]:
@@ -316,19 +331,61 @@ class ReplogStreamReader(_MetadataMixin, DataSourceStreamReader, SupportsTrigger
 
 @dataclass
 class ReplogCommitMessage(WriterCommitMessage):
-    """How many records one write task had acknowledged."""
+    """How many records one write task had acknowledged (exactlyOnce: committed), and
+    whether it found its micro-batch written already (a replay)."""
 
     records: int
+    replayed: bool = False
+
+
+#: Local properties Spark's micro-batch engine sets on every task of a batch
+#: (``StreamExecution.QUERY_ID_KEY``, ``MicroBatchExecution.BATCH_ID_KEY``).
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
+def _task_write(
+    iterator: Iterator[pa.RecordBatch], settings: WriteSettings, batch_query_id: str | None
+) -> ReplogCommitMessage:
+    """Write one task's rows: at-least-once, or in the task's fenced transaction."""
+    if settings.transactional_id_prefix is None:
+        return ReplogCommitMessage(write_batches(iterator, settings))
+    outcome = write_batches_exactly_once(iterator, settings, _task_transaction(batch_query_id))
+    return ReplogCommitMessage(outcome.records, outcome.replayed)
+
+
+def _task_transaction(batch_query_id: str | None) -> TaskTransaction:
+    """This task's query, micro-batch and partition, from Spark's TaskContext: a stream's
+    query id is kept in its checkpoint, so a restarted query has the same one."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None:
+        raise RuntimeError("replog sink: exactlyOnce writes run only inside a Spark task")
+    if batch_query_id is not None:
+        return TaskTransaction(batch_query_id, 0, context.partitionId())
+    query_id = context.getLocalProperty(QUERY_ID_PROPERTY)
+    batch_id = context.getLocalProperty(BATCH_ID_PROPERTY)
+    if not query_id or batch_id is None:
+        raise RuntimeError(
+            "replog sink: exactlyOnce needs a micro-batch query (Spark set no "
+            f"{QUERY_ID_PROPERTY!r}/{BATCH_ID_PROPERTY!r} on the task); continuous "
+            "processing is not supported"
+        )
+    return TaskTransaction(query_id, int(batch_id), context.partitionId())
 
 
 class ReplogBatchWriter(DataSourceArrowWriter):
-    """``df.write.format("replog")``: each task produces its rows and flushes."""
+    """``df.write.format("replog")``: each task produces its rows and flushes (or, with
+    exactlyOnce, commits its transaction; a retried or speculative task fences the
+    others and writes nothing twice)."""
 
-    def __init__(self, settings: WriteSettings) -> None:
+    def __init__(self, settings: WriteSettings, write_id: str) -> None:
         self.settings = settings
+        self.write_id = write_id
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> ReplogCommitMessage:
-        return ReplogCommitMessage(write_batches(iterator, self.settings))
+        return _task_write(iterator, self.settings, self.write_id)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         log.info("replog sink: wrote %d records", _count(messages))
@@ -341,18 +398,34 @@ class ReplogBatchWriter(DataSourceArrowWriter):
 
 
 class ReplogStreamWriter(DataSourceStreamArrowWriter):
-    """``writeStream.format("replog")``: at-least-once, see README.md."""
+    """``writeStream.format("replog")``: at-least-once, or exactly-once with
+    ``deliveryGuarantee=exactlyOnce``; see README.md."""
 
     def __init__(self, settings: WriteSettings) -> None:
         self.settings = settings
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> ReplogCommitMessage:
-        return ReplogCommitMessage(write_batches(iterator, self.settings))
+        return _task_write(iterator, self.settings, None)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        log.info("replog sink: micro-batch %d wrote %d records", batchId, _count(messages))
+        replayed = sum(1 for m in messages if isinstance(m, ReplogCommitMessage) and m.replayed)
+        log.info(
+            "replog sink: micro-batch %d wrote %d records (%d tasks found it written already)",
+            batchId,
+            _count(messages),
+            replayed,
+        )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        if self.settings.transactional_id_prefix is not None:
+            log.warning(
+                "replog sink: micro-batch %d aborted; the transactions of tasks that "
+                "succeeded (%d records) are committed and recorded, so the retried batch "
+                "writes only the other tasks' rows",
+                batchId,
+                _count(messages),
+            )
+            return
         log.warning(
             "replog sink: micro-batch %d aborted; %d records of tasks that succeeded stay in "
             "the log and will be written again when the batch is retried",

@@ -11,6 +11,7 @@ from kio.static.primitive import i32Timedelta
 from replog.protocol import apis
 from replog.security.acl import SUPPORTED_OPERATIONS
 from replog.server.topic_stats import BrokerTopicStats
+from replog.server.txn_verification import TransactionalAppendOrder
 
 if TYPE_CHECKING:
     from replog.config import KafkaConfig
@@ -46,6 +47,10 @@ class BrokerServices:
     transaction_coordinator: TransactionCoordinatorRuntime | None = None
     # KIP-890 part 1 (transaction.partition.verification.enable); None: no coordinator known
     transaction_verifier: TransactionVerifier | None = None
+    # KIP-890: a transactional producer's produce requests verify and append in order.
+    transactional_append_order: TransactionalAppendOrder = field(
+        default_factory=TransactionalAppendOrder
+    )
 
     def allowed(
         self, ctx: RequestContext, operation: AclOperation, resource_type: ResourceType, name: str

@@ -6,7 +6,13 @@ partition's producer state checks them (``storage.producer_state``). With
 ``transaction.partition.verification.enable`` (KIP-890 part 1, on by default as in
 Kafka) a batch that would open a transaction on a partition is first verified with the
 transaction coordinator (``server.txn_verification``): the coordinator's refusal is the
-partition's answer, its retriable errors NOT_ENOUGH_REPLICAS."""
+partition's answer, its retriable errors NOT_ENOUGH_REPLICAS.
+
+A transactional producer's requests verify and append in the order they arrived
+(``server.txn_verification.TransactionalAppendOrder``): a request still waiting for its verification is
+never overtaken by a later one that needs none because the first opened the transaction
+meanwhile (which the partition would refuse, OUT_OF_ORDER_SEQUENCE_NUMBER). Kafka gets
+this order from handling one request of a connection at a time."""
 
 from __future__ import annotations
 
@@ -124,32 +130,37 @@ async def handle_produce(services: BrokerServices, ctx: RequestContext, request)
             else:
                 to_append.append((key, part.records))
     verifying = services.config.transaction_partition_verification_enable
-    guards: dict[tuple[str, int], VerificationGuard] = {}
-    if verifying and to_append and request.transactional_id is not None:
-        waited_from = time.monotonic()
-        guards = await _verify_transactions(
-            services, str(request.transactional_id), to_append, results
-        )
-        ctx.remote_s += time.monotonic() - waited_from
-        now = now_ms()  # the appends (LogAppendTime, time-based rolls) come after the wait
-    for key, records in to_append:
-        if key in results:
-            continue  # its verification failed
-        result = results[key] = rm.append_to_leader(
-            key[0],
-            key[1],
-            records,
-            acks,
-            now,
-            verification_required=verifying,
-            verification_guard=guards.get(key),
-        )
-        if result.error == ErrorCode.none:
-            services.topic_stats.record_append(
-                key[0], result.required_offset - result.base_offset, len(records)
+
+    def append(guards: dict[tuple[str, int], VerificationGuard], now: int) -> None:
+        for key, records in to_append:
+            if key in results:
+                continue  # its verification failed
+            result = results[key] = rm.append_to_leader(
+                key[0],
+                key[1],
+                records,
+                acks,
+                now,
+                verification_required=verifying,
+                verification_guard=guards.get(key),
             )
-        else:
-            services.topic_stats.of(key[0]).failed_produce_requests += 1
+            if result.error == ErrorCode.none:
+                services.topic_stats.record_append(
+                    key[0], result.required_offset - result.base_offset, len(records)
+                )
+            else:
+                services.topic_stats.of(key[0]).failed_produce_requests += 1
+
+    if verifying and to_append and request.transactional_id is not None:
+        transactional_id = str(request.transactional_id)
+        waited_from = time.monotonic()
+        async with services.transactional_append_order.turn(transactional_id):
+            guards = await _verify_transactions(services, transactional_id, to_append, results)
+            ctx.remote_s += time.monotonic() - waited_from
+            # The appends (LogAppendTime, time-based rolls) come after the wait.
+            append(guards, now_ms())
+    else:
+        append({}, now)
     results = {key: results[key] for key in order}
     if acks == 0:
         return None
