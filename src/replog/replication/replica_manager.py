@@ -384,6 +384,13 @@ class ReplicaManager:
                     list(proposal.new_isr),
                     self.config.replica_lag_time_max_ms,
                 )
+                if len(proposal.new_isr) < part.min_insync_replicas:
+                    # The replicas leaving held the acknowledged records too; from the
+                    # write on, only this leader does, and acks=all stops. Made durable
+                    # before ZooKeeper says so, an OS crash of the last ISR member cannot
+                    # take acknowledged records with it (Kafka leaves them to the page
+                    # cache; the fault campaign's crash-leader lost them that way).
+                    self.log_manager.flush_and_checkpoint(part.topic, part.partition)
                 self.isr_writer.submit(part, proposal)
 
     async def maybe_propagate_isr_changes(self, now: int) -> None:

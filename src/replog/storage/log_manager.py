@@ -473,6 +473,23 @@ class LogManager:
                     self.fail_log_dir(log_dir, f"flushing {target.dir.name}'s metadata", exc)
                 yield
 
+    def flush_and_checkpoint(self, topic: str, partition: int) -> None:
+        """fsync one log up to its end, then write its dir's checkpoints, so that its
+        recovery point survives an OS crash: a leader about to become the only replica
+        that holds its acknowledged records (an ISR shrinking below
+        ``min.insync.replicas``) makes them durable first. A failure takes the dir offline."""
+        tp = (topic, partition)
+        target, log_dir = self._logs.get(tp), self._dir_of.get(tp)
+        if target is None or log_dir is None or self.is_offline(log_dir):
+            return
+        if target.recovery_point >= target.log_end_offset:
+            return
+        try:
+            target.flush()
+            self._checkpoint_dir(log_dir)
+        except OSError as exc:
+            self.fail_log_dir(log_dir, f"flushing {topic}-{partition}", exc)
+
     def checkpoint(self) -> None:
         """Write the recovery point and log start offset checkpoints of every live log dir."""
         for log_dir in self.live_log_dirs:
