@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from replog.protocol.controller_schemas.leader_and_isr import (
@@ -29,25 +29,20 @@ from replog.protocol.controller_schemas.leader_and_isr import (
 )
 from replog.protocol.controller_schemas.update_metadata import UpdateMetadataRequest
 from replog.protocol.kafka_uuid import ZERO_UUID
-from replog.protocol.wire import EMPTY_TAGS, I16, I32, compact_nullable_string, uvarint
+from replog.protocol.wire import (
+    EMPTY_TAGS,
+    I16,
+    I32,
+    compact_int32_array,
+    compact_nullable_string,
+    uvarint,
+)
 
 _HEAD = struct.Struct(">iiq")  # controller_id, controller_epoch, broker_epoch
 _PARTITION_HEAD = struct.Struct(">iiii")  # index, controller epoch, leader, leader epoch
 _ERROR = struct.Struct(">ih")  # partition index, error code
 
-_int_arrays: dict[tuple[int, ...], bytes] = {}
 _strings: dict[str, bytes] = {}
-
-
-def _int32_array(values: Sequence[int]) -> bytes:
-    """A compact array of int32, cached by value (the tuples repeat across partitions)."""
-    key = tuple(values)
-    encoded = _int_arrays.get(key)
-    if encoded is None:
-        encoded = uvarint(len(key) + 1) + struct.pack(f">{len(key)}i", *key)
-        if len(_int_arrays) < 65536:
-            _int_arrays[key] = encoded
-    return encoded
 
 
 def _compact_string(value: str) -> bytes:
@@ -76,7 +71,7 @@ def _topic_head(topic: Any) -> bytes:
 
 def encode_leader_and_isr_request(body: LeaderAndIsrRequest) -> bytes:
     """The body of a LeaderAndIsr v6 request (after the request header)."""
-    array, i32, head = _int32_array, I32.pack, _PARTITION_HEAD.pack
+    array, i32, head = compact_int32_array, I32.pack, _PARTITION_HEAD.pack
     out = [
         _HEAD.pack(body.controller_id, body.controller_epoch, body.broker_epoch),
         bytes((body.type & 0xFF,)),
@@ -106,7 +101,7 @@ def encode_leader_and_isr_request(body: LeaderAndIsrRequest) -> bytes:
 
 def encode_update_metadata_request(body: UpdateMetadataRequest) -> bytes:
     """The body of an UpdateMetadata v7 request (after the request header)."""
-    array, i32, head = _int32_array, I32.pack, _PARTITION_HEAD.pack
+    array, i32, head = compact_int32_array, I32.pack, _PARTITION_HEAD.pack
     out = [
         _HEAD.pack(body.controller_id, body.controller_epoch, body.broker_epoch),
         uvarint(len(body.topic_states) + 1),

@@ -26,7 +26,6 @@ from replog.replication.delayed_operations import (
     ProduceResult,
 )
 from replog.replication.fetch_reader import FetchReader, FetchResult, FetchWait
-from replog.replication.fetch_rules import READ_UNCOMMITTED, FetchPartitionRequest
 from replog.replication.fetcher import ReplicaFetcherManager
 from replog.replication.hw_checkpoint import HighWatermarkCheckpoints
 from replog.replication.isr import IsrChangeProposal
@@ -39,13 +38,11 @@ from replog.replication.machine import (
     StopFetching,
 )
 from replog.replication.partition import Partition
-from replog.replication.quota import ReplicationQuota
 from replog.storage.log import AppendInfo
 from replog.storage.log_config import LogConfig
 from replog.storage.log_manager import LogManager
 from replog.storage.producer_state import VerificationGuard
 from replog.zk.client import KafkaZkClient
-from replog.zk.fencing import UNKNOWN_BROKER_EPOCH
 
 log = logging.getLogger(__name__)
 
@@ -294,34 +291,6 @@ class ReplicaManager:
         ``results`` in place."""
         operation = DelayedDeleteRecords(self.get_partition, results, self.is_live_broker)
         await operation.wait(operation.partitions(), timeout_ms / 1000)
-
-    # -- fetch ----------------------------------------------------------------
-
-    async def fetch(
-        self,
-        replica_id: int,
-        max_wait_ms: int,
-        min_bytes: int,
-        max_bytes: int,
-        requests: list[FetchPartitionRequest],
-        isolation_level: int = READ_UNCOMMITTED,
-        wait: FetchWait | None = None,
-        leader_quota: ReplicationQuota | None = None,
-        broker_epoch: int = UNKNOWN_BROKER_EPOCH,
-    ) -> list[FetchResult]:
-        """A Fetch request's partitions, waiting for data up to ``max_wait_ms``: see
-        ``FetchReader.fetch``."""
-        return await self.fetch_reader.fetch(
-            replica_id,
-            max_wait_ms,
-            min_bytes,
-            max_bytes,
-            requests,
-            isolation_level,
-            wait,
-            leader_quota,
-            broker_epoch,
-        )
 
     def _carry_out(
         self,

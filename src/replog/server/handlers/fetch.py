@@ -114,7 +114,7 @@ async def handle_fetch(services: BrokerServices, ctx: RequestContext, request) -
     results = ()
     if reads:
         wait = FetchWait()
-        results = await services.replica_manager.fetch(
+        results = await services.replica_manager.fetch_reader.fetch(
             int(replica_id),
             int(request.max_wait.total_seconds() * 1000),
             int(request.min_bytes),
