@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from replog.controller.request_batch import ControllerRequest
-from replog.protocol.client import KafkaConnection
+from replog.protocol.client import KafkaConnection, raise_if_cancelling
 from replog.replication.leader_endpoint import DEAD_PEER_S
 from replog.security.client_security import PLAINTEXT, ClientSecurity
 from replog.zk.data import BrokerInfo
@@ -85,6 +85,7 @@ class _BrokerChannel:
                     item.request, timeout_s=self.manager.request_timeout_s
                 )
             except (OSError, TimeoutError) as exc:  # ConnectionClosed is an OSError
+                raise_if_cancelling()
                 log.warning(
                     "controller %d: %s to broker %d at %s:%d failed (%s); retrying in %.2f s",
                     self.manager.controller_id,

@@ -68,6 +68,19 @@ def _time_out(future: asyncio.Future[Any], timeout_s: float) -> None:
         future.set_exception(TimeoutError(f"no response within {timeout_s:.1f} s"))
 
 
+def raise_if_cancelling() -> None:
+    """Raise CancelledError if the current task was asked to stop. Python 3.11's
+    ``asyncio.wait_for`` loses a cancellation that arrives as its inner future fails (a
+    refused connection): it raises the inner OSError instead, and a caller that retries
+    OSErrors goes on for ever, its task stuck in "cancelling" (seen in a broker's stack
+    dump: the controller's request sender to a stopped broker kept retrying after the
+    controller's shutdown had cancelled it, and the broker never exited). Call it where
+    an OSError is caught to be retried."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 class KafkaConnection:
     """Concurrency: one reader task per connection; ``request`` may be called concurrently."""
 
@@ -99,16 +112,20 @@ class KafkaConnection:
         authentication raises ``AuthenticationError`` (an OSError, as a failed connection
         is); an unreadable TLS file ``ValueError``."""
         context = self.security.ssl_context()
-        self._reader, self._writer = await asyncio.wait_for(
-            asyncio.open_connection(
-                self.host,
-                self.port,
-                limit=1 << 20,
-                ssl=context,
-                server_hostname=self.host if context is not None else None,
-            ),
-            timeout_s,
-        )
+        try:
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(
+                    self.host,
+                    self.port,
+                    limit=1 << 20,
+                    ssl=context,
+                    server_hostname=self.host if context is not None else None,
+                ),
+                timeout_s,
+            )
+        except OSError:
+            raise_if_cancelling()
+            raise
         if self.dead_peer_s is not None:
             detect_dead_peer(self._writer.get_extra_info("socket"), self.dead_peer_s)
         self._read_task = asyncio.create_task(self._read_loop())
