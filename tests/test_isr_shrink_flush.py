@@ -1,6 +1,7 @@
 """A leader whose ISR shrinks below ``min.insync.replicas`` becomes the only replica
 holding its acknowledged records: it makes them durable (fsync, then its dir's recovery
-point checkpoint) before the ISR write is even started, so an OS crash of the last ISR
+point checkpoint) before the ISR write is even started, and so does a broker the
+controller makes leader with such an ISR (the others died), so an OS crash of the last ISR
 member cannot take acknowledged records with it. Found by the fault campaign (seed 14):
 a follower cut off for longer than ``replica.lag.time.max.ms`` left the ISR, then the
 leader crashed with its unflushed tail lost, came back as the only ISR member, and the
@@ -74,3 +75,29 @@ def test_a_shrink_below_min_isr_flushes_first(tmp_path: Path, min_isr: int, flus
         manager.shutdown()
 
     asyncio.run(go())
+
+
+@pytest.mark.parametrize("min_isr, flushed", [(2, True), (1, False)])
+def test_leading_with_an_isr_below_min_isr_flushes(
+    tmp_path: Path, min_isr: int, flushed: bool
+) -> None:
+    config = KafkaConfig.from_properties(
+        {"zookeeper.connect": "127.0.0.1:1", "broker.id": "1", "log.dirs": str(tmp_path)}
+    )
+    manager = LogManager([tmp_path], LogConfig())
+    manager.startup(0)
+    topic_config = LogConfig(min_insync_replicas=min_isr)
+    rm = ReplicaManager(config, manager, lambda _t: topic_config, zk=None)  # type: ignore[arg-type]
+    full = PartitionLeadership(1, 1, (1, 2), (1, 2), 0, 1)
+    assert rm.become_leader_or_follower("t", 0, full, live_leaders={}, is_new=True) is (
+        ErrorCode.none
+    )
+    part = rm.partitions[("t", 0)]
+    for _ in range(3):
+        error, _info = part.append_as_leader(bytearray(simple_batch([b"v"])), acks=-1, now_ms=0)
+        assert error is ErrorCode.none
+    assert recovery_points(tmp_path).get(("t", 0), 0) == 0
+    alone = PartitionLeadership(1, 2, (1,), (1, 2), 1, 2)  # broker 2 died: the controller's ISR
+    assert rm.become_leader_or_follower("t", 0, alone, live_leaders={}) is ErrorCode.none
+    assert (recovery_points(tmp_path).get(("t", 0), 0) == 3) is flushed
+    manager.shutdown()

@@ -429,6 +429,14 @@ class ReplicaManager:
                 part, f"becoming {state.leader}'s replica of {topic}-{partition}", exc
             )
             return ErrorCode.kafka_storage_error
+        if (
+            code is ErrorCode.none
+            and state.leader == self.broker_id
+            and len(state.isr) < part.min_insync_replicas
+        ):
+            # Led with an ISR the controller cut below min.insync.replicas (its other
+            # members died): this replica may be the last holding acknowledged records.
+            self.log_manager.flush_and_checkpoint(topic, partition)
         if actions:
             log.debug(
                 "%s-%d: %s at epoch %d (leader %d, ISR %s, LEO %d)",
