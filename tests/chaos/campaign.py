@@ -259,18 +259,23 @@ def run_campaign(
                 active.stop(target)
             except Exception as exc:  # teardown goes on; the namespaces go anyway
                 note(f"could not undo {active.name}: {exc}")
-        if producing is not None:
-            producing.stop(flush_s=5)
-        if reading is not None:
-            reading.stop()
-        if group is not None:
-            group.stop()
-        if leaders is not None:
-            leaders.stop()
-        if admin is not None:
-            admin.stop()
-        if txn is not None:
-            txn.abandon()
+        # Each workload stops on its own: one that raises (a producer whose fatal error
+        # makes flush raise) must not leave the brokers, ZooKeepers and namespaces behind.
+        stops = [
+            (producing, lambda w: w.stop(flush_s=5)),
+            (reading, lambda w: w.stop()),
+            (group, lambda w: w.stop()),
+            (leaders, lambda w: w.stop()),
+            (admin, lambda w: w.stop()),
+            (txn, lambda w: w.abandon()),
+        ]
+        for workload, stop in stops:
+            if workload is None:
+                continue
+            try:
+                stop(workload)
+            except Exception as exc:
+                note(f"teardown: stopping {type(workload).__name__}: {exc!r}")
         errors = cluster.stop() + cluster.release_disks() + net.close()
         for error in errors:
             note(f"teardown: {error}")
