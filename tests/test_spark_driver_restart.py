@@ -146,9 +146,12 @@ def test_driver_killed_mid_stream_restarts_from_its_checkpoint(
     first = _driver(args, tmp_path / "driver-1.log")
     try:
         wait_for(
-            lambda: _commits(checkpoint) >= 2 and _eos_batch_running(eos_checkpoint),
+            # One committed parquet batch is enough to be mid-stream; waiting for two let
+            # the parquet query finish all six before the slower exactly-once query was
+            # mid-batch when the machine was loaded (seen once in make test).
+            lambda: _commits(checkpoint) >= 1 and _eos_batch_running(eos_checkpoint),
             180,
-            "two committed micro-batches, and the exactly-once query running its second or later",
+            "a committed micro-batch, and the exactly-once query running its second or later",
         )
     finally:
         os.killpg(first.pid, signal.SIGKILL)  # the driver and its JVM, mid-stream
