@@ -33,37 +33,44 @@ def recovery_points(log_dir: Path) -> dict:
     return OffsetCheckpointFile(path).read() if path.exists() else {}
 
 
+def leading_with_three_records(tmp_path: Path, min_isr: int) -> tuple[LogManager, ReplicaManager]:
+    """Broker 1 leading t-0 with ISR [1, 2] and three records appended, nothing flushed."""
+    config = KafkaConfig.from_properties(
+        {
+            "zookeeper.connect": "127.0.0.1:1",
+            "broker.id": "1",
+            "log.dirs": str(tmp_path),
+            "replica.lag.time.max.ms": str(LAG_MS),
+        }
+    )
+    manager = LogManager([tmp_path], LogConfig())
+    manager.startup(0)
+    topic_config = LogConfig(min_insync_replicas=min_isr)
+    # No ZooKeeper: the tests look before an ISR write would start, and cancel it.
+    rm = ReplicaManager(config, manager, lambda _t: topic_config, zk=None)  # type: ignore[arg-type]
+    state = PartitionLeadership(1, 1, (1, 2), (1, 2), 0, 1)
+    assert rm.become_leader_or_follower("t", 0, state, live_leaders={}, is_new=True) is (
+        ErrorCode.none
+    )
+    part = rm.partitions[("t", 0)]
+    for _ in range(3):
+        error, _info = part.append_as_leader(bytearray(simple_batch([b"v"])), acks=-1, now_ms=0)
+        assert error is ErrorCode.none
+    assert recovery_points(tmp_path).get(("t", 0), 0) == 0
+    return manager, rm
+
+
 @pytest.mark.parametrize("min_isr, flushed", [(2, True), (1, False)])
 def test_a_shrink_below_min_isr_flushes_first(tmp_path: Path, min_isr: int, flushed: bool) -> None:
     async def go() -> None:
-        config = KafkaConfig.from_properties(
-            {
-                "zookeeper.connect": "127.0.0.1:1",
-                "broker.id": "1",
-                "log.dirs": str(tmp_path),
-                "replica.lag.time.max.ms": str(LAG_MS),
-            }
-        )
-        manager = LogManager([tmp_path], LogConfig())
-        manager.startup(0)
-        topic_config = LogConfig(min_insync_replicas=min_isr)
-        # No ZooKeeper: the test looks before the ISR write would start, and cancels it.
-        rm = ReplicaManager(config, manager, lambda _t: topic_config, zk=None)  # type: ignore[arg-type]
-        state = PartitionLeadership(1, 1, (1, 2), (1, 2), 0, 1)
-        assert rm.become_leader_or_follower("t", 0, state, live_leaders={}, is_new=True) is (
-            ErrorCode.none
-        )
+        manager, rm = leading_with_three_records(tmp_path, min_isr)
         part = rm.partitions[("t", 0)]
-        for _ in range(3):
-            error, _info = part.append_as_leader(bytearray(simple_batch([b"v"])), acks=-1, now_ms=0)
-            assert error is ErrorCode.none
         request = FetchPartitionRequest("t", 0, 3, 1 << 20, current_leader_epoch=1)
         fetched_at = now_ms()
         part.fetch(2, request, fetched_at, isr_eligible=True, replication_throttled=False)
         assert part.high_watermark == 3  # acknowledged by both replicas
         error, _info = part.append_as_leader(bytearray(simple_batch([b"w"])), acks=-1, now_ms=0)
         assert error is ErrorCode.none  # one more the follower never gets: it falls behind
-        assert recovery_points(tmp_path).get(("t", 0), 0) == 0
 
         rm.maybe_shrink_isr(fetched_at + 10 * LAG_MS)  # follower 2 silent for longer than the lag
 
@@ -81,22 +88,7 @@ def test_a_shrink_below_min_isr_flushes_first(tmp_path: Path, min_isr: int, flus
 def test_leading_with_an_isr_below_min_isr_flushes(
     tmp_path: Path, min_isr: int, flushed: bool
 ) -> None:
-    config = KafkaConfig.from_properties(
-        {"zookeeper.connect": "127.0.0.1:1", "broker.id": "1", "log.dirs": str(tmp_path)}
-    )
-    manager = LogManager([tmp_path], LogConfig())
-    manager.startup(0)
-    topic_config = LogConfig(min_insync_replicas=min_isr)
-    rm = ReplicaManager(config, manager, lambda _t: topic_config, zk=None)  # type: ignore[arg-type]
-    full = PartitionLeadership(1, 1, (1, 2), (1, 2), 0, 1)
-    assert rm.become_leader_or_follower("t", 0, full, live_leaders={}, is_new=True) is (
-        ErrorCode.none
-    )
-    part = rm.partitions[("t", 0)]
-    for _ in range(3):
-        error, _info = part.append_as_leader(bytearray(simple_batch([b"v"])), acks=-1, now_ms=0)
-        assert error is ErrorCode.none
-    assert recovery_points(tmp_path).get(("t", 0), 0) == 0
+    manager, rm = leading_with_three_records(tmp_path, min_isr)
     alone = PartitionLeadership(1, 2, (1,), (1, 2), 1, 2)  # broker 2 died: the controller's ISR
     assert rm.become_leader_or_follower("t", 0, alone, live_leaders={}) is ErrorCode.none
     assert (recovery_points(tmp_path).get(("t", 0), 0) == 3) is flushed
