@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from replog.protocol.errors import (
     InvalidProducerEpoch,
     InvalidTxnState,
+    OutOfOrderSequence,
     TransactionCoordinatorFenced,
 )
 from replog.protocol.records import (
@@ -146,6 +147,36 @@ def test_leader_checks(tmp_path: Path) -> None:
     assert log.log_end_offset == end + 1  # only the accepted marker was written
     # after the commit the producer may write outside a transaction again
     log.append_as_leader(txn_batch(1, 2, epoch=2, transactional=False), leader_epoch=0, now_ms=NOW)
+
+
+def test_a_batch_of_an_ended_transaction_is_no_duplicate_for_the_next(tmp_path: Path) -> None:
+    """Campaign seed 14: librdkafka aborted a transaction whose batch (sequences 82-83)
+    its killed leader had written, and reused 82-83 in the next transaction at the same
+    epoch. Answering the aborted batch's offsets acknowledged records never written."""
+    log = open_log(tmp_path / "t-0")
+    first = log.append_as_leader(txn_batch(1, 0), leader_epoch=0, now_ms=NOW)
+    again = log.append_as_leader(txn_batch(1, 0), leader_epoch=0, now_ms=NOW)
+    assert again.duplicate and again.first_offset == first.first_offset == 0  # a retry
+    marker(log, 1, commit=False)
+    end = log.log_end_offset
+    with pytest.raises(OutOfOrderSequence):
+        log.append_as_leader(txn_batch(1, 0), leader_epoch=0, now_ms=NOW)
+    assert log.log_end_offset == end
+    # the same after a restart, from the snapshot or the log
+    log.producer_state.write_snapshot(tmp_path / "t-0")
+    log.close()
+    log = open_log(tmp_path / "t-0", recovery_point=end)
+    with pytest.raises(OutOfOrderSequence):
+        log.append_as_leader(txn_batch(1, 0), leader_epoch=0, now_ms=NOW)
+    # the next transaction's batches follow on, and its own retries are duplicates
+    nxt = log.append_as_leader(txn_batch(1, 2), leader_epoch=0, now_ms=NOW)
+    assert not nxt.duplicate and nxt.first_offset == end
+    assert log.append_as_leader(txn_batch(1, 2), leader_epoch=0, now_ms=NOW).duplicate
+    # an idempotent (non-transactional) producer's retries are unchanged
+    marker(log, 1, commit=True)
+    plain = log.append_as_leader(txn_batch(1, 4, transactional=False), leader_epoch=0, now_ms=NOW)
+    retry = log.append_as_leader(txn_batch(1, 4, transactional=False), leader_epoch=0, now_ms=NOW)
+    assert retry.duplicate and retry.first_offset == plain.first_offset
 
 
 def test_snapshot_keeps_open_transactions(tmp_path: Path) -> None:

@@ -120,11 +120,27 @@ class ProducerStateEntry:
         return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
 
     def find_duplicate(self, header: BatchHeader) -> BatchMetadata | None:
+        """The retained batch ``header`` retries, or None.
+
+        A transactional batch retries only a batch of the producer's transaction open
+        on this partition: a batch of a transaction a marker has since ended is no
+        answer to it. Kafka answers that match too, and loses the write: librdkafka,
+        aborting a transaction, purges the batches it holds for retry and reuses their
+        sequence numbers in the next transaction at the same epoch (transaction version
+        1), though a purged batch may already be in the log (a leader killed before it
+        answered). Answering the aborted batch's offsets would acknowledge records that
+        were never written; here the batch fails the sequence check instead
+        (OUT_OF_ORDER_SEQUENCE_NUMBER, which aborts the transaction and bumps the epoch).
+        """
         if header.producer_epoch != self.producer_epoch:
             return None
         first, last = header.base_sequence, header.last_sequence
         for meta in self.batches:
             if meta.first_seq == first and meta.last_seq == last:
+                if header.is_transactional and not (
+                    0 <= self.current_txn_first_offset <= meta.first_offset
+                ):
+                    return None
                 return meta
         return None
 
