@@ -672,7 +672,12 @@ def test_leader_answers_where_an_epoch_ends_in_its_log() -> None:
     assert m.answer_offsets_for_leader_epoch(5, 3) == (ErrorCode.none, EpochEndOffset(3, 10))
     assert m.answer_offsets_for_leader_epoch(5, 5) == (ErrorCode.none, EpochEndOffset(5, 14))
     assert m.answer_offsets_for_leader_epoch(5, 0) == (ErrorCode.none, EpochEndOffset(0, 0))
-    assert m.answer_offsets_for_leader_epoch(5, 9) == (ErrorCode.none, UNDEFINED_EPOCH_END_OFFSET)
+    # an epoch newer than this leader's: it is stale, not the log truncated
+    assert m.answer_offsets_for_leader_epoch(5, 6) == (
+        ErrorCode.unknown_leader_epoch,
+        UNDEFINED_EPOCH_END_OFFSET,
+    )
+    assert m.answer_offsets_for_leader_epoch(-1, 9)[0] is ErrorCode.unknown_leader_epoch
 
 
 # -- the follower: truncation, fetching ---------------------------------------------------------

@@ -406,10 +406,21 @@ class PartitionMachine(FollowerEvents):
     def answer_offsets_for_leader_epoch(
         self, current_leader_epoch: int, requested_epoch: int
     ) -> tuple[ErrorCode, EpochEndOffset]:
-        """OffsetsForLeaderEpoch: where ``requested_epoch`` ends in this leader's log."""
+        """OffsetsForLeaderEpoch: where ``requested_epoch`` ends in this leader's log.
+
+        An epoch newer than this leader's own is one it has not been told of: it is a
+        stale leader (cut from the controller), and UNKNOWN_LEADER_EPOCH sends the
+        client to refresh its metadata. Kafka answers UNDEFINED there, which librdkafka
+        (and the Java consumer) take for log truncation and reset by
+        ``auto.offset.reset``: campaign seed 14's consumer went from offset 1495 back
+        to 0 after asking the old leader of a partition about the new leader's epoch.
+        """
         error = self.validate_leader_request(current_leader_epoch)
         if error is not ErrorCode.none:
             return error, UNDEFINED_EPOCH_END_OFFSET
+        assert self.state is not None  # leading
+        if requested_epoch > self.state.leader_epoch:
+            return ErrorCode.unknown_leader_epoch, UNDEFINED_EPOCH_END_OFFSET
         answer = end_offset_for_epoch(
             self.log.epoch_entries(), self.log.log_end_offset, requested_epoch
         )
