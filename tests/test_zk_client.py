@@ -267,6 +267,32 @@ def test_broker_registration_is_ephemeral(
     assert observer.get_broker_ids() == set()
 
 
+def test_registration_whose_rival_goes_between_create_and_read_succeeds(
+    make_client: Callable[[], KafkaZkClient],
+) -> None:
+    """The earlier session's node found by the create, then gone before its owner is read
+    (that session expired in between): register again, not NoNodeError (seed 14)."""
+    old, new = make_client(), make_client()
+    info = BrokerInfo.plaintext(7, "127.0.0.1", 9092)
+    old.register_broker(info, timestamp_ms=1)
+    real_get = new._zk.get
+    reads: list[str] = []
+
+    def get_after_the_old_session_is_gone(path: str, *args: Any, **kwargs: Any) -> Any:
+        if not reads:
+            old.close()  # its ephemeral node goes with it
+        reads.append(path)
+        return real_get(path, *args, **kwargs)
+
+    new._zk.get = get_after_the_old_session_is_gone  # type: ignore[method-assign]
+    try:
+        epoch = new.register_broker(info, timestamp_ms=2)
+    finally:
+        new._zk.get = real_get  # type: ignore[method-assign]
+    assert reads == ["/brokers/ids/7"]
+    assert new.get_broker_epoch(7) == epoch
+
+
 def test_session_expiry_drops_ephemerals_and_signals_new_session(
     make_client: Callable[[], KafkaZkClient],
 ) -> None:

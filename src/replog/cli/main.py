@@ -81,20 +81,32 @@ def _broker_start(args: argparse.Namespace) -> int:
     except ImportError:
         pass
 
-    async def run() -> None:
-        stack_dump.install(asyncio.get_running_loop())  # SIGUSR1: what it waits on
-        broker = Broker(config)
-        await broker.run_until_stopped()
-
-    try:
-        asyncio.run(run())
-    except (
+    startup_errors = (
         BrokerStartupError,  # ZooKeeper out of reach, no usable log dir, the id taken
         LogDirLockedError,  # another broker on a log dir
         MetaPropertiesError,  # another broker's or another cluster's data
         OSError,  # a port in use
         ValueError,  # a listener's unusable TLS files, a bad zookeeper.connect
-    ) as exc:
+    )
+
+    async def run() -> None:
+        stack_dump.install(asyncio.get_running_loop())  # SIGUSR1: what it waits on
+        broker = Broker(config)
+        try:
+            await broker.run_until_stopped()
+        except startup_errors:
+            raise
+        except Exception:
+            # logged here, in the broker's log: asyncio.run prints it only after its
+            # shutdown, which waits for the executor's threads
+            logging.getLogger("replog.server.broker").exception(
+                "broker %d stopped on an error", config.broker_id
+            )
+            raise
+
+    try:
+        asyncio.run(run())
+    except startup_errors as exc:
         print(f"replog: broker {config.broker_id} failed to start: {exc}", file=sys.stderr)
         return 1
     return 0

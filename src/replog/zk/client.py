@@ -185,15 +185,27 @@ class KafkaZkClient(ControllerZnodes, TopicZnodes, NotificationZnodes):
             return zd.decode_cluster_id(self._ops.call(self._zk.get, zd.CLUSTER_ID_PATH)[0])
 
     def _checked_ephemeral_create(self, path: str, data: bytes) -> ZnodeStat:
-        """Create an ephemeral znode; if it exists, succeed only if this session owns it."""
-        try:
-            _, stat = self._ops.call(self._zk.create, path, data, ephemeral=True, include_data=True)
-            return stat
-        except NodeExistsError:
-            existing, stat = self._ops.call(self._zk.get, path)
-            if stat.ephemeralOwner == self.session_id and existing == data:
+        """Create an ephemeral znode; if it exists, succeed only if this session owns it.
+
+        The node may go between the create that found it and the read of its owner (the
+        session holding it expired then, as after a kill -9 and a quick restart): create
+        again, as Kafka's ``checkedEphemeralCreate`` does. NoNodeError escaping here once
+        left a restarted broker unregistered until it was killed (campaign seed 14).
+        """
+        while True:
+            try:
+                _, stat = self._ops.call(
+                    self._zk.create, path, data, ephemeral=True, include_data=True
+                )
                 return stat
-            raise
+            except NodeExistsError:
+                try:
+                    existing, stat = self._ops.call(self._zk.get, path)
+                except NoNodeError:
+                    continue
+                if stat.ephemeralOwner == self.session_id and existing == data:
+                    return stat
+                raise
 
     # --- brokers ---------------------------------------------------------------------
 
