@@ -185,8 +185,11 @@ def run_campaign(
             _wait_quiet(scheduled.quiet_s)
             fault = make_fault(scheduled.kind, scheduled.pick)
             active = fault
+            began = round(history.now(), 4)
             detail = fault.start(target)
-            history.append("nemesis", phase="start", fault=number, name=fault.name, detail=detail)
+            history.append(
+                "nemesis", phase="start", fault=number, name=fault.name, detail=detail, began=began
+            )
             note(f"fault #{number} {fault.name} for {scheduled.hold_s} s: {detail}")
             held = fault.hold(target, scheduled.hold_s)
             if held:

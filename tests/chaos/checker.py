@@ -47,6 +47,7 @@ from typing import Any
 
 from chaos.admin import DEGRADED_AFTER_HEAL_S, accepted
 from chaos.group_checker import GroupResult, check_groups, report_lines
+from chaos.history import fault_began
 from chaos.txn_checker import TxnResult, check_transactions
 from chaos.txn_checker import report_lines as txn_report_lines
 
@@ -261,7 +262,7 @@ def _degraded(events: list[dict[str, Any]], t: float) -> bool:
         if e["type"] != "nemesis":
             continue
         if e["phase"] == "start":
-            started[e["fault"]] = e["t"]
+            started[e["fault"]] = fault_began(e)
         elif e["fault"] in started:
             if started[e["fault"]] <= t <= e["t"] + DEGRADED_AFTER_HEAL_S:
                 return True
@@ -338,7 +339,7 @@ def _fault_windows(
             continue
         if e["phase"] == "start":
             windows[e["fault"]] = FaultWindow(
-                e["fault"], e["name"], e.get("detail", ""), e["t"], None
+                e["fault"], e["name"], e.get("detail", ""), fault_began(e), None
             )
         elif e["phase"] == "stop" and e["fault"] in windows:
             windows[e["fault"]].stop = e["t"]

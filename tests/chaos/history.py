@@ -8,7 +8,9 @@ the Unix time, for matching broker logs):
     {"type": "fail", "value": "17", "partition": 2, "error": "..."}   indeterminate
     {"type": "read", "reader": "final", "partition": 2, "offset": 5, "value": "17"}
     {"type": "end", "reader": "final", "partition": 2, "offset": 9}   high watermark reached
-    {"type": "nemesis", "phase": "start"|"stop", "fault": 3, "name": "...", "detail": "..."}
+    {"type": "nemesis", "phase": "start"|"stop", "fault": 3, "name": "...", "detail": "...",
+     "began": 12.3}   a start is recorded once the fault is in place; ``began`` is when
+                      putting it in place began (a fault may cut links, then wait)
     {"type": "info", "what": "...", ...}
 
 Concurrency: ``append`` may be called from any thread (producer callbacks, the live
@@ -22,6 +24,12 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+
+def fault_began(event: dict[str, Any]) -> float:
+    """When a nemesis ``start`` event's fault began to act (histories before ``began``
+    was recorded: the event's time)."""
+    return event.get("began", event["t"])
 
 
 class History:

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chaos.history import fault_began
+
 
 @dataclass(frozen=True)
 class Band:
@@ -50,9 +52,9 @@ def series(events: list[dict[str, Any]]) -> Timeline:
             started[e["fault"]] = e
         elif e["type"] == "nemesis" and e["phase"] == "stop" and e["fault"] in started:
             begin = started.pop(e["fault"])
-            timeline.faults.append(Band(begin["t"], e["t"], e["name"]))
+            timeline.faults.append(Band(fault_began(begin), e["t"], e["name"]))
     for begin in started.values():  # never healed: the band runs to the end
-        timeline.faults.append(Band(begin["t"], end, begin["name"]))
+        timeline.faults.append(Band(fault_began(begin), end, begin["name"]))
     timeline.faults.sort(key=lambda b: b.start)
     return timeline
 

@@ -78,6 +78,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from chaos.history import fault_began
+
 Where = tuple[str, int, int]  # (topic, partition, offset)
 Session = tuple[str, int]  # (reader, session)
 FINAL = "final"
@@ -242,7 +244,7 @@ def check_transactions(events: list[dict[str, Any]]) -> TxnResult:
             drained.append(e)
         elif kind == "nemesis":
             if e.get("phase") == "start":
-                faults[e["fault"]] = [e["name"], e["t"], None]
+                faults[e["fault"]] = [e["name"], fault_began(e), None]
             elif e.get("fault") in faults:
                 faults[e["fault"]][2] = e["t"]
 
