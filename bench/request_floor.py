@@ -1,6 +1,7 @@
 """The floor under a broker's CPU per request: the listener with nothing behind it.
 
     .venv/bin/python bench/request_floor.py [--rate 400] [--window 3] [--windows 4] [--src CHECKOUT]
+        [--ab CHECKOUT]
 
 Two servers in processes of their own, on uvloop as the broker runs: ``raw``, an
 ``asyncio.Protocol`` that answers each request's bytes with 8 bytes and nothing else
@@ -11,7 +12,9 @@ response queue, the request metrics' observer). One client process drives each a
 ``--rate`` requests a second over 8 connections, the two alternated window by window;
 the server's ``utime + stime`` from ``/proc`` over a load window minus an idle window,
 per answered request (medians). ``--src`` runs the ``replog`` server from another
-checkout's ``src/``. What ``request_cpu.py`` measures above this floor is the handlers'.
+checkout's ``src/``; ``--ab CHECKOUT`` adds a third server, ``before``, that is replog's
+from ``CHECKOUT/src``, alternated with the other two. What ``request_cpu.py`` measures
+above this floor is the handlers'.
 """
 
 from __future__ import annotations
@@ -87,13 +90,13 @@ async def serve(kind: str) -> None:
 
 
 class Side:
-    def __init__(self, kind: str, src: Path | None) -> None:
+    def __init__(self, kind: str, src: Path | None, name: str | None = None) -> None:
         env = dict(os.environ)
         if src is not None and kind == "replog":
             env["PYTHONPATH"] = os.pathsep.join(
                 [str(src.resolve() / "src"), env.get("PYTHONPATH", "")]
             )
-        self.kind = kind
+        self.kind = name or kind
         self.process = subprocess.Popen(
             [sys.executable, __file__, "--serve", kind],
             stdin=subprocess.PIPE,
@@ -189,6 +192,7 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=3)
     parser.add_argument("--windows", type=int, default=4)
     parser.add_argument("--src", type=Path, help="the replog server from this checkout's src/")
+    parser.add_argument("--ab", type=Path, help="also replog's server from this checkout")
     args = parser.parse_args()
     import uvloop
 
@@ -203,6 +207,8 @@ def main() -> None:
     try:
         for kind in ("raw", "replog"):
             sides.append(Side(kind, args.src))
+        if args.ab is not None:
+            sides.insert(1, Side("replog", args.ab, "before"))
         asyncio.run(drive(sides, args))
     finally:
         for side in sides:

@@ -352,6 +352,36 @@ def test_request_stages_add_up() -> None:
     assert kafka_request_name(9999) == "9999"
 
 
+def test_request_metrics_count_every_answer_when_scraped() -> None:
+    """Answers are counted a batch at a time (``FOLD_AT``): a scrape sees every answer
+    so far, batched or not, and ``_created`` is when the first was answered, not when
+    it was counted."""
+    from replog.server.request_metrics import FOLD_AT
+
+    metrics = RequestMetrics()
+    answered = time.monotonic() - 100  # answered 100 s ago, counted only now
+    for i in range(FOLD_AT + 5):
+        ctx = RequestContext(int(ApiKey.PRODUCE), 9, i, None, "test", received_s=answered)
+        ctx.started_s = ctx.handled_s = answered
+        metrics.observe(ctx, answered + 0.001)
+    samples = {
+        (s.name, s.labels.get("request"), s.labels.get("le")): s.value
+        for family in text_string_to_metric_families(metrics.exposition())
+        for s in family.samples
+    }
+    total = "kafka_network_requestmetrics_requests_total"
+    assert samples[total, "Produce", None] == FOLD_AT + 5
+    assert samples["kafka_network_requestmetrics_totaltimems_bucket", "Produce", "1.0"] == (
+        FOLD_AT + 5
+    )
+    assert samples["kafka_network_requestmetrics_totaltimems_bucket", "Produce", "0.5"] == 0
+    created = samples["kafka_network_requestmetrics_requests_created", "Produce", None]
+    assert abs(created - (time.time() - 100)) < 5
+    ctx = RequestContext(int(ApiKey.PRODUCE), 9, 0, None, "test", received_s=answered)
+    metrics.observe(ctx, answered)  # a failed handler (never handled): counted only
+    assert "} 1030.0" in metrics.exposition()
+
+
 def test_metrics_port_is_checked(tmp_path: Path) -> None:
     from replog.config import ConfigError, KafkaConfig
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import gzip
 
 import pytest
@@ -59,6 +58,6 @@ def test_a_record_longer_than_its_batch_is_invalid() -> None:
     batch = _batch([(b"k", b"v" * 10, [])], 0)
     header = read_header(batch)
     # The batch claims 5 bytes less than it holds: the record runs past the batch's end.
-    cut = dataclasses.replace(header, batch_length=header.batch_length - 5)
+    cut = header._replace(batch_length=header.batch_length - 5)
     with pytest.raises(InvalidRecordBatch):
         list(iter_records(batch, cut))

@@ -64,6 +64,33 @@ def test_reads_what_kio_reads(api_key: int, version: int, data: st.DataObject) -
     assert (ours, used) == (native, native_used) == (native, len(encoded))
 
 
+@pytest.mark.parametrize(("api_key", "version"), SERVED)
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), client_id=st.none() | st.text(max_size=40))
+def test_decode_request_reads_the_header_as_kio_writes_it(
+    api_key: int, version: int, data: st.DataObject, client_id: str | None
+) -> None:
+    """decode_request reads the header's client_id itself: what kio's writer put in
+    the frame (header v1 or v2, any client id) comes back, and so does the body."""
+    schema = apis.request_schema(api_key, version)
+    entity = data.draw(st.from_type(schema))
+    frame = frames.encode_request(api_key, version, 77, client_id, entity)[4:]
+    request = frames.decode_request(frame)
+    assert (request.api_key, request.api_version, request.correlation_id) == (
+        api_key,
+        version,
+        77,
+    )
+    assert request.client_id == client_id
+    assert request.body == entity_reader(schema)(frame, len(frame) - len(_encode(entity)))[0]
+
+
+def test_a_client_id_longer_than_the_frame_is_an_invalid_frame() -> None:
+    frame = struct.pack(">hhih", ApiKey.API_VERSIONS, 3, 9, 200) + b"short"
+    with pytest.raises(frames.InvalidFrame):
+        frames.decode_request(frame)
+
+
 _uvarint = wire.uvarint
 _compact_string = wire.compact_string
 

@@ -25,6 +25,7 @@ RESPONSE_ENCODERS = {**controller_codec.RESPONSE_ENCODERS, **metadata_codec.RESP
 
 _PREFIX = struct.Struct(">hhi")
 SIZE = struct.Struct(">i")
+_I16 = struct.Struct(">h")
 _RESPONSE_V0_PREFIX = struct.Struct(">ii")  # size, correlation id
 _RESPONSE_V1_HEAD = struct.Struct(">iiB")  # size, correlation id, no tagged fields
 _REQUEST_V1_PREFIX = struct.Struct(">ihhih")  # size, api key, version, correlation id, client len
@@ -79,7 +80,9 @@ def _readers(api_key: int, api_version: int) -> tuple[type, type, Any, Any]:
 
 def decode_request(frame: bytes) -> Request:
     """Decode a whole request frame (without its size prefix)."""
-    api_key, api_version, correlation_id = peek_header(frame)
+    if len(frame) < 8:  # peek_header's check, inlined: once a request
+        raise InvalidFrame(f"request of {len(frame)} bytes is shorter than a header")
+    api_key, api_version, correlation_id = _PREFIX.unpack_from(frame, 0)
     readers = _READERS.get((api_key, api_version))
     if readers is None:
         if not apis.is_supported(api_key, api_version):
@@ -87,7 +90,22 @@ def decode_request(frame: bytes) -> Request:
         readers = _readers(api_key, api_version)
     header_cls, schema, read_header, read_body = readers
     try:
-        header, offset = read_header(frame, 0)
+        # The header's one field left, client_id (a nullable int16-length string in
+        # header v1 and v2), read here; then header v2's tagged fields, which kio reads
+        # when there are any. (kio's header reader built an object for it.)
+        (length,) = _I16.unpack_from(frame, 8)
+        if length < 0:
+            client_id, offset = None, 10
+        else:
+            offset = 10 + length
+            if offset > len(frame):
+                raise InvalidFrame("client_id runs past the frame")
+            client_id = frame[10:offset].decode()
+        if header_cls is RequestHeaderV2:
+            if frame[offset]:  # tagged fields in the header
+                header, offset = read_header(frame, 0)
+            else:
+                offset += 1
         body, used = read_body(frame, offset)
     except Exception:  # kio raises several types for malformed input
         # kio's native reader rejects tagged fields it does not know; Kafka's rule is to
@@ -99,12 +117,15 @@ def decode_request(frame: bytes) -> Request:
             raise InvalidFrame(
                 f"malformed {apis.ApiKey(api_key).name} v{api_version} request: {exc}"
             ) from None
+        client_id = header.client_id
     # Bytes after the body are ignored, as Kafka's parseRequest does: librdkafka's
     # all-topics Metadata v9+ leaves 3 of its array count placeholder behind them.
-    return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame))
+    return Request(api_key, api_version, correlation_id, client_id, body, len(frame))
 
 
-@dataclass(frozen=True, slots=True)
+# A value, never changed once built, but not frozen: built on every request, and a frozen
+# dataclass costs ~0.3 µs a field to build here (bench/README.md, issue 27).
+@dataclass(slots=True, unsafe_hash=True)
 class EncodedBody:
     """A body a hand codec already encoded.
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from crc32c import crc32c
 
@@ -67,8 +68,12 @@ class InvalidRecord(ValueError):
     as a record without a key on a compacted topic."""
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
+class BatchHeader(NamedTuple):
+    """A batch's header fields, as read (immutable). A named tuple, not a frozen
+    dataclass: it is built for every batch a produce, a fetch or the log reads, and a
+    frozen dataclass of 13 fields costs ~4 µs to build against ~0.1 µs for this
+    (``read_header`` builds it straight from ``struct.unpack_from``'s tuple)."""
+
     base_offset: int
     batch_length: int
     partition_leader_epoch: int
@@ -124,11 +129,14 @@ class BatchHeader:
         return self.base_timestamp if self.attributes & ATTR_DELETE_HORIZON else None
 
 
+_new_header = tuple.__new__
+
+
 def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
     """Decode the header at ``pos``; raises InvalidRecordBatch if it is short or malformed."""
     if len(buf) - pos < HEADER_SIZE:
         raise InvalidRecordBatch(f"batch header needs {HEADER_SIZE} bytes, {len(buf) - pos} left")
-    header = BatchHeader(*_HEADER.unpack_from(buf, pos))
+    header = _new_header(BatchHeader, _HEADER.unpack_from(buf, pos))
     if header.magic != MAGIC_V2:
         raise InvalidRecordBatch(f"unsupported record batch magic {header.magic}")
     if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:

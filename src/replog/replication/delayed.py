@@ -90,16 +90,22 @@ class DelayedOperation:
 class WatchList:
     """The delayed operations waiting on one partition, ``owner`` (Kafka's ``WatcherList``)."""
 
-    __slots__ = ("_operations", "_owner")
+    __slots__ = ("_operations", "_owner", "_compact_at")
 
     def __init__(self, owner: Watchable) -> None:
         self._owner = owner
         self._operations: list[DelayedOperation] = []
+        self._compact_at = 64
 
     def watch(self, operation: DelayedOperation) -> None:
-        if len(self._operations) > 64:
-            self._operations = [op for op in self._operations if not op.done]
-        self._operations.append(operation)
+        operations = self._operations
+        if len(operations) >= self._compact_at:
+            # Those done (expired: completed ones left at try_complete_all) are dropped
+            # once the list doubled since: amortized O(1) a watch, where dropping them at
+            # every watch past 64 cost O(waiters) each (many long polls on one partition).
+            operations = self._operations = [op for op in operations if not op.done]
+            self._compact_at = max(64, 2 * len(operations))
+        operations.append(operation)
 
     def try_complete_all(self) -> None:
         """Something the watchers read moved: try each, keep those still waiting."""

@@ -14,7 +14,7 @@ from replog.security.principal import ANONYMOUS, KafkaPrincipal
 @dataclass(slots=True)
 class RequestContext:
     """What a handler knows about the request besides its body (built positionally by
-    ``KafkaServer._request_context``: a new field goes there too)."""
+    ``KafkaConnectionProtocol._request``: a new field goes there too)."""
 
     api_key: int
     api_version: int
