@@ -15,7 +15,6 @@ broker would close it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 import time
 from collections.abc import Callable
@@ -33,6 +32,7 @@ from replog.security.sasl import AuthenticationFailed
 # A session is renewed (by reconnecting) after this share of its lifetime.
 REAUTH_SHARE = 0.85
 NEVER = float("inf")
+CLOSE_WAIT_S = 1.0  # how long close() waits for unsent bytes to go before dropping them
 
 
 def detect_dead_peer(sock: Any, dead_after_s: float) -> None:
@@ -285,5 +285,16 @@ class KafkaConnection:
                 pass
         if self._writer is not None:
             self._writer.close()
-            with contextlib.suppress(Exception):
-                await self._writer.wait_closed()
+            # A transport closes once its buffer is written: to a peer that went silent
+            # (partitioned, paused) that is TCP's retransmission timeout, a quarter of an
+            # hour, and a controller resigning waited that long on its channel's close
+            # (campaign seed 14: the broker never registered again). Past a moment, drop
+            # the unsent bytes.
+            try:
+                async with asyncio.timeout(CLOSE_WAIT_S):
+                    await self._writer.wait_closed()
+            except asyncio.CancelledError:
+                self._writer.transport.abort()
+                raise
+            except Exception:  # TimeoutError, or the connection's own error
+                self._writer.transport.abort()
