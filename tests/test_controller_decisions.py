@@ -241,6 +241,19 @@ def test_broker_failure_moves_leadership_and_shrinks_isr() -> None:
     check_cluster_invariants(new)
 
 
+def test_a_partition_not_yet_in_the_state_machine_is_skipped_not_fatal() -> None:
+    """Campaign seed 14: a failover rerun met a partition of a topic being created,
+    leadership known but no state yet (NonExistentPartition); raising made the whole
+    failover fail and the controller resign. Kafka logs the transition and goes on."""
+    ctx = cluster([1, 2, 3], {"t": {0: [1, 2, 3], 1: [1, 2, 3]}})
+    ctx.partition_states.pop(TopicPartition("t", 1))
+    d = decisions.on_broker_failure(ctx, [1])
+    new = apply(d)
+    assert new.illegal_transitions == 1
+    assert new.partition_leadership[TopicPartition("t", 0)].leader_and_isr.leader == 2
+    assert TopicPartition("t", 1) not in new.partition_states
+
+
 def test_broker_change_in_two_decisions_new_leaders_first() -> None:
     """The controller applies a broker failure as two decisions (Kafka's
     onReplicasBecomeOffline order): the new leaders are written and told first, then

@@ -108,6 +108,10 @@ class ControllerContext:
     """Partitions being reassigned (KIP-455, Kafka ``partitionsBeingReassigned``): the
     full assignment with adding and removing replicas; ``partition_assignments`` holds
     its ``replicas`` (RS = TRS + ORS). Filled from the topic znodes."""
+    illegal_transitions: int = 0
+    """State changes asked from a state that may not lead to the target, logged and
+    skipped as Kafka's state machines do (``logInvalidTransition``); the simulator checks
+    that none happen."""
     replicas_on_offline_dirs: dict[int, frozenset[TopicPartition]] = field(default_factory=dict)
     """Per live broker, its replicas in a failed log dir (KIP-112, Kafka
     ``replicasOnOfflineDirs``), as its LeaderAndIsr answers (KAFKA_STORAGE_ERROR) said;
@@ -135,6 +139,7 @@ class ControllerContext:
             partition_reassignments=dict(self.partition_reassignments),
             inter_broker_listener=self.inter_broker_listener,
             replicas_on_offline_dirs=dict(self.replicas_on_offline_dirs),
+            illegal_transitions=self.illegal_transitions,
         )
 
     # --- brokers ---------------------------------------------------------------------

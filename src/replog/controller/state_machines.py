@@ -105,7 +105,13 @@ def partition_state_change(
     election = election or OfflineElection()
     for tp in partitions:
         current = states.get(tp, PartitionState.NonExistentPartition)
-        check_partition_transition(tp, current, target)
+        try:
+            check_partition_transition(tp, current, target)
+        except IllegalStateTransition:
+            # logged; the others go on, as in Kafka (raising made a failover rerun that
+            # met a partition of a topic being created resign: campaign seed 14)
+            ctx.illegal_transitions += 1
+            continue
         if target is PartitionState.OnlinePartition:
             if current is PartitionState.NewPartition:
                 ok = _initialize_leader_and_isr(d, tp, online)
@@ -232,9 +238,15 @@ def replica_state_change(
 ) -> None:
     """Move ``replicas`` to ``target`` (Kafka ``ZkReplicaStateMachine.doHandleStateChanges``)."""
     ctx = d.context
-    replicas = list(replicas)
+    valid = []
     for replica in replicas:
-        check_replica_transition(replica, ctx.replica_state(replica), target)
+        try:
+            check_replica_transition(replica, ctx.replica_state(replica), target)
+        except IllegalStateTransition:  # logged and skipped, as in Kafka
+            ctx.illegal_transitions += 1
+            continue
+        valid.append(replica)
+    replicas = valid
     if target is ReplicaState.OfflineReplica:
         _replicas_offline(d, replicas)
         return
