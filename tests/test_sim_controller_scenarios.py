@@ -15,6 +15,7 @@ seed (``tests/sim/MUTATION.md`` lists them). They run in ``make test`` and in
   the ISRs again before choosing, and hands the leadership to the preferred replica.
 - A controller write that loses its version race again and again: it re-reads and
   decides again up to ``MAX_WRITE_ATTEMPTS`` times, then leaves the state as read.
+- A controller election that cannot reach ZooKeeper (ConnectionLoss): it runs again.
 """
 
 from __future__ import annotations
@@ -150,5 +151,31 @@ def test_controller_write_losing_its_version_race(races: int) -> None:
     assert zk.races_before_controller_writes == 0
     assert world.stats.get("tolerated_controller_isr", 0) == (1 if gives_up else 0)
     assert world.controller.active is active and _controller_epoch(world) == epoch
+    world.heal_and_converge()
+    world.check_acked_everywhere()
+
+
+def test_an_election_that_cannot_reach_zookeeper_runs_again() -> None:
+    """The controller's session expires; the elections of b2 and b3 each lose their
+    ZooKeeper connection once (ConnectionLoss: the sessions live on) at their first
+    call. Each runs its election again behind its queue: one of them becomes controller
+    and both name it."""
+    world = three_replicas()
+    zk = world.controller.zk
+    old = world.controller.active
+    for b in (2, 3):
+        world.lose_zookeeper_call(b, "get_controller_id")
+    world.expire_session(1, 50)
+    world.run_until(lambda: world.controller.active not in (None, old))
+
+    def both_name_it() -> bool:
+        owner = zk.get_controller_id()
+        controllers = world.controller.controllers
+        return owner in (2, 3) and all(
+            controllers[b].core.active_controller_id == owner for b in (2, 3)
+        )
+
+    world.run_until(both_name_it)
+    assert world.stats.get("zk_connection_loss", 0) == 2
     world.heal_and_converge()
     world.check_acked_everywhere()
