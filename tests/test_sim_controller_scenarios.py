@@ -16,6 +16,8 @@ seed (``tests/sim/MUTATION.md`` lists them). They run in ``make test`` and in
 - A controller write that loses its version race again and again: it re-reads and
   decides again up to ``MAX_WRITE_ATTEMPTS`` times, then leaves the state as read.
 - A controller election that cannot reach ZooKeeper (ConnectionLoss): it runs again.
+- A failed failover whose resignation cannot delete ``/controller``: the claim, held by a
+  broker that does not act as controller, is found by its next election and given up.
 """
 
 from __future__ import annotations
@@ -179,3 +181,22 @@ def test_an_election_that_cannot_reach_zookeeper_runs_again() -> None:
     assert world.stats.get("zk_connection_loss", 0) == 2
     world.heal_and_converge()
     world.check_acked_everywhere()
+
+
+def test_a_claim_on_controller_left_by_a_failed_resignation_is_given_up() -> None:
+    """The controller's session expires. Whichever of b2 and b3 wins fails over with a
+    ConnectionLoss (its failover resigns) and cannot delete ``/controller`` either (a
+    second ConnectionLoss): ``/controller`` names a broker that does not act as
+    controller. Its next election finds that claim and gives it up; the next failover
+    succeeds and the cluster converges."""
+    world = three_replicas()
+    for b in (2, 3):
+        world.lose_zookeeper_call(b, "get_isr_change_notifications")
+        world.lose_zookeeper_call(b, "delete_controller")
+    world.expire_session(1, 50)
+    world.run_until(lambda: world.stats.get("zk_connection_loss", 0) >= 2)
+    owner = world.controller.zk.get_controller_id()
+    assert owner in (2, 3) and not world.controller.controllers[owner].core.is_active
+    world.heal_and_converge()
+    world.check_acked_everywhere()
+    assert world.controller.active is not None
