@@ -18,6 +18,8 @@ seed (``tests/sim/MUTATION.md`` lists them). They run in ``make test`` and in
 - A controller election that cannot reach ZooKeeper (ConnectionLoss): it runs again.
 - A failed failover whose resignation cannot delete ``/controller``: the claim, held by a
   broker that does not act as controller, is found by its next election and given up.
+- A replica in a failed log dir taken out of the ISR by a write that loses its version
+  race: the controller decides again for the re-read state.
 """
 
 from __future__ import annotations
@@ -200,3 +202,27 @@ def test_a_claim_on_controller_left_by_a_failed_resignation_is_given_up() -> Non
     world.heal_and_converge()
     world.check_acked_everywhere()
     assert world.controller.active is not None
+
+
+def test_replica_in_a_failed_log_dir_leaves_the_isr_after_a_lost_version_race() -> None:
+    """b3's log dir fails; it answers the controller's LeaderAndIsr with
+    KAFKA_STORAGE_ERROR, and the controller's write taking b3 out of the ISR finds the
+    state rewritten under it once. It re-reads it, decides again
+    (``redo_replicas_offline``) and writes ISR [1, 2] at once, long before the leader
+    would shrink it itself."""
+    world = three_replicas(leader_and_isr_answers=True)
+    zk = world.controller.zk
+    epoch = _controller_epoch(world)
+    version = zk.partition_state().leader_and_isr.zk_version
+    zk.races_before_controller_writes = 1
+    world.fail_log_dir(3, None)
+    soon = world.now + world.config.replica_lag_time_max_ms // 5
+    world.run_until(
+        lambda: tuple(zk.partition_state().leader_and_isr.isr) == (1, 2), deadline_ms=soon
+    )
+    state = zk.partition_state()
+    assert state.controller_epoch == epoch  # the controller's write, not the leader's
+    assert state.leader_and_isr.zk_version == version + 2
+    assert zk.races_before_controller_writes == 0
+    world.heal_and_converge()
+    world.check_acked_everywhere()
