@@ -20,6 +20,8 @@ seed (``tests/sim/MUTATION.md`` lists them). They run in ``make test`` and in
   broker that does not act as controller, is found by its next election and given up.
 - A replica in a failed log dir taken out of the ISR by a write that loses its version
   race: the controller decides again for the re-read state.
+- A topic marked for deletion while no controller acts: the next one's failover deletes
+  it, all its replicas being live.
 """
 
 from __future__ import annotations
@@ -224,5 +226,28 @@ def test_replica_in_a_failed_log_dir_leaves_the_isr_after_a_lost_version_race() 
     assert state.controller_epoch == epoch  # the controller's write, not the leader's
     assert state.leader_and_isr.zk_version == version + 2
     assert zk.races_before_controller_writes == 0
+    world.heal_and_converge()
+    world.check_acked_everywhere()
+
+
+def test_topic_marked_for_deletion_between_two_controllers_is_deleted() -> None:
+    """Topic u lives on b2 and b3. The controller (b1) crashes and u is marked for
+    deletion before another controller acts: the new controller finds the marker at its
+    failover and deletes u at once (its replicas are all live, no reassignment is under
+    way: nothing makes it ineligible)."""
+    world = three_replicas()
+    zk = world.controller.zk
+    u0 = TopicPartition("u", 0)
+    zk.create_topic("u", {0: [2, 3]})
+    world.run_until(lambda: u0 in zk.get_partition_states([u0]))
+    old = world.controller.active
+    world.crash(old.broker_id)
+    zk.mark_topic_for_deletion("u")
+    world.run_until(lambda: world.controller.active not in (None, old))
+    world.run_until(
+        lambda: "u" not in zk.get_all_topics() and not zk.get_topics_marked_for_deletion(),
+        deadline_ms=world.now + 2_000,
+    )
+    assert zk.get_partition_states([u0]) == {}
     world.heal_and_converge()
     world.check_acked_everywhere()
