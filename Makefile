@@ -73,7 +73,10 @@ MUTATION_UNIT_TESTS := tests/test_replication_core.py tests/test_controller_deci
 	tests/test_controller_election.py tests/test_replication_machine.py \
 	tests/test_delete_records_rules.py
 MUTATION_SIM_MODULES ?= "replog.controller.core*" "replog.controller.decisions*" \
-	"replog.controller.election*" "replog.replication.core*" "replog.replication.isr*" \
+	"replog.controller.election*" "replog.controller.state_machines*" \
+	"replog.controller.reassignment*" "replog.controller.topic_deletion*" \
+	"replog.controller.partition_modifications*" "replog.controller.controller_zk*" \
+	"replog.replication.core*" "replog.replication.isr*" \
 	"replog.replication.follower*" "replog.replication.truncation*" \
 	"replog.replication.fetch_rules*" "replog.replication.fetch_decision*" \
 	"replog.replication.fetch_session_handler*" "replog.replication.machine*" \

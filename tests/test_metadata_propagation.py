@@ -33,7 +33,7 @@ from replog.controller.partition_modifications import on_partition_modifications
 from replog.protocol.apis import ApiKey, make, nested, request_schema
 from replog.protocol.client import KafkaConnection
 from replog.protocol.controller_schemas import LeaderAndIsrRequest, UpdateMetadataRequest
-from replog.server.admin import delayed_create_partitions, delayed_delete_topics
+from replog.server.delayed_topic_operations import delayed_create_partitions, delayed_delete_topics
 from replog.server.metadata_cache import MetadataCache, PartitionInfo
 from test_controller_decisions import apply, requests_by_type, um_partitions
 from test_controller_decisions import cluster as controller_cluster

@@ -10,9 +10,10 @@ from kio.schema.errors import ErrorCode
 from replog.config import KafkaConfig
 from replog.coordinator.group import records as rec
 from replog.coordinator.group.classic_group import ClassicGroup, GroupMember, GroupState
-from replog.coordinator.group.coordinator import GroupCoordinator, GroupShard, ShardState
+from replog.coordinator.group.coordinator import GroupCoordinator
 from replog.coordinator.group.group import Record
 from replog.coordinator.group.offsets import CommittedOffset
+from replog.coordinator.group.shard import GroupShard, ShardState
 
 MINUTE = 60_000
 

@@ -22,14 +22,13 @@ from replog.coordinator.group.classic_group import ClassicGroup, GroupMember, Gr
 from replog.coordinator.group.consumer_group import ConsumerGroup, ConsumerGroupMember
 from replog.coordinator.group.coordinator import (
     GroupCoordinator,
-    GroupShard,
-    ShardState,
     TransactionalProducer,
     offset_commit_record,
     offset_tombstone,
 )
 from replog.coordinator.group.offsets import CommittedOffset, OffsetStore
 from replog.coordinator.group.reconciliation import MemberAssignment
+from replog.coordinator.group.shard import GroupShard, ShardState
 from replog.coordinator.group.txn_offsets import (
     GroupFence,
     commit_transactional_offsets,

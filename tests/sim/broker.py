@@ -66,7 +66,12 @@ from sim.network import (
     Timer,
     ZkPartitionState,
 )
-from sim.sessions import check_fetch_ready, check_follower_answer, check_session_cache
+from sim.sessions import (
+    check_fetch_ready,
+    check_follower_answer,
+    check_incremental_request,
+    check_session_cache,
+)
 
 if TYPE_CHECKING:
     from sim.world import World
@@ -437,7 +442,9 @@ class SimBroker:
         corr = self._corr()
         self.outstanding = ("fetch", corr)
         # The shipped follower's session handler says what the request carries (KIP-227).
-        data = self._fetch_session(m.leader_id).build(
+        handler = self._fetch_session(m.leader_id)
+        sent_before = dict(handler.session_partitions)
+        data = handler.build(
             [
                 FetchPartitionRequest(
                     "t",
@@ -449,6 +456,7 @@ class SimBroker:
                 )
             ]
         )
+        check_incremental_request(self.world, f"b{self.id}", sent_before, data)
         self.world.network.send(
             self.world.now,
             self.id,

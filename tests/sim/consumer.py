@@ -51,7 +51,7 @@ from replog.server.fetch_session import CachedPartition
 from replog.storage.producer_state import last_stable_offset
 from sim.broker import FETCH_MAX_BYTES, MAX_RECORDS_PER_FETCH, NO_LEADER
 from sim.network import Record
-from sim.sessions import check_fetch_ready, check_session_cache
+from sim.sessions import check_fetch_ready, check_incremental_request, check_session_cache
 
 if TYPE_CHECKING:
     from sim.broker import SimBroker
@@ -147,6 +147,7 @@ class Consumers:
         now = world.local_now(broker.id)
         handler = consumer.session(broker.id)
         lfe = consumer.last_fetched_epoch
+        sent_before = dict(handler.session_partitions)
         data = handler.build(
             [
                 FetchPartitionRequest(
@@ -160,6 +161,7 @@ class Consumers:
             ]
             + [FetchPartitionRequest(GONE, p, 0, FETCH_MAX_BYTES) for p in sorted(consumer.gone)]
         )
+        check_incremental_request(world, f"consumer {consumer.id}", sent_before, data)
         asked = [
             CachedPartition(
                 topic=p.topic,

@@ -1,6 +1,6 @@
 """Rules of the leader's fetch path checked from outside, around each fetch the simulated
-brokers answer, followers' and consumers' alike: Kafka's fetch session cache (KIP-227)
-the long-poll readiness a waiting fetch asks (``PartitionMachine.fetch_ready``), and the
+brokers answer, followers' and consumers' alike: Kafka's fetch session cache (KIP-227) and
+the incremental requests its clients build, the long-poll readiness a waiting fetch asks (``PartitionMachine.fetch_ready``), and the
 replication throttle's answers.
 
 Concurrency: pure checks, called by the single-threaded world.
@@ -16,6 +16,8 @@ from replog.server.fetch_session import FetchSession, FetchSessionCache
 
 if TYPE_CHECKING:
     from replog.replication.actions import FetchDecision
+    from replog.replication.fetch_rules import FetchPartitionRequest
+    from replog.replication.fetch_session_handler import FetchRequestData
     from sim.broker import SimBroker
     from sim.world import World
 
@@ -44,6 +46,27 @@ def check_fetch_ready(
             f"{fetcher} at b{broker.id}: ready={ready}, the read is "
             f"[{decision.bounds.start_offset}, {decision.bounds.end_offset})",
         )
+
+
+def check_incremental_request(
+    world: World,
+    requester: str,
+    before: dict[tuple[str, int], FetchPartitionRequest],
+    data: FetchRequestData,
+) -> None:
+    """``fetch_session_resent_unchanged``: an incremental request (KIP-227) names only the
+    partitions added to the session or changed since they were last sent (Kafka
+    ``FetchSessionHandler.Builder``); ``before``: the session's partitions as last sent,
+    taken before ``FetchSessionHandler.build`` made ``data``."""
+    if data.metadata.is_full:
+        return
+    for p in data.to_send:
+        if before.get((p.topic, p.partition)) == p:
+            world.violation(
+                "fetch_session_resent_unchanged",
+                f"{requester}: {p.topic}-{p.partition} sent again unchanged in session "
+                f"{data.metadata.session_id} at epoch {data.metadata.epoch}",
+            )
 
 
 def check_session_cache(

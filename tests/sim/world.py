@@ -1176,6 +1176,11 @@ class World:
             if prev is not None and prev[0] == term and hw < prev[1]:
                 self.violation("hw_back", f"b{b.id} hw {prev[1]} -> {hw} in one term")
             self._hw_term[b.id] = (term, hw)
+        for b_id, c in self.controller.controllers.items():
+            # the controller id a broker reports (Metadata's controller_id): -1 or a broker
+            named = c.core.active_controller_id
+            if named != -1 and named not in self.brokers:
+                self.violation("controller_id", f"b{b_id} names controller {named}")
         self._check_acting_leader(st)
 
     def _check_acting_leader(self, st) -> None:

@@ -90,6 +90,10 @@ class SimZooKeeper:
         self._on_violation = on_violation
         self.topic_configs: dict[str, dict[str, str]] = {}  # /config/topics/<t>
         self.client = _TopicConfigs(self.topic_configs)
+        # scripted: the next N controller writes of the simulated partition's state each
+        # find it rewritten just before (its version bumped, its data unchanged), as a
+        # concurrent writer would leave it: each loses its version race (BAD_VERSION)
+        self.races_before_controller_writes = 0
 
     # -- sessions and registrations (the world's side) --------------------------------
 
@@ -264,6 +268,18 @@ class SimZooKeeper:
         self._topics[topic] = (json.dumps(znode).encode(), version + 1)
         self._on_change(f"topic:{topic}")
 
+    def delete_topic_behind_the_controller(self, topic: str) -> None:
+        """An operator removes ``/brokers/topics/<topic>`` and its partition states by hand
+        (zkCli ``deleteall``), not through ``/admin/delete_topics``: the controller learns
+        of it only from the topics watch."""
+        assert topic != TOPIC, "the simulated partition's topic is never deleted"
+        del self._topics[topic]
+        self.topic_configs.pop(topic, None)
+        for tp in [tp for tp in self._states if tp.topic == topic]:
+            del self._states[tp]
+            del self._state_mzxid[tp]
+        self._on_change("topics")
+
     def mark_topic_for_deletion(self, topic: str) -> None:
         """``/admin/delete_topics/<t>`` (kafka-topics --delete)."""
         self._deletion_markers.add(topic)
@@ -376,6 +392,10 @@ class SimZooKeeper:
         if self._epoch_fence_fails(expected_controller_epoch_zk_version):
             return {tp: ZkWriteResult(error=ZkWriteError.CONTROLLER_MOVED) for tp in states}
         self._check_writer(controller_epoch)
+        if self.races_before_controller_writes > 0 and PARTITION in states:
+            self.races_before_controller_writes -= 1
+            data, version = self._states[PARTITION]
+            self._store(PARTITION, data, version + 1)
         return {
             tp: self._conditional_set(
                 TopicPartition(tp[0], tp[1]),

@@ -5,8 +5,8 @@ this module only writes the request down and waits (up to the request's
 timeout) for the metadata to come back through UpdateMetadata: CreateTopics and
 CreatePartitions answer once this broker's metadata cache gives every new partition a
 leader, DeleteTopics once it no longer names the topics (Kafka's
-``DelayedCreatePartitions`` and ``DelayedDeleteTopics``, here ``DelayedTopicOperation``,
-completed by the cache's update). A topic still waiting when the timeout expires is
+``DelayedCreatePartitions`` and ``DelayedDeleteTopics``, here
+``delayed_topic_operations.DelayedTopicOperation``, completed by the cache's update). A topic still waiting when the timeout expires is
 answered REQUEST_TIMED_OUT, as Kafka does; the other topics of the request keep their
 answers.
 
@@ -16,10 +16,11 @@ ZooKeeper): tens of milliseconds apart under load, and a client bootstrapped on
 another broker right after the answer would not see the new partitions (librdkafka:
 "Unknown partition", fatal for an explicit partition). So, beyond Kafka, once this
 broker's cache is complete it asks every other live broker's Metadata for the topics
-until each shows them (``peers_know``), within what is left of the request's timeout
-and at most ``PEER_WAIT_MAX_S`` (a hung broker still counted live must not hold every
-creation for the whole timeout); a peer that cannot be asked, or is still behind then,
-does not change the answer (Kafka's contract is this broker's cache).
+until each shows them (``peer_metadata.PeerMetadata.peers_know``), within what is left
+of the request's timeout and at most ``PEER_WAIT_MAX_S`` (a hung broker still counted
+live must not hold every creation for the whole timeout); a peer that cannot be asked,
+or is still behind then, does not change the answer (Kafka's contract is this broker's
+cache).
 ``bench/metadata_propagation.py`` measures the window.
 ZooKeeper calls block, so they run in a worker thread.
 """
@@ -32,7 +33,6 @@ import random
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -40,9 +40,11 @@ from kazoo.exceptions import NoNodeError
 from kio.schema.errors import ErrorCode
 
 from replog.controller import placement
-from replog.protocol.apis import ApiKey, make, nested, request_schema
-from replog.protocol.client import KafkaConnection
-from replog.server.authentication import inter_broker_client_security
+from replog.server.delayed_topic_operations import (
+    delayed_create_partitions,
+    delayed_delete_topics,
+)
+from replog.server.peer_metadata import PEER_WAIT_MAX_S, PeerMetadata
 from replog.storage.log_config import TOPIC_CONFIG_KEYS, LogConfig
 from replog.zk.data import ReplicaAssignment
 
@@ -52,14 +54,6 @@ if TYPE_CHECKING:
     from replog.zk.client import KafkaZkClient
 
 log = logging.getLogger(__name__)
-
-# Asking the other brokers whether their metadata shows new partitions yet (peers_know):
-# Metadata v12 by topic name, again after a pause doubling from the first to the last.
-PEER_METADATA_VERSION = 12
-PEER_RETRY_S = (0.002, 0.05)
-PEER_WAIT_MAX_S = 2.0  # the window measured is under 0.15 s at p99 on a busy machine
-# Metadata errors of a topic a broker has not learnt yet; any other stops the asking.
-_NOT_YET = (ErrorCode.unknown_topic_or_partition, ErrorCode.leader_not_available)
 
 LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
@@ -83,69 +77,6 @@ class Outcome(NamedTuple):
     replication_factor: int
     topic_id: uuid.UUID | None = None
     """The id written with the topic (KIP-516); None unless it was created."""
-
-
-class DelayedTopicOperation:
-    """Work on some topics waiting for this broker's metadata cache to reflect it (Kafka
-    ``DelayedCreatePartitions``, ``DelayedDeleteTopics``): ``done(cache, topic)`` says
-    whether one topic is through. The cache's update completes it (``try_complete``);
-    its timer expires it with the topics not through (``expire``). ``result`` gets the
-    topics still waiting: none when it completed in time.
-
-    Concurrency: owned by the event loop; the cache calls ``try_complete`` in its update.
-    """
-
-    def __init__(
-        self,
-        topics: Iterable[str],
-        done: Callable[[MetadataCache, str], bool],
-    ) -> None:
-        self.waiting = set(topics)
-        self._done = done
-        self.result: asyncio.Future[set[str]] = asyncio.get_running_loop().create_future()
-        self._timer: asyncio.TimerHandle | None = None
-
-    def try_complete(self, cache: MetadataCache) -> bool:
-        if self.result.done():
-            return True
-        self.waiting = {t for t in self.waiting if not self._done(cache, t)}
-        if self.waiting:
-            return False
-        self._finish()
-        return True
-
-    def expire(self) -> None:
-        """The timeout passed: answer with the topics still waiting."""
-        self._finish()
-
-    def _finish(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        if not self.result.done():
-            self.result.set_result(set(self.waiting))
-
-    async def wait(self, cache: MetadataCache, timeout_ms: int) -> set[str]:
-        """Watch ``cache`` for up to ``timeout_ms``; the topics not through by then."""
-        if cache.watch(self):
-            return set()
-        self._timer = asyncio.get_running_loop().call_later(timeout_ms / 1000, self.expire)
-        try:
-            return await self.result
-        finally:
-            self._finish()  # also when the request's connection went away
-            cache.unwatch(self)
-
-
-def delayed_create_partitions(wanted: dict[str, set[int]]) -> DelayedTopicOperation:
-    """Through once every partition of ``wanted[topic]`` has a leader in the cache."""
-    return DelayedTopicOperation(
-        wanted, lambda cache, topic: cache.missing_leaders(topic, wanted[topic]) == 0
-    )
-
-
-def delayed_delete_topics(topics: Iterable[str]) -> DelayedTopicOperation:
-    """Through once the cache no longer names the topic."""
-    return DelayedTopicOperation(topics, lambda cache, topic: not cache.has_topic(topic))
 
 
 class _Changed(Exception):
@@ -176,7 +107,7 @@ class AdminManager:
         self.cluster_id: str | None = None
         self._metadata_updated = asyncio.Event()
         self._rng = random.Random()
-        self._security = inter_broker_client_security(config)
+        self._peers = PeerMetadata(config, metadata_cache)
 
     def _plan(self, spec: TopicSpec) -> tuple[Outcome, dict[int, list[int]] | None, dict[str, str]]:
         """Validate one CreateTopics entry and place its replicas (pure but for the cache)."""
@@ -357,64 +288,8 @@ class AdminManager:
         late = await delayed_create_partitions(wanted).wait(self.metadata_cache, timeout_ms)
         known = {t: p for t, p in wanted.items() if t not in late}
         if known:
-            await self.peers_know(known, min(deadline, time.monotonic() + PEER_WAIT_MAX_S))
+            await self._peers.peers_know(known, min(deadline, time.monotonic() + PEER_WAIT_MAX_S))
         return late
-
-    async def peers_know(self, wanted: dict[str, set[int]], deadline: float) -> None:
-        """Ask every other live broker (the inter-broker listener's endpoints in this
-        broker's cache) for the topics' Metadata until its answer leads every partition of
-        ``wanted``, or ``deadline`` (monotonic seconds) passes. Best effort: a peer that
-        cannot be reached or answers another error is left alone."""
-        peers = self.metadata_cache.brokers_for(self.config.inter_broker_listener_name)
-        await asyncio.gather(
-            *(
-                self._peer_knows(endpoint.host, endpoint.port, wanted, deadline)
-                for broker_id, endpoint in sorted(peers.items())
-                if broker_id != self.config.broker_id
-            )
-        )
-
-    async def _peer_knows(
-        self, host: str, port: int, wanted: dict[str, set[int]], deadline: float
-    ) -> None:
-        cls = request_schema(ApiKey.METADATA, PEER_METADATA_VERSION)
-        topic_cls = nested(cls, "MetadataRequestTopic")
-        body = make(
-            cls,
-            topics=tuple(make(topic_cls, name=t, topic_id=None) for t in sorted(wanted)),
-            allow_auto_topic_creation=False,
-            include_topic_authorized_operations=False,
-        )
-        conn = KafkaConnection(
-            host, port, client_id=f"broker-{self.config.broker_id}-admin", security=self._security
-        )
-        pause, last_pause = PEER_RETRY_S
-        try:
-            await conn.connect(timeout_s=max(0.001, deadline - time.monotonic()))
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return
-                answer = await conn.request(body, timeout_s=remaining)
-                waiting = False
-                for topic in answer.topics:
-                    if topic.error_code in _NOT_YET:
-                        waiting = True
-                    elif topic.error_code != ErrorCode.none:
-                        return  # e.g. not authorized: nothing to wait for
-                    else:
-                        led = {p.partition_index for p in topic.partitions if p.leader_id >= 0}
-                        waiting |= not led >= wanted.get(str(topic.name), set())
-                if not waiting:
-                    return
-                await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-                pause = min(2 * pause, last_pause)
-        except (OSError, TimeoutError, ConnectionError) as exc:
-            log.info(
-                "broker %s:%d not asked whether it knows %s: %s", host, port, sorted(wanted), exc
-            )
-        finally:
-            await conn.close()
 
     async def auto_create_topic(self, name: str) -> ErrorCode:
         spec = TopicSpec(

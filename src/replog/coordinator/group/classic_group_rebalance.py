@@ -35,7 +35,8 @@ from kio.schema.errors import ErrorCode
 from replog.coordinator.group.classic_group import ClassicGroup, GroupMember, GroupState
 
 if TYPE_CHECKING:
-    from replog.coordinator.group.coordinator import GroupCoordinator, GroupShard
+    from replog.coordinator.group.coordinator import GroupCoordinator
+    from replog.coordinator.group.shard import GroupShard
 
 log = logging.getLogger(__name__)
 

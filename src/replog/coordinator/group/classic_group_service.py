@@ -48,7 +48,8 @@ from replog.coordinator.group.consumer_group import ConsumerGroup
 
 if TYPE_CHECKING:
     from replog.coordinator.group.consumer_group_runtime import ConsumerGroupRuntime
-    from replog.coordinator.group.coordinator import GroupCoordinator, GroupShard
+    from replog.coordinator.group.coordinator import GroupCoordinator
+    from replog.coordinator.group.shard import GroupShard
 
 log = logging.getLogger(__name__)
 

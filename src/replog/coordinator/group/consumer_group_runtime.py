@@ -60,7 +60,8 @@ from replog.coordinator.group.reconciliation import MemberState
 
 if TYPE_CHECKING:
     from replog.config import KafkaConfig
-    from replog.coordinator.group.coordinator import GroupCoordinator, GroupShard
+    from replog.coordinator.group.coordinator import GroupCoordinator
+    from replog.coordinator.group.shard import GroupShard
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +169,7 @@ class ConsumerGroupRuntime:
         self.classic: ClassicListener | None = getattr(coordinator, "classic_service", None)
         listeners = getattr(coordinator, "listeners", None)
         if listeners is not None:
-            listeners.append(self)  # on_loaded / on_unloaded (coordinator.ShardListener)
+            listeners.append(self)  # on_loaded / on_unloaded (shard.ShardListener)
         coordinator.consumer_runtime = self
 
     # -- heartbeats --------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from replog.coordinator.group.consumer_records_codec import (
 )
 
 if TYPE_CHECKING:
-    from replog.coordinator.group.coordinator import GroupShard
+    from replog.coordinator.group.shard import GroupShard
 
 log = logging.getLogger(__name__)
 

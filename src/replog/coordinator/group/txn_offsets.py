@@ -52,8 +52,9 @@ from replog.coordinator.group.offsets import CommittedOffset, TopicPartition
 from replog.coordinator.group.records import OffsetCommitValue
 
 if TYPE_CHECKING:
-    from replog.coordinator.group.coordinator import GroupCoordinator, GroupShard
+    from replog.coordinator.group.coordinator import GroupCoordinator
     from replog.coordinator.group.group import Group
+    from replog.coordinator.group.shard import GroupShard
 
 NO_GENERATION = -1
 

@@ -22,11 +22,12 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from replog.common.topics import GROUP_METADATA_TOPIC_NAME
-from replog.coordinator.group.coordinator import GroupShard, offset_commit_record, offset_tombstone
+from replog.coordinator.group.coordinator import offset_commit_record, offset_tombstone
 from replog.coordinator.group.group import Record
 from replog.coordinator.group.offsets import CommittedOffset
 from replog.coordinator.group.offsets_topic import offsets_topic_configs
 from replog.coordinator.group.records import NO_EXPIRE_TIMESTAMP, OffsetCommitValue, storable
+from replog.coordinator.group.shard import GroupShard
 from replog.protocol.apis import ApiKey, make, nested
 from replog.security.acl import AclOperation, ResourceType
 from replog.server.handlers.context import NO_THROTTLE, BrokerServices, response_class

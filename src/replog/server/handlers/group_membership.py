@@ -19,7 +19,7 @@ from replog.coordinator.group.classic_group_service import (
     ClassicGroupService,
     JoinRequest,
 )
-from replog.coordinator.group.coordinator import GroupShard
+from replog.coordinator.group.shard import GroupShard
 from replog.protocol.apis import ApiKey, make, nested
 from replog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from replog.server.handlers.context import (
