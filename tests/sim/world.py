@@ -1181,6 +1181,14 @@ class World:
             named = c.core.active_controller_id
             if named != -1 and named not in self.brokers:
                 self.violation("controller_id", f"b{b_id} names controller {named}")
+            # the state machines log and skip an illegal transition, as Kafka's do; the
+            # simulated controller makes none
+            ctx = c.core.context
+            if ctx is not None and ctx.illegal_transitions:
+                self.violation(
+                    "illegal_transition",
+                    f"b{b_id}'s controller made {ctx.illegal_transitions} illegal state change(s)",
+                )
         self._check_acting_leader(st)
 
     def _check_acting_leader(self, st) -> None:
