@@ -35,12 +35,12 @@ from replog.cluster.launcher import wait_dead
 from replog.cluster.spark_cluster import StandaloneSpark
 
 JOB = Path(__file__).parent / "spark_jobs" / "stream_to_parquet.py"
-# 6 micro-batches of 200 in the parquet query, 12 of 100 in the exactly-once one (see the
+# 6 micro-batches of 200 in the parquet query, 24 of 50 in the exactly-once one (see the
 # job's docstring): neither finishes in the first driver, whose kill comes once the parquet
 # query committed one and the exactly-once query, started first, is a few batches in.
 RECORDS = 1_200
 BATCHES = RECORDS // 200
-EOS_BATCHES = RECORDS // 100
+EOS_BATCHES = RECORDS // 50
 
 
 # On the standalone spark:// cluster only: executors in worker processes, the driver

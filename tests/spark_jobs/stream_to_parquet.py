@@ -6,16 +6,20 @@
 Streams ``TOPIC`` (``format("replog")``, 200 records per micro-batch) into a parquet table at
 ``OUT`` with ``Trigger.AvailableNow`` and ``CHECKPOINT``. With ``OUT_TOPIC``, a second
 query in the same driver streams ``TOPIC`` into the replog topic ``OUT_TOPIC`` through the
-``replog`` sink with ``deliveryGuarantee=exactlyOnce`` (checkpoint ``EOS_CHECKPOINT``, 100
-records per micro-batch: twice as many batches, each about as long as one of 200, whose cost
-is the tasks' transactions):
-each row's value is ``partition:offset`` of its input record, its key the input's key.
+``replog`` sink with ``deliveryGuarantee=exactlyOnce`` (checkpoint ``EOS_CHECKPOINT``, 50
+records per micro-batch: after its first, each takes about a second whatever its size,
+the tasks' transactions' cost): each row's value is ``partition:offset`` of its input
+record, its key the input's key.
+
 ``--parquet-after-first-eos-batch`` starts the parquet query only once the exactly-once
 query has run its first micro-batch (the slow one: its tasks' first transactions), so that
-the parquet query is still mid-stream when the exactly-once one is: started together, the
-parquet query ran five of its six micro-batches during the other's first (make test, load
-12); started after it, its own first batch (11 s) let the exactly-once query run four more
-of 200 records, five of six in all. When both are done it reads the table back (through Spark, which reads only the files its
+neither has finished when the parquet query has committed one batch: started together,
+the parquet query ran five of its six micro-batches during the other's first (make test,
+load 12). Started after it, the parquet query's first batch (6-8 s, its start included)
+let the exactly-once query run 3-4 more batches (of 100 records then, 12 in all): 23 more
+batches of 50 leave it a margin of 5 or more.
+
+When both are done it reads the table back (through Spark, which reads only the files its
 sink log committed) and prints one JSON line: ``{"rows": N, "distinct": D}`` (D: distinct
 (partition, offset) pairs).
 """
@@ -77,7 +81,7 @@ def main() -> None:
         queries.append(parquet_query())
     if out_topic is not None:
         eos = (
-            source(100)
+            source(50)
             .select(
                 "key",
                 F.concat_ws(":", F.col("partition"), F.col("offset")).alias("value"),
