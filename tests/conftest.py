@@ -15,21 +15,36 @@ pytest_plugins = [
 settings.register_profile("replog", deadline=None)
 settings.load_profile("replog")
 
-# The files that take longest (seconds of one worker each, from `--durations`), started
-# first. `make test` runs `--dist loadfile --no-loadscope-reorder`, which hands whole files
-# to the two workers in collection order; xdist's default order (files with the most tests
-# first) left these few-test, long files to the end, where one worker ran them while the
-# other sat idle.
+# The files that take longest (seconds of one worker each: the sum of a file's phases from
+# `--durations=0`), started first. `make test` runs `--dist loadfile
+# --no-loadscope-reorder`, which hands whole files to the workers in collection order;
+# xdist's default order (files with the most tests first) left these few-test, long files
+# to the end, where one worker ran them while the others sat idle. The Spark files, the
+# demo and the campaign lead (each 1.5-4 min), then the cluster and CLI files of 50-150 s
+# (on a machine at load 12, where CLI processes' start-up makes test_configs and
+# test_acls_cli as long as the cluster files).
 SLOWEST_FILES = (
     "test_spark_driver_restart.py",
     "test_demo_run.py",
-    "test_spark_source.py",
     "test_chaos.py",
+    "test_spark_source.py",
+    "test_configs.py",
+    "test_acls_cli.py",
     "test_reassign_partitions.py",
+    "test_data_dir_guards.py",
+    "test_controller_codec.py",
     "test_replication_faults.py",
-    "test_group_membership.py",
-    "test_mixed_group_clients.py",
+    "test_elect_leaders.py",
+    "test_cluster.py",
+    "test_delete_records_cluster.py",
+    "test_cli.py",
     "test_secure_replication.py",
+    "test_group_membership.py",
+    "test_cluster_roll.py",
+    "test_controlled_shutdown.py",
+    "test_mixed_group_clients.py",
+    "test_zk_fence_cluster.py",
+    "test_txn_partition_failover.py",
     "test_kip848_clients.py",
 )
 

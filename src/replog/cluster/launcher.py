@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import KazooException, NoNodeError
 from kio.schema.metadata.v8.request import MetadataRequest
 
 from replog.cluster.processes import (
@@ -247,8 +247,11 @@ class LocalCluster:
             "zookeeper.connect": self.zookeeper_connect,
             "zookeeper.session.timeout.ms": "6000",
             # A local cluster is often stopped whole: the last broker's controlled
-            # shutdown cannot move its leaderships, so retry sooner than Kafka's 5 s.
-            "controlled.shutdown.retry.backoff.ms": "1000",
+            # shutdown cannot move its leaderships, and each of its 3 attempts fails, so
+            # retry sooner than Kafka's 5 s: after 100 ms, as Kafka's own test brokers do
+            # (TestUtils.createBrokerConfig). At 1 s, every whole-cluster stop (a single
+            # broker's too) spent 2 s in retries.
+            "controlled.shutdown.retry.backoff.ms": "100",
         }
         if entry.get("rack"):
             props["broker.rack"] = entry["rack"]
@@ -398,11 +401,16 @@ class LocalCluster:
         return client
 
     def registered_brokers(self) -> set[int]:
+        with self._zk_session() as client:
+            return _registered(client)
+
+    @contextlib.contextmanager
+    def _zk_session(self) -> Iterator[KazooClient]:
+        """One ZooKeeper client for a whole wait: a client per poll opened and closed a
+        ZooKeeper session (two logged, fsynced transactions) ten times a second."""
         client = self._zk()
         try:
-            if not client.exists("/brokers/ids"):
-                return set()
-            return {int(c) for c in client.get_children("/brokers/ids")}
+            yield client
         finally:
             client.stop()
             client.close()
@@ -421,53 +429,31 @@ class LocalCluster:
     def under_replicated(self) -> list[UnderReplicated]:
         """Every partition whose ISR (ZooKeeper's state znode) is not its full replica set,
         or that has no leader. Reads every topic and state znode in batches."""
-        client = self._zk()
-        try:
-            if not client.exists(zk_data.TOPICS_PATH):
-                return []
-            topics = sorted(client.get_children(zk_data.TOPICS_PATH))
-            pending = [(t, client.get_async(zk_data.topic_path(t))) for t in topics]
-            replicas: dict[tuple[str, int], list[int]] = {}
-            for topic, result in pending:
-                data, _ = result.get(timeout=10)
-                for p, r in zk_data.decode_topic_assignment(topic, data).items():
-                    replicas[(topic, p)] = list(r)
-            states = [
-                (tp, client.get_async(zk_data.partition_state_path(*tp))) for tp in sorted(replicas)
-            ]
-            out = []
-            for (topic, p), result in states:
-                try:
-                    data, stat = result.get(timeout=10)
-                except NoNodeError:
-                    out.append(UnderReplicated(topic, p, replicas[(topic, p)], [], -1))
-                    continue
-                lai = zk_data.decode_partition_state(data, stat.version).leader_and_isr
-                if lai.leader < 0 or set(lai.isr) != set(replicas[(topic, p)]):
-                    out.append(
-                        UnderReplicated(topic, p, replicas[(topic, p)], list(lai.isr), lai.leader)
-                    )
-            return out
-        finally:
-            client.stop()
-            client.close()
+        with self._zk_session() as client:
+            return _under_replicated(client)
 
     def wait_full_isr(self, timeout_s: float) -> None:
         """Until every partition's ISR is its full replica set; TimeoutError names the
         partitions still short past ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
-        while True:
-            short = self.under_replicated()
-            if not short:
-                return
-            if time.monotonic() > deadline:
-                names = ", ".join(f"{u.topic}-{u.partition}" for u in short[:5])
-                more = f" and {len(short) - 5} more" if len(short) > 5 else ""
-                raise TimeoutError(
-                    f"{len(short)} partition(s) without a full ISR after {timeout_s:.0f} s: "
-                    f"{names}{more}"
-                )
-            time.sleep(0.2)
+        with self._zk_session() as client:
+            while True:
+                try:
+                    short = _under_replicated(client)
+                except KazooException:  # connection lost for a moment: kazoo reconnects
+                    short = None
+                if short == []:
+                    return
+                if time.monotonic() > deadline:
+                    if short is None:
+                        raise TimeoutError(f"ZooKeeper unreachable after {timeout_s:.0f} s")
+                    names = ", ".join(f"{u.topic}-{u.partition}" for u in short[:5])
+                    more = f" and {len(short) - 5} more" if len(short) > 5 else ""
+                    raise TimeoutError(
+                        f"{len(short)} partition(s) without a full ISR after {timeout_s:.0f} s: "
+                        f"{names}{more}"
+                    )
+                time.sleep(0.2)
 
     def roll(
         self,
@@ -518,25 +504,30 @@ class LocalCluster:
 
     def wait_until_ready(self, broker_ids: list[int], wait_s: float) -> None:
         deadline = time.monotonic() + wait_s
-        while True:
-            for broker_id in broker_ids:
-                pid = self.broker_pid(broker_id)
-                if pid is None or not pid_alive(pid):
-                    path = self.broker_dir(broker_id) / "broker.log"
-                    tail = tail_log(path)
-                    reason = tail.splitlines()[-1] if tail.strip() else "(no output)"
-                    raise RuntimeError(
-                        f"broker {broker_id} exited during start-up: {reason} (log: {path})\n{tail}"
+        with self._zk_session() as client:
+            while True:
+                for broker_id in broker_ids:
+                    pid = self.broker_pid(broker_id)
+                    if pid is None or not pid_alive(pid):
+                        path = self.broker_dir(broker_id) / "broker.log"
+                        tail = tail_log(path)
+                        reason = tail.splitlines()[-1] if tail.strip() else "(no output)"
+                        raise RuntimeError(
+                            f"broker {broker_id} exited during start-up: {reason} "
+                            f"(log: {path})\n{tail}"
+                        )
+                try:
+                    registered = _registered(client)
+                except KazooException:  # connection lost for a moment: kazoo reconnects
+                    registered = set()
+                if set(broker_ids) <= registered and all(self._serving(b) for b in broker_ids):
+                    return
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"brokers {sorted(set(broker_ids) - registered)} not registered "
+                        f"(or no controller) after {wait_s} s"
                     )
-            registered = self.registered_brokers()
-            if set(broker_ids) <= registered and all(self._serving(b) for b in broker_ids):
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"brokers {sorted(set(broker_ids) - registered)} not registered "
-                    f"(or no controller) after {wait_s} s"
-                )
-            time.sleep(0.1)
+                time.sleep(0.1)
 
     def _serving(self, broker_id: int) -> bool:
         """The broker answers Metadata listing itself and a controller: registered with its
@@ -566,6 +557,36 @@ class LocalCluster:
                 )
             )
         return out
+
+
+def _under_replicated(client: KazooClient) -> list[UnderReplicated]:
+    if not client.exists(zk_data.TOPICS_PATH):
+        return []
+    topics = sorted(client.get_children(zk_data.TOPICS_PATH))
+    pending = [(t, client.get_async(zk_data.topic_path(t))) for t in topics]
+    replicas: dict[tuple[str, int], list[int]] = {}
+    for topic, result in pending:
+        data, _ = result.get(timeout=10)
+        for p, r in zk_data.decode_topic_assignment(topic, data).items():
+            replicas[(topic, p)] = list(r)
+    states = [(tp, client.get_async(zk_data.partition_state_path(*tp))) for tp in sorted(replicas)]
+    out = []
+    for (topic, p), result in states:
+        try:
+            data, stat = result.get(timeout=10)
+        except NoNodeError:
+            out.append(UnderReplicated(topic, p, replicas[(topic, p)], [], -1))
+            continue
+        lai = zk_data.decode_partition_state(data, stat.version).leader_and_isr
+        if lai.leader < 0 or set(lai.isr) != set(replicas[(topic, p)]):
+            out.append(UnderReplicated(topic, p, replicas[(topic, p)], list(lai.isr), lai.leader))
+    return out
+
+
+def _registered(client: KazooClient) -> set[int]:
+    if not client.exists("/brokers/ids"):
+        return set()
+    return {int(c) for c in client.get_children("/brokers/ids")}
 
 
 async def _knows_itself(host: str, port: int, broker_id: int) -> bool:
