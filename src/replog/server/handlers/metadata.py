@@ -154,9 +154,17 @@ async def handle_metadata(services: BrokerServices, ctx: RequestContext, request
             for name, asked_id, error in requested_topics(cache, version, request.topics)
         ]
     allow_auto = bool(getattr(request, "allow_auto_topic_creation", True))
+    # No UpdateMetadata yet (a broker just restarted while there is no controller): it
+    # knows no topic, which does not make them unknown. UNKNOWN_TOPIC_OR_PARTITION made
+    # librdkafka drop a topic's partitions ("partition count changed from 6 to 0") and
+    # hold the messages for them until the end (campaign seed 16); LEADER_NOT_AVAILABLE
+    # is retriable and leaves the client's metadata as it was.
+    told = cache.controller_id is not None
     topics = []
     for name, asked_id, error in wanted:
         partitions = cache.partitions.get(name) if name is not None else None
+        if error == ErrorCode.none and partitions is None and not told:
+            error = ErrorCode.leader_not_available
         if error == ErrorCode.none and partitions is None:
             error = ErrorCode.unknown_topic_or_partition
             if (
