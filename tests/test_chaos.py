@@ -269,6 +269,17 @@ def test_availability_measures_ack_gaps_and_recovery_after_each_heal():
     assert "recovery 1.50 s" in report(result)
 
 
+def test_a_producer_that_stopped_sending_shows_as_a_gap_to_its_stop():
+    """Seed 16: the producer's client held its messages and it sent nothing for 15 minutes;
+    the write window ended at its last send, and the report showed 10 s at most."""
+    history = [invoke(0.0, "0"), ok(0.1, "0", 0), invoke(1.0, "1"), ok(1.1, "1", 1)]
+    history.append({"t": 900.0, "type": "info", "what": "producer stopped", "undelivered": 0})
+    history += [read(901.0, "0", 0), read(901.0, "1", 1), end(901.0, 2)]
+    result = check(history)
+    gap = result.longest_gap[0]
+    assert (gap.start, gap.end) == (1.1, 900.0)
+
+
 def group_read(t, value, offset, member="m0", partition=0):
     return {
         "t": t,
